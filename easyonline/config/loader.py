@@ -1,0 +1,165 @@
+"""Reads a protobuf text config and applies ``--edit_config_json`` overrides.
+
+Parse errors are turned into :class:`ConfigError` naming the dotted path of
+the offending field, which protobuf's own message (a line and column) lacks.
+"""
+import json
+import re
+from typing import Any, Dict, List, Union
+
+from google.protobuf import descriptor, json_format, text_format
+
+from easyonline.config.errors import ConfigError
+from easyonline.protos import pipeline_pb2
+from easyonline.utils import fileio
+
+_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|#[^\n]*|[A-Za-z_][\w]*|[{}<>\[\]:,]|\S')
+
+
+def _enclosing_path(text: str, line: int, column: int) -> List[str]:
+    """The names of the messages open at (line, column) of ``text``, outermost first."""
+    lines = text.split("\n")
+    if 0 < line <= len(lines):
+        text = "\n".join(lines[: line - 1] + [lines[line - 1][: max(column - 1, 0)]])
+    stack: List[str] = []
+    name = None
+    for token in _TOKEN.findall(text):
+        if token.startswith("#") or token == ":":
+            continue
+        if token in ("{", "<"):
+            stack.append(name or "?")
+        elif token in ("}", ">") and stack:
+            stack.pop()
+        name = token if re.match(r"[A-Za-z_]", token) else None
+    return stack
+
+
+def parse_pipeline_config(text: str, source: str = "<string>") -> pipeline_pb2.PipelineConfig:
+    """Parses protobuf text format into a PipelineConfig, with path-naming errors."""
+    config = pipeline_pb2.PipelineConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as e:
+        line, column = getattr(e, "GetLine", lambda: 0)() or 0, getattr(e, "GetColumn", lambda: 0)() or 0
+        message = str(e)
+        field = re.search(r'no field named "([^"]+)"|field "([^"]+)"', message)
+        path = _enclosing_path(text, line, column)
+        if field:
+            path.append(field.group(1) or field.group(2))
+        raise ConfigError(".".join(path) or "<top>", f"{source}:{line}:{column}: {message}") from None
+    return config
+
+
+def load_pipeline_config(path: str, edit_config_json: str = "") -> pipeline_pb2.PipelineConfig:
+    """Loads a config file (local or oss://) and applies JSON overrides."""
+    try:
+        text = fileio.read_text(path)
+    except FileNotFoundError:
+        raise ConfigError("", f"config file {path} does not exist") from None
+    config = parse_pipeline_config(text, source=path)
+    if edit_config_json:
+        apply_edit_config_json(config, edit_config_json)
+    return config
+
+
+def to_text(config: pipeline_pb2.PipelineConfig) -> str:
+    return text_format.MessageToString(config)
+
+
+_SEGMENT = re.compile(r"^([A-Za-z_]\w*)(?:\[(\d+)\])?$")
+
+
+def _convert(field: descriptor.FieldDescriptor, value: Any, path: str) -> Any:
+    fd = descriptor.FieldDescriptor
+    try:
+        if field.type == fd.TYPE_ENUM:
+            if isinstance(value, str):
+                enum_value = field.enum_type.values_by_name.get(value)
+                if enum_value is None:
+                    allowed = ", ".join(field.enum_type.values_by_name)
+                    raise ConfigError(path, f"{value!r} is not one of {allowed}")
+                return enum_value.number
+            return int(value)
+        if field.type == fd.TYPE_BOOL:
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(value)
+                return value.lower() in ("true", "1")
+            return bool(value)
+        if field.type in (fd.TYPE_FLOAT, fd.TYPE_DOUBLE):
+            return float(value)
+        if field.type == fd.TYPE_STRING:
+            return value if isinstance(value, str) else json.dumps(value)
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(path, f"cannot set {value!r}: expected {field.type} value") from None
+
+
+def apply_edit_config_json(config: pipeline_pb2.PipelineConfig, edits: Union[str, Dict[str, Any]]) -> None:
+    """Applies EasyRec-style overrides: {"train_config.num_steps": 10, "feature_configs[0].embedding_dim": 8}."""
+    if isinstance(edits, str):
+        try:
+            edits = json.loads(edits)
+        except json.JSONDecodeError as e:
+            raise ConfigError("--edit_config_json", f"not valid JSON: {e}") from None
+    if not isinstance(edits, dict):
+        raise ConfigError("--edit_config_json", "must be a JSON object of field path -> value")
+    for path, value in edits.items():
+        message = config
+        segments = path.split(".")
+        for i, segment in enumerate(segments):
+            here = ".".join(segments[: i + 1])
+            match = _SEGMENT.match(segment)
+            field = message.DESCRIPTOR.fields_by_name.get(match.group(1)) if match else None
+            if field is None:
+                known = ", ".join(sorted(message.DESCRIPTOR.fields_by_name))
+                raise ConfigError(here, f"no such field (fields here: {known})")
+            index = match.group(2)
+            last = i == len(segments) - 1
+            is_repeated = field.label == descriptor.FieldDescriptor.LABEL_REPEATED
+            is_map = field.message_type is not None and field.message_type.GetOptions().map_entry
+            if is_map:
+                if not last or not isinstance(value, dict):
+                    raise ConfigError(here, "a map field takes a JSON object")
+                target = getattr(message, field.name)
+                for k, v in value.items():
+                    target[str(k)] = str(v)
+                break
+            if is_repeated and index is not None:
+                container = getattr(message, field.name)
+                idx = int(index)
+                if idx >= len(container):
+                    raise ConfigError(here, f"index {idx} out of range (the list has {len(container)} entries)")
+                if field.message_type is None:
+                    if not last:
+                        raise ConfigError(here, "scalar list entries have no sub-fields")
+                    container[idx] = _convert(field, value, here)
+                    break
+                message = container[idx]
+                if last:
+                    json_format.ParseDict(value, message)
+                continue
+            if is_repeated:
+                if not last or not isinstance(value, list):
+                    raise ConfigError(here, "a repeated field takes a JSON list (or use name[index])")
+                container = getattr(message, field.name)
+                del container[:]
+                for item in value:
+                    if field.message_type is None:
+                        container.append(_convert(field, item, here))
+                    else:
+                        json_format.ParseDict(item, container.add())
+                break
+            if field.message_type is not None:
+                message = getattr(message, field.name)
+                if last:
+                    if not isinstance(value, dict):
+                        raise ConfigError(here, "a message field takes a JSON object")
+                    try:
+                        json_format.ParseDict(value, message)
+                    except json_format.ParseError as e:
+                        raise ConfigError(here, str(e)) from None
+                continue
+            if not last:
+                raise ConfigError(here, "is a scalar; it has no sub-fields")
+            setattr(message, field.name, _convert(field, value, here))

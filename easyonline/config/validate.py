@@ -1,0 +1,175 @@
+"""Checks a PipelineConfig before anything starts, naming the bad field.
+
+Everything that can be wrong with a config is found here, at start, so a
+trainer never fails an hour into a stream because of a typo.
+"""
+import json
+from typing import Dict
+
+from easyonline.config.errors import ConfigError
+from easyonline.protos import pipeline_pb2
+from easyonline.utils import timeparse
+
+MODEL_CLASSES: Dict[str, str] = {
+    "deepfm": "deepfm", "DeepFM": "deepfm",
+    "wide_and_deep": "wide_and_deep", "WideAndDeep": "wide_and_deep",
+    "dnn": "dnn", "DNN": "dnn",
+}
+COMBINERS = ("mean", "sum")
+ACTIVATIONS = ("relu", "tanh", "sigmoid", "elu", "selu", "gelu", "swish", "linear")
+_FT = pipeline_pb2.DataConfig.FieldType
+_NUMERIC = (_FT.INT32, _FT.INT64, _FT.FLOAT, _FT.DOUBLE, _FT.BOOL)
+_ID_TYPES = (_FT.STRING, _FT.INT32, _FT.INT64)
+
+
+def _require(condition: bool, path: str, message: str) -> None:
+    if not condition:
+        raise ConfigError(path, message)
+
+
+def parse_offset_info(offset_info: str, path: str):
+    """Returns ("offsets", {partition: offset}) or ("timestamp", seconds)."""
+    try:
+        value = json.loads(offset_info)
+    except json.JSONDecodeError as e:
+        raise ConfigError(path, f"not valid JSON ({e}); expected {{\"0\": 5, \"1\": 10}} or {{\"timestamp\": 1650765731}}") from None
+    _require(isinstance(value, dict) and value, path, "expected a non-empty JSON object")
+    if "timestamp" in value:
+        _require(len(value) == 1, path, "a timestamp start cannot be mixed with partition offsets")
+        _require(isinstance(value["timestamp"], (int, float)) and value["timestamp"] >= 0, path,
+                 "timestamp must be unix seconds >= 0")
+        return "timestamp", float(value["timestamp"])
+    offsets = {}
+    for key, offset in value.items():
+        _require(str(key).isdigit(), path, f"partition {key!r} is not a non-negative integer")
+        _require(isinstance(offset, int) and offset >= 0, path, f"offset of partition {key} must be an integer >= 0, got {offset!r}")
+        offsets[int(key)] = offset
+    return "offsets", offsets
+
+
+def _validate_kafka(kafka: pipeline_pb2.KafkaInput, path: str) -> None:
+    _require(bool(kafka.server.strip()), f"{path}.server", "is required (host:port, comma-separated for several brokers)")
+    for broker in kafka.server.split(","):
+        host, _, port = broker.strip().rpartition(":")
+        _require(bool(host) and port.isdigit() and 0 < int(port) < 65536, f"{path}.server",
+                 f"{broker.strip()!r} is not host:port")
+    _require(bool(kafka.topic), f"{path}.topic", "is required")
+    _require(bool(kafka.group), f"{path}.group", "must not be empty")
+    _require(not (kafka.offset_info and kafka.offset_time), path,
+             "give offset_info or offset_time, not both")
+    if kafka.offset_info:
+        parse_offset_info(kafka.offset_info, f"{path}.offset_info")
+    if kafka.offset_time:
+        try:
+            timeparse.parse_offset_time(kafka.offset_time)
+        except ValueError as e:
+            raise ConfigError(f"{path}.offset_time", str(e)) from None
+
+
+def _validate_data(data: pipeline_pb2.DataConfig) -> None:
+    path = "data_config"
+    _require(len(data.input_fields) > 0, f"{path}.input_fields", "at least one input field is required")
+    names = set()
+    for i, field in enumerate(data.input_fields):
+        fpath = f"{path}.input_fields[{i}]"
+        _require(bool(field.input_name), f"{fpath}.input_name", "is required")
+        _require(field.input_name not in names, f"{fpath}.input_name", f"duplicate input name {field.input_name!r}")
+        names.add(field.input_name)
+        if field.default_val and field.input_type in _NUMERIC:
+            try:
+                float(field.default_val)
+            except ValueError:
+                raise ConfigError(f"{fpath}.default_val", f"{field.default_val!r} is not a number") from None
+    _require(len(data.label_fields) > 0, f"{path}.label_fields", "at least one label field is required")
+    for i, label in enumerate(data.label_fields):
+        _require(label in names, f"{path}.label_fields[{i}]", f"{label!r} is not an input field")
+    _require(len(data.separator) == 1, f"{path}.separator", f"must be exactly one character, got {data.separator!r}")
+    _require(0 < data.batch_size <= 1_000_000, f"{path}.batch_size", f"must be in [1, 1000000], got {data.batch_size}")
+    _require(0 < data.batch_timeout_ms <= 3_600_000, f"{path}.batch_timeout_ms", f"must be in [1, 3600000], got {data.batch_timeout_ms}")
+
+
+def _validate_features(config: pipeline_pb2.PipelineConfig) -> None:
+    types = {f.input_name: f.input_type for f in config.data_config.input_fields}
+    labels = set(config.data_config.label_fields)
+    _require(len(config.feature_configs) > 0, "feature_configs", "at least one feature is required")
+    names, table_dims = set(), {}
+    for i, feature in enumerate(config.feature_configs):
+        path = f"feature_configs[{i}]"
+        _require(len(feature.input_names) == 1, f"{path}.input_names", "exactly one input name is required")
+        input_name = feature.input_names[0]
+        _require(input_name in types, f"{path}.input_names[0]", f"{input_name!r} is not an input field of data_config")
+        _require(input_name not in labels, f"{path}.input_names[0]", f"{input_name!r} is a label field")
+        name = feature.feature_name or input_name
+        _require(name not in names, f"{path}.feature_name", f"duplicate feature name {name!r}")
+        names.add(name)
+        kind = feature.feature_type
+        if kind == pipeline_pb2.FeatureConfig.RawFeature:
+            _require(types[input_name] in _NUMERIC, f"{path}.input_names[0]",
+                     f"a RawFeature needs a numeric input field, {input_name!r} is {_FT.Name(types[input_name])}")
+            continue
+        _require(types[input_name] in _ID_TYPES, f"{path}.input_names[0]",
+                 f"an id feature needs a STRING, INT32 or INT64 input field, {input_name!r} is {_FT.Name(types[input_name])}")
+        _require(0 < feature.embedding_dim <= 4096, f"{path}.embedding_dim", f"must be in [1, 4096], got {feature.embedding_dim}")
+        table = feature.embedding_name or name
+        if table in table_dims:
+            _require(table_dims[table] == feature.embedding_dim, f"{path}.embedding_dim",
+                     f"features sharing embedding_name {table!r} must have the same embedding_dim ({table_dims[table]})")
+        table_dims[table] = feature.embedding_dim
+        _require(feature.combiner in COMBINERS, f"{path}.combiner", f"{feature.combiner!r} is not one of {', '.join(COMBINERS)}")
+        _require(feature.initializer_stddev >= 0, f"{path}.initializer_stddev", "must be >= 0")
+        if kind == pipeline_pb2.FeatureConfig.TagFeature:
+            _require(len(feature.separator) == 1, f"{path}.separator", f"must be exactly one character, got {feature.separator!r}")
+            _require(feature.separator != config.data_config.separator, f"{path}.separator",
+                     "must differ from data_config.separator")
+    _require(bool(table_dims), "feature_configs", "at least one id feature (IdFeature or TagFeature) is required")
+
+
+def _validate_dnn(dnn: pipeline_pb2.DNN, path: str) -> None:
+    for i, units in enumerate(dnn.hidden_units):
+        _require(0 < units <= 65536, f"{path}.hidden_units[{i}]", f"must be in [1, 65536], got {units}")
+    _require(0 <= dnn.dropout_ratio < 1, f"{path}.dropout_ratio", f"must be in [0, 1), got {dnn.dropout_ratio}")
+    _require(dnn.activation in ACTIVATIONS, f"{path}.activation", f"{dnn.activation!r} is not one of {', '.join(ACTIVATIONS)}")
+
+
+def _validate_model(model: pipeline_pb2.ModelConfig) -> None:
+    path = "model_config"
+    _require(model.model_class in MODEL_CLASSES, f"{path}.model_class",
+             f"{model.model_class!r} is not one of deepfm, wide_and_deep, dnn")
+    chosen = model.WhichOneof("model")
+    if chosen is not None:
+        _require(chosen == MODEL_CLASSES[model.model_class], f"{path}.{chosen}",
+                 f"does not match model_class {model.model_class!r}")
+        _validate_dnn(getattr(model, chosen).dnn, f"{path}.{chosen}.dnn")
+    _require(model.embedding_regularization >= 0, f"{path}.embedding_regularization", "must be >= 0")
+    _require(model.l2_regularization >= 0, f"{path}.l2_regularization", "must be >= 0")
+
+
+def _validate_train(train: pipeline_pb2.TrainConfig) -> None:
+    path = "train_config"
+    which = train.optimizer_config.WhichOneof("optimizer")
+    if which:
+        opt = getattr(train.optimizer_config, which)
+        _require(opt.learning_rate > 0, f"{path}.optimizer_config.{which}.learning_rate", f"must be > 0, got {opt.learning_rate}")
+    _require(train.keep_checkpoint_max >= 1, f"{path}.keep_checkpoint_max", "must be >= 1")
+    _require(train.log_step_count_secs > 0, f"{path}.log_step_count_secs", "must be > 0")
+    _require(train.stop_signal_poll_secs > 0, f"{path}.stop_signal_poll_secs", "must be > 0")
+    _require(train.metrics_window_samples > 0, f"{path}.metrics_window_samples", "must be > 0")
+
+
+def validate_pipeline_config(config: pipeline_pb2.PipelineConfig, online: bool = False) -> None:
+    """Raises ConfigError naming the first bad field; returns None when fine."""
+    _require(bool(config.model_dir), "model_dir", "is required")
+    _require(config.HasField("data_config"), "data_config", "is required")
+    _validate_data(config.data_config)
+    _validate_features(config)
+    _require(config.HasField("model_config"), "model_config", "is required")
+    _validate_model(config.model_config)
+    _validate_train(config.train_config)
+    for name in ("kafka_train_input", "kafka_eval_input"):
+        if config.HasField(name):
+            _validate_kafka(getattr(config, name), name)
+    if online:
+        _require(config.HasField("kafka_train_input"), "kafka_train_input", "is required for --online training")
+    else:
+        _require(config.HasField("kafka_train_input") or len(config.file_train_input.paths) > 0,
+                 "file_train_input.paths", "an offline run needs file_train_input or kafka_train_input")

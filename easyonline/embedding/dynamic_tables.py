@@ -1,0 +1,61 @@
+"""One TFRA dynamic table per embedding name, and the lookup of every id feature.
+
+Tables start empty and grow as ids are trained on: no vocabulary and no
+``num_embeddings``. Models that need a first-order (wide) weight per id ask
+for ``extra_dims=1``: the weight is stored as one more column of the same
+row, so one lookup and one sparse optimizer update serve both.
+"""
+import re
+from typing import Dict
+
+from easyonline import ensure_legacy_keras
+from easyonline.features.feature_spec import FeatureSpecs
+
+tf = ensure_legacy_keras()
+from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
+
+
+def table_variable_name(table: str) -> str:
+    """TFRA names must be valid op names; the config's names may not be."""
+    return "emb_" + re.sub(r"[^A-Za-z0-9_.\-]", "_", table)
+
+
+class DynamicTables(tf.keras.layers.Layer):
+    """Holds the tables; ``call(features)`` returns one [B, dim + extra_dims] row per id feature."""
+
+    def __init__(self, specs: FeatureSpecs, extra_dims: int = 0, seed: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self._specs = specs
+        self.extra_dims = extra_dims
+        self.embeddings: Dict[str, de.keras.layers.Embedding] = {}
+        for i, (name, table) in enumerate(sorted(specs.tables.items())):
+            self.embeddings[name] = de.keras.layers.Embedding(
+                table.dim + extra_dims,
+                key_dtype=tf.int64,
+                value_dtype=tf.float32,
+                initializer=tf.keras.initializers.RandomNormal(0.0, table.initializer_stddev, seed=seed + i),
+                name=table_variable_name(name))
+
+    def table_dim(self, table: str) -> int:
+        return self._specs.tables[table].dim
+
+    def call(self, features):
+        rows = {}
+        for feature in self._specs.id_features:
+            layer = self.embeddings[feature.table]
+            ids = features[feature.name]
+            if isinstance(ids, tf.RaggedTensor):
+                values = layer(ids.flat_values)
+                nrows = ids.nrows()
+                pooled = tf.math.unsorted_segment_sum(values, ids.value_rowids(), nrows)
+                if feature.combiner == "mean":
+                    counts = tf.cast(tf.maximum(ids.row_lengths(), 1), pooled.dtype)
+                    pooled = pooled / counts[:, None]
+                rows[feature.name] = pooled
+            else:
+                rows[feature.name] = layer(ids)
+        return rows
+
+    def sizes(self) -> Dict[str, int]:
+        """Number of keys in each table."""
+        return {name: int(layer.params.size()) for name, layer in self.embeddings.items()}

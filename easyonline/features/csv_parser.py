@@ -1,0 +1,129 @@
+"""Turns a batch of CSV lines into feature tensors in one TensorFlow call.
+
+The happy path is a single ``tf.io.decode_csv`` over the whole batch (string
+ids hashed to int64, int ids passed through). A line with the wrong number of
+fields is rejected on the host before decoding; if decoding still fails (a
+non-numeric number, an id out of int64 range) the batch is split line by line
+so that only the bad lines are rejected, each with its reason.
+"""
+import dataclasses
+from typing import Dict, List, Sequence, Tuple
+
+from easyonline import ensure_legacy_keras
+from easyonline.features.feature_spec import FeatureSpecs, IdFeature
+from easyonline.protos import pipeline_pb2
+
+tf = ensure_legacy_keras()
+
+_FT = pipeline_pb2.DataConfig.FieldType
+# Fingerprint64 modulo 2^63 - 1: string ids land in the same [0, 2^63) space as int ids.
+HASH_BUCKETS = 2**63 - 1
+
+
+@dataclasses.dataclass
+class ParsedBatch:
+    """Features keyed by feature name, labels [B], and the lines that were rejected."""
+    features: Dict[str, tf.Tensor]
+    labels: tf.Tensor
+    size: int
+    rejected: List[Tuple[bytes, str]]
+
+
+def _record_default(field_type: int, default: str):
+    if field_type in (_FT.INT32, _FT.INT64):
+        return tf.constant([int(float(default)) if default else 0], tf.int64)
+    if field_type in (_FT.FLOAT, _FT.DOUBLE, _FT.BOOL):
+        return tf.constant([float(default) if default else 0.0], tf.float32)
+    return tf.constant([default], tf.string)
+
+
+def ids_of(feature: IdFeature, column: tf.Tensor):
+    """int64 ids from a decoded column: hashed strings, or ints passed through."""
+    if feature.multi_value:
+        tokens = tf.strings.split(tf.strings.as_string(column) if column.dtype != tf.string else column,
+                                  sep=feature.separator)
+        tokens = tf.ragged.boolean_mask(tokens, tf.strings.length(tokens) > 0)
+        if feature.string_ids:
+            return tf.ragged.map_flat_values(tf.strings.to_hash_bucket_fast, tokens, HASH_BUCKETS)
+        return tf.ragged.map_flat_values(tf.strings.to_number, tokens, out_type=tf.int64)
+    if feature.string_ids:
+        return tf.strings.to_hash_bucket_fast(column, HASH_BUCKETS)
+    return column
+
+
+def _reason(message: str) -> str:
+    """The informative line of a TensorFlow decode error."""
+    lines = [l.strip() for l in message.split("\n") if l.strip()]
+    for line in lines:
+        if "record" in line or "Field" in line or "valid" in line:
+            return line[:200]
+    return (lines[-1] if lines else message)[:200]
+
+
+class CsvParser:
+    """Parses CSV lines according to FeatureSpecs; safe to call from one thread at a time."""
+
+    def __init__(self, specs: FeatureSpecs):
+        self._specs = specs
+        self._separator = specs.separator.encode()
+        self._num_fields = len(specs.input_fields)
+        index = {f.name: i for i, f in enumerate(specs.input_fields)}
+        multi_value_inputs = {f.input_name for f in specs.id_features if f.multi_value}
+        used = sorted({index[f.input_name] for f in specs.id_features}
+                      | {index[f.input_name] for f in specs.raw_features}
+                      | {index[name] for name in specs.label_names})
+        self._select_cols = used
+        defaults = []
+        for i in used:
+            field = specs.input_fields[i]
+            # Multi-value fields are split after decoding, so they decode as strings.
+            field_type = _FT.STRING if field.name in multi_value_inputs else field.field_type
+            defaults.append(_record_default(field_type, field.default))
+        self._defaults = defaults
+        self._position = {i: k for k, i in enumerate(used)}
+        self._index = index
+        self._decode = tf.function(self._decode_impl, input_signature=[tf.TensorSpec([None], tf.string)],
+                                   autograph=False)
+
+    def _decode_impl(self, lines):
+        columns = tf.io.decode_csv(lines, self._defaults, field_delim=self._specs.separator,
+                                   select_cols=self._select_cols)
+        column = lambda name: columns[self._position[self._index[name]]]
+        features = {}
+        for feature in self._specs.id_features:
+            features[feature.name] = ids_of(feature, column(feature.input_name))
+        for feature in self._specs.raw_features:
+            features[feature.name] = tf.cast(column(feature.input_name), tf.float32)
+        labels = tf.cast(column(self._specs.label_names[0]), tf.float32)
+        return features, labels
+
+    def parse(self, lines: Sequence[bytes]) -> ParsedBatch:
+        """Parses lines (bytes, no trailing newline); empty lines are ignored."""
+        good, rejected = [], []
+        expected = self._num_fields - 1
+        for line in lines:
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if not line:
+                continue
+            if line.count(self._separator) != expected:
+                rejected.append((line, f"expected {self._num_fields} fields, got {line.count(self._separator) + 1}"))
+                continue
+            good.append(line)
+        try:
+            features, labels = self._decode(tf.constant(good, tf.string))
+        except tf.errors.InvalidArgumentError:
+            good, more = self._split_bad(good)
+            rejected.extend(more)
+            features, labels = self._decode(tf.constant(good, tf.string))
+        return ParsedBatch(features, labels, len(good), rejected)
+
+    def _split_bad(self, lines: List[bytes]):
+        good, rejected = [], []
+        for line in lines:
+            try:
+                self._decode(tf.constant([line], tf.string))
+                good.append(line)
+            except tf.errors.InvalidArgumentError as e:
+                rejected.append((line, _reason(e.message)))
+        return good, rejected

@@ -1,0 +1,81 @@
+"""Plain descriptions of features and embedding tables, derived from the config.
+
+The rest of the package reads these, never the protobuf, so a model or a
+parser has one obvious input and the config's quirks stay in one place.
+"""
+import dataclasses
+from typing import Dict, List, Tuple
+
+from easyonline.protos import pipeline_pb2
+
+_FT = pipeline_pb2.DataConfig.FieldType
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSpec:
+    """One dynamic embedding table; several features may share it."""
+    name: str
+    dim: int
+    initializer_stddev: float
+
+
+@dataclasses.dataclass(frozen=True)
+class IdFeature:
+    """A categorical feature: one id (or several, for tags) per sample."""
+    name: str
+    input_name: str
+    table: str
+    string_ids: bool
+    multi_value: bool
+    separator: str
+    combiner: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RawFeature:
+    """A numeric feature fed to the dense part of the model."""
+    name: str
+    input_name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class InputField:
+    name: str
+    field_type: int
+    default: str
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSpecs:
+    input_fields: Tuple[InputField, ...]
+    separator: str
+    label_names: Tuple[str, ...]
+    id_features: Tuple[IdFeature, ...]
+    raw_features: Tuple[RawFeature, ...]
+    tables: Dict[str, TableSpec]
+
+    def features_of_table(self, table: str) -> List[IdFeature]:
+        return [f for f in self.id_features if f.table == table]
+
+
+def build_feature_specs(config: pipeline_pb2.PipelineConfig) -> FeatureSpecs:
+    """Assumes a validated config (see easyonline.config.validate)."""
+    data = config.data_config
+    types = {f.input_name: f.input_type for f in data.input_fields}
+    fields = tuple(InputField(f.input_name, f.input_type, f.default_val) for f in data.input_fields)
+    id_features, raw_features, tables = [], [], {}
+    for fc in config.feature_configs:
+        input_name = fc.input_names[0]
+        name = fc.feature_name or input_name
+        if fc.feature_type == pipeline_pb2.FeatureConfig.RawFeature:
+            raw_features.append(RawFeature(name, input_name))
+            continue
+        table = fc.embedding_name or name
+        tables.setdefault(table, TableSpec(table, fc.embedding_dim, fc.initializer_stddev))
+        id_features.append(IdFeature(
+            name=name, input_name=input_name, table=table,
+            string_ids=types[input_name] == _FT.STRING,
+            multi_value=fc.feature_type == pipeline_pb2.FeatureConfig.TagFeature,
+            separator=fc.separator, combiner=fc.combiner))
+    return FeatureSpecs(fields, data.separator, tuple(data.label_fields), tuple(id_features),
+                        tuple(raw_features), tables)

@@ -1,0 +1,135 @@
+"""Reads CSV samples from every partition of a Kafka topic, in batches with a max wait.
+
+Batches end at message boundaries, so the position after a batch (the next
+offset of every partition) is exact and can be saved with a checkpoint.
+The consumer is not thread-safe: everything, commits included, runs on the
+thread that calls ``next_batch`` (the Prefetcher's).
+"""
+import logging
+import queue
+import time
+from typing import Dict, Optional, Tuple
+
+from kafka import TopicPartition
+
+from easyonline.inputs import kafka_client
+from easyonline.inputs.raw_batch import BatchSource, RawBatch
+from easyonline.inputs.start_position import resolve_start_offsets
+from easyonline.protos import pipeline_pb2
+
+log = logging.getLogger(__name__)
+
+
+class KafkaInput(BatchSource):
+    """A batch source over one topic; see ``resolve_start_offsets`` for where it starts."""
+
+    def __init__(self, kafka: pipeline_pb2.KafkaInput, batch_size: int, batch_timeout_ms: int,
+                 checkpoint_positions: Optional[Dict[int, int]] = None, path: str = "kafka_train_input",
+                 partition_wait_secs: float = 30.0):
+        self._kafka = kafka
+        self._batch_size = batch_size
+        self._batch_timeout = batch_timeout_ms / 1000.0
+        self._consumer = kafka_client.make_consumer(kafka, path, max_poll_records=max(batch_size, 500),
+                                                    fetch_max_wait_ms=min(100, max(batch_timeout_ms, 1)))
+        self.partitions = self._discover(path, partition_wait_secs)
+        probe = kafka_client.make_consumer(kafka, path + ".probe", group_id=None, fetch_max_wait_ms=50)
+        try:
+            offsets, self.start_mode = resolve_start_offsets(self._consumer, probe, self.partitions, kafka,
+                                                              checkpoint_positions)
+        finally:
+            probe.close()
+        self._consumer.assign(list(self.partitions))
+        for tp in self.partitions:
+            self._consumer.seek(tp, offsets[tp.partition])
+        self.start_offsets = dict(offsets)
+        self._positions = dict(offsets)
+        self._commits: "queue.Queue[Dict[int, int]]" = queue.Queue()
+        self._lines_per_message = 0.0  # running estimate, to ask poll() for about one batch of lines
+        log.info("reading %s partitions %s from %s (%s): %s", kafka.topic, sorted(offsets), kafka.server,
+                 self.start_mode, offsets)
+
+    def _discover(self, path: str, wait_secs: float) -> Tuple[TopicPartition, ...]:
+        deadline = time.time() + wait_secs
+        while True:
+            partitions = self._consumer.partitions_for_topic(self._kafka.topic)
+            if partitions:
+                return tuple(TopicPartition(self._kafka.topic, p) for p in sorted(partitions))
+            if time.time() >= deadline:
+                raise kafka_client.BrokerUnreachableError(
+                    f"{path}.topic: topic {self._kafka.topic!r} not found on {self._kafka.server} after {wait_secs:.0f}s")
+            self._consumer.topics()  # refreshes metadata
+            time.sleep(0.5)
+
+    def lag(self) -> Optional[int]:
+        """Messages on the broker not yet read, from the fetch high watermarks (None before the first fetch)."""
+        total = 0
+        for tp in self.partitions:
+            high = self._consumer.highwater(tp)
+            if high is None:
+                return None
+            total += max(high - self._positions[tp.partition], 0)
+        return total
+
+    def next_batch(self, timeout: float) -> Optional[RawBatch]:
+        self._run_commits()
+        lines = []
+        messages = empty = 0
+        started = time.time()
+        first_at = None
+        while len(lines) < self._batch_size:
+            now = time.time()
+            if first_at is None:
+                remaining = timeout - (now - started)
+            else:
+                remaining = self._batch_timeout - (now - first_at)
+            if remaining <= 0:
+                break
+            wanted = self._batch_size - len(lines)
+            if self._lines_per_message:
+                wanted = max(1, int(wanted / self._lines_per_message))
+            else:
+                wanted = min(wanted, 16)
+            records = self._consumer.poll(timeout_ms=max(int(remaining * 1000), 1), max_records=wanted)
+            got = 0
+            for tp, batch in records.items():
+                for record in batch:
+                    got += 1
+                    self._positions[tp.partition] = record.offset + 1
+                    if not record.value:
+                        empty += 1
+                        continue
+                    split = record.value.split(b"\n")
+                    lines.extend(split)
+                    self._lines_per_message = 0.9 * self._lines_per_message + 0.1 * len(split) \
+                        if self._lines_per_message else float(len(split))
+            messages += got
+            if lines and first_at is None:
+                first_at = time.time()
+        if not messages:
+            return None
+        return RawBatch(lines, dict(self._positions), lag=self.lag(), messages=messages, empty_messages=empty)
+
+    def commit(self, positions: Dict[int, int]) -> None:
+        """Queued; done by the reading thread on its next call (the consumer is single-threaded)."""
+        self._commits.put(dict(positions))
+
+    def _run_commits(self) -> None:
+        from kafka.structs import OffsetAndMetadata  # pylint: disable=g-import-not-at-top
+        latest = None
+        while True:
+            try:
+                latest = self._commits.get_nowait()
+            except queue.Empty:
+                break
+        if latest is None or not self._kafka.group:
+            return
+        try:
+            self._consumer.commit({TopicPartition(self._kafka.topic, p): OffsetAndMetadata(o, "")
+                                   for p, o in latest.items()})
+        except Exception as e:  # pylint: disable=broad-except
+            log.warning("committing positions to group %s failed (will retry with the next checkpoint): %s",
+                        self._kafka.group, e)
+
+    def close(self) -> None:
+        self._run_commits()
+        self._consumer.close()

@@ -1,0 +1,38 @@
+"""What every source hands to the trainer: lines plus where the stream stands."""
+import abc
+import dataclasses
+from typing import Dict, List, Optional
+
+
+@dataclasses.dataclass
+class RawBatch:
+    """Sample lines and the position after them.
+
+    ``positions`` maps partition -> next offset to read once this batch is
+    trained, for every assigned partition (not only those in this batch), so
+    that saving the positions of the last trained batch is exact.
+    """
+    lines: List[bytes]
+    positions: Dict[int, int]
+    lag: Optional[int] = None
+    messages: int = 0
+    empty_messages: int = 0
+
+
+class BatchSource(abc.ABC):
+    """A source of RawBatches; used from one thread (see Prefetcher)."""
+
+    @abc.abstractmethod
+    def next_batch(self, timeout: float) -> Optional[RawBatch]:
+        """The next batch, or None if nothing arrived within ``timeout`` seconds or the source is exhausted."""
+
+    @property
+    def exhausted(self) -> bool:
+        """True once a finite source has nothing more to give."""
+        return False
+
+    def commit(self, positions: Dict[int, int]) -> None:
+        """Records positions as consumed (e.g. a Kafka consumer-group commit)."""
+
+    def close(self) -> None:
+        pass

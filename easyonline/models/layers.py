@@ -1,0 +1,39 @@
+"""Building blocks shared by the models: an MLP tower and the FM interaction."""
+from typing import Sequence
+
+from easyonline import ensure_legacy_keras
+
+tf = ensure_legacy_keras()
+
+
+class MLP(tf.keras.layers.Layer):
+    """Dense layers with optional batch norm and dropout."""
+
+    def __init__(self, hidden_units: Sequence[int], activation: str = "relu", dropout_ratio: float = 0.0,
+                 use_bn: bool = False, l2: float = 0.0, seed: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        regularizer = tf.keras.regularizers.l2(l2) if l2 > 0 else None
+        self._layers = []
+        for i, units in enumerate(hidden_units):
+            self._layers.append(tf.keras.layers.Dense(
+                units, activation=None if use_bn else activation, kernel_regularizer=regularizer,
+                kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed + i)))
+            if use_bn:
+                self._layers.append(tf.keras.layers.BatchNormalization())
+                self._layers.append(tf.keras.layers.Activation(activation))
+            if dropout_ratio > 0:
+                self._layers.append(tf.keras.layers.Dropout(dropout_ratio, seed=seed + i))
+
+    def call(self, x, training=False):
+        for layer in self._layers:
+            x = layer(x, training=training)
+        return x
+
+
+class FMInteraction(tf.keras.layers.Layer):
+    """Second-order factorization machine term: 0.5 * ((sum v)^2 - sum v^2), summed over dims."""
+
+    def call(self, embeddings):  # [B, F, k]
+        summed = tf.reduce_sum(embeddings, axis=1)
+        squared = tf.reduce_sum(tf.square(embeddings), axis=1)
+        return 0.5 * tf.reduce_sum(tf.square(summed) - squared, axis=1)

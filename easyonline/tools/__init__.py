@@ -1,0 +1,1 @@
+"""Command-line tools: the local broker, the synthetic stream producer."""

@@ -1,0 +1,1 @@
+"""The online training loop and what it needs: optimizer, metrics, checkpoints, stops."""

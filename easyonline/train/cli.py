@@ -1,0 +1,59 @@
+"""``python -m easyonline.train --config online.config --online``: the trainer's command line.
+
+Exit codes: 0 after a clean stop (input ended, num_steps, stop file, SIGTERM),
+2 for a bad config, 3 when the broker or an input file cannot be reached.
+"""
+import sys
+
+from absl import app, flags
+
+from easyonline.utils.logs import setup_logging
+
+
+def define_flags() -> None:
+    """Defined on demand, so importing this module never clashes with other commands' flags."""
+    flags.DEFINE_string("config", None, "Path of the pipeline config (protobuf text format).")
+    flags.DEFINE_bool("online", False, "Train from kafka_train_input until stopped (stop file, SIGTERM, SIGINT). "
+                      "Without it, train until the input ends (files; or Kafka caught up) or num_steps.")
+    flags.DEFINE_string("edit_config_json", "", "JSON object of config overrides, EasyRec-style: "
+                        "'{\"train_config.num_steps\": 100, \"kafka_train_input.offset_info\": \"{\\\"0\\\": 5}\"}'.")
+    flags.DEFINE_string("model_dir", "", "Overrides model_dir of the config.")
+    flags.DEFINE_string("log_level", "INFO", "Python log level: DEBUG, INFO, WARNING, ERROR.")
+
+
+def main(argv) -> int:
+    del argv
+    FLAGS = flags.FLAGS
+    setup_logging(FLAGS.log_level)
+    from easyonline.config import ConfigError, load_pipeline_config, validate_pipeline_config  # pylint: disable=g-import-not-at-top
+    if not FLAGS.config:
+        print("error: --config is required", file=sys.stderr)
+        return 2
+    try:
+        config = load_pipeline_config(FLAGS.config, FLAGS.edit_config_json)
+        if FLAGS.model_dir:
+            config.model_dir = FLAGS.model_dir
+        validate_pipeline_config(config, online=FLAGS.online)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from easyonline.inputs.kafka_client import BrokerUnreachableError  # pylint: disable=g-import-not-at-top
+    from easyonline.train.trainer import OnlineTrainer  # pylint: disable=g-import-not-at-top
+    try:
+        trainer = OnlineTrainer(config, online=FLAGS.online)
+        summary = trainer.run()
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (BrokerUnreachableError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    print("training summary")
+    for line in summary.lines():
+        print("  " + line)
+    return 0
+
+
+def run() -> None:
+    define_flags()
+    app.run(lambda argv: sys.exit(main(argv)))

@@ -1,0 +1,83 @@
+"""Prequential (score-then-train) AUC and logloss over a sliding window of samples.
+
+Each batch adds a histogram of its scores (per label) to a ring of batches;
+the window's AUC is computed from the summed histograms. This costs O(batch)
+per batch and O(buckets) per report, independent of the window length.
+"""
+import collections
+import dataclasses
+from typing import Deque, Optional
+
+import numpy as np
+
+_EPS = 1e-7
+
+
+def auc_from_histograms(pos: np.ndarray, neg: np.ndarray) -> Optional[float]:
+    """AUC from per-bucket counts of positive and negative scores (ties count half)."""
+    total_pos, total_neg = pos.sum(), neg.sum()
+    if total_pos == 0 or total_neg == 0:
+        return None
+    neg_below = np.cumsum(neg) - neg
+    return float((pos * (neg_below + 0.5 * neg)).sum() / (total_pos * total_neg))
+
+
+@dataclasses.dataclass
+class _BatchStats:
+    pos: np.ndarray
+    neg: np.ndarray
+    count: int
+    logloss_sum: float
+    label_sum: float
+
+
+class PrequentialMetrics:
+    """Windowed AUC / logloss / CTR, plus totals since start."""
+
+    def __init__(self, window_samples: int = 100000, buckets: int = 10000):
+        self.window_samples = window_samples
+        self.buckets = buckets
+        self._ring: Deque[_BatchStats] = collections.deque()
+        self._pos = np.zeros(buckets, np.int64)
+        self._neg = np.zeros(buckets, np.int64)
+        self._count = 0
+        self._logloss = 0.0
+        self._labels = 0.0
+        self.total_samples = 0
+        self.total_logloss = 0.0
+
+    def update(self, labels: np.ndarray, probs: np.ndarray) -> None:
+        labels = np.asarray(labels, np.float64).reshape(-1)
+        probs = np.clip(np.asarray(probs, np.float64).reshape(-1), _EPS, 1 - _EPS)
+        index = np.minimum((probs * self.buckets).astype(np.int64), self.buckets - 1)
+        positive = labels > 0.5
+        pos = np.bincount(index[positive], minlength=self.buckets)
+        neg = np.bincount(index[~positive], minlength=self.buckets)
+        logloss = float(-(labels * np.log(probs) + (1 - labels) * np.log(1 - probs)).sum())
+        stats = _BatchStats(pos, neg, len(labels), logloss, float(labels.sum()))
+        self._ring.append(stats)
+        self._add(stats, 1)
+        while self._count - self._ring[0].count >= self.window_samples:
+            self._add(self._ring.popleft(), -1)
+        self.total_samples += len(labels)
+        self.total_logloss += logloss
+
+    def _add(self, stats: _BatchStats, sign: int) -> None:
+        self._pos += sign * stats.pos
+        self._neg += sign * stats.neg
+        self._count += sign * stats.count
+        self._logloss += sign * stats.logloss_sum
+        self._labels += sign * stats.label_sum
+
+    @property
+    def window_count(self) -> int:
+        return self._count
+
+    def auc(self) -> Optional[float]:
+        return auc_from_histograms(self._pos, self._neg)
+
+    def logloss(self) -> Optional[float]:
+        return self._logloss / self._count if self._count else None
+
+    def ctr(self) -> Optional[float]:
+        return self._labels / self._count if self._count else None

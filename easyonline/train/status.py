@@ -1,0 +1,58 @@
+"""One status line every few seconds, and the same figures to TensorBoard."""
+import logging
+import time
+from typing import Dict, Optional
+
+from easyonline import ensure_legacy_keras
+
+tf = ensure_legacy_keras()
+log = logging.getLogger("easyonline.status")
+
+
+def _fmt(value: Optional[float], spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+class StatusReporter:
+    """Call ``maybe_report`` often; it logs only every ``interval_secs``."""
+
+    def __init__(self, interval_secs: float, summary_dir: Optional[str] = None):
+        self._interval = interval_secs
+        self._writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
+        self._last_time = time.time()
+        self._last_samples = 0
+        self.lines = 0
+
+    def due(self) -> bool:
+        return time.time() - self._last_time >= self._interval
+
+    def report(self, step: int, samples: int, lag: Optional[int], auc: Optional[float], logloss: Optional[float],
+               ctr: Optional[float], table_sizes: Dict[str, int], rejected: int, extra: str = "") -> None:
+        now = time.time()
+        rate = (samples - self._last_samples) / max(now - self._last_time, 1e-9)
+        self._last_time, self._last_samples = now, samples
+        total_keys = sum(table_sizes.values())
+        largest = sorted(table_sizes.items(), key=lambda kv: -kv[1])[:3]
+        log.info("step=%d samples=%d rate=%.0f/s lag=%s auc=%s logloss=%s ctr=%s keys=%d (%s) rejected=%d%s",
+                 step, samples, rate, "-" if lag is None else lag, _fmt(auc, ".4f"), _fmt(logloss, ".4f"),
+                 _fmt(ctr, ".4f"), total_keys, " ".join(f"{k}:{v}" for k, v in largest), rejected,
+                 f" {extra}" if extra else "")
+        self.lines += 1
+        if self._writer is not None:
+            with self._writer.as_default(step=step):
+                tf.summary.scalar("samples_per_sec", rate)
+                if lag is not None:
+                    tf.summary.scalar("consumer_lag", lag)
+                if auc is not None:
+                    tf.summary.scalar("prequential_auc", auc)
+                if logloss is not None:
+                    tf.summary.scalar("prequential_logloss", logloss)
+                tf.summary.scalar("table_keys_total", total_keys)
+                for name, size in table_sizes.items():
+                    tf.summary.scalar(f"table_keys/{name}", size)
+                tf.summary.scalar("rejected_lines", rejected)
+            self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()

@@ -1,0 +1,245 @@
+"""OnlineTrainer: score each batch, train on it, checkpoint with positions, report.
+
+The loop is plain Python around one ``tf.function`` step; reading and
+parsing run ahead on the Prefetcher's thread. Every batch is scored before
+it is trained on, so the windowed AUC and logloss are out-of-sample.
+"""
+import dataclasses
+import logging
+import time
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from easyonline import ensure_legacy_keras
+from easyonline.config.loader import to_text
+from easyonline.features import CsvParser, build_feature_specs
+from easyonline.features.feature_spec import FeatureSpecs
+from easyonline.inputs import FileInput, KafkaInput, Prefetcher
+from easyonline.inputs.raw_batch import BatchSource
+from easyonline.models import build_model
+from easyonline.protos import pipeline_pb2
+from easyonline.train.callbacks import Callback
+from easyonline.train.checkpointing import Checkpointer, write_pipeline_config
+from easyonline.train.metrics import PrequentialMetrics
+from easyonline.train.optimizers import build_optimizer
+from easyonline.train.status import StatusReporter
+from easyonline.train.stop_signal import StopSignal
+from easyonline.utils import fileio
+
+tf = ensure_legacy_keras()
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class TrainSummary:
+    steps: int
+    samples: int
+    seconds: float
+    samples_per_sec: float
+    auc: Optional[float]
+    logloss: Optional[float]
+    rejected: int
+    table_sizes: Dict[str, int]
+    positions: Dict[int, int]
+    checkpoint: Optional[str]
+    stop_reason: str
+
+    def lines(self) -> List[str]:
+        fmt = lambda v: "-" if v is None else f"{v:.4f}"
+        return [f"steps            {self.steps}",
+                f"samples          {self.samples}",
+                f"seconds          {self.seconds:.1f}",
+                f"samples/s        {self.samples_per_sec:.0f}",
+                f"window AUC       {fmt(self.auc)}",
+                f"window logloss   {fmt(self.logloss)}",
+                f"rejected lines   {self.rejected}",
+                f"table keys       {sum(self.table_sizes.values())}",
+                f"positions        {self.positions}",
+                f"checkpoint       {self.checkpoint}",
+                f"stopped because  {self.stop_reason}"]
+
+
+def feature_signature(specs: FeatureSpecs):
+    signature = {}
+    for feature in specs.id_features:
+        if feature.multi_value:
+            signature[feature.name] = tf.RaggedTensorSpec([None, None], tf.int64, ragged_rank=1,
+                                                          row_splits_dtype=tf.int64)
+        else:
+            signature[feature.name] = tf.TensorSpec([None], tf.int64)
+    for feature in specs.raw_features:
+        signature[feature.name] = tf.TensorSpec([None], tf.float32)
+    return signature
+
+
+class OnlineTrainer:
+    """Trains ``model`` from a source of CSV batches as configured by ``config``."""
+
+    def __init__(self, config: pipeline_pb2.PipelineConfig, online: bool = True,
+                 source: Optional[BatchSource] = None, callbacks: Sequence[Callback] = ()):
+        self.config = config
+        self.online = online
+        self.specs = build_feature_specs(config)
+        self.parser = CsvParser(self.specs)
+        tf.keras.utils.set_random_seed(config.train_config.seed)
+        self.model = build_model(config, self.specs)
+        self.optimizer = build_optimizer(config.train_config.optimizer_config)
+        self.callbacks = list(callbacks)
+        train = config.train_config
+        fileio.makedirs(config.model_dir)
+        self.checkpointer = Checkpointer(config.model_dir, self.model, self.optimizer, train.keep_checkpoint_max)
+        self.metrics = PrequentialMetrics(train.metrics_window_samples)
+        self.stop_signal = StopSignal(config.model_dir, train.enable_oss_stop_signal, train.stop_signal_poll_secs)
+        signature = feature_signature(self.specs)
+        label_spec = tf.TensorSpec([None], tf.float32)
+        # autograph=False: the step has no tensor-dependent Python control flow, and autograph
+        # converting TFRA's optimizer code takes ~2 s per table at every trace.
+        self._train_step = tf.function(self._train_step_impl, input_signature=[signature, label_spec],
+                                       autograph=False)
+        self._score_step = tf.function(self._score_impl, input_signature=[signature], autograph=False)
+        self._build_variables()
+        self.restored_from = self._restore()
+        self._source = source
+        self.rejected = 0
+        self.rejected_samples: List = []
+
+    # --- the step -----------------------------------------------------------------
+    def _train_step_impl(self, features, labels):
+        with tf.GradientTape() as tape:
+            logits = self.model(features, training=True)
+            loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+            if self.model.losses:
+                loss += tf.add_n(self.model.losses)
+        variables = self.model.trainable_variables
+        gradients = tape.gradient(loss, variables)
+        self.optimizer.apply_gradients(zip(gradients, variables))
+        return logits
+
+    def _score_impl(self, features):
+        return self.model(features, training=False)
+
+    def _empty_batch(self):
+        features = {}
+        for feature in self.specs.id_features:
+            empty = tf.zeros([0], tf.int64)
+            features[feature.name] = (tf.RaggedTensor.from_row_splits(empty, tf.zeros([1], tf.int64))
+                                      if feature.multi_value else empty)
+        for feature in self.specs.raw_features:
+            features[feature.name] = tf.zeros([0], tf.float32)
+        return features, tf.zeros([0], tf.float32)
+
+    def _build_variables(self) -> None:
+        """Creates every variable and optimizer slot (an empty batch changes nothing) so restore is exact."""
+        features, labels = self._empty_batch()
+        self._train_step_impl(features, labels)  # eagerly: the traced step is then traced once
+
+    def _restore(self) -> Optional[str]:
+        path = self.checkpointer.restore_latest()
+        if path is None and self.config.train_config.fine_tune_checkpoint:
+            path = self.checkpointer.init_from(self.config.train_config.fine_tune_checkpoint)
+        return path
+
+    # --- helpers ------------------------------------------------------------------
+    def make_source(self) -> BatchSource:
+        data = self.config.data_config
+        if self.config.HasField("kafka_train_input"):
+            start = self.checkpointer.positions if self.checkpointer.manager.latest_checkpoint else None
+            return KafkaInput(self.config.kafka_train_input, data.batch_size, data.batch_timeout_ms,
+                              checkpoint_positions=start or None)
+        return FileInput(self.config.file_train_input.paths, data.batch_size)
+
+    def table_sizes(self) -> Dict[str, int]:
+        return self.model.tables.sizes()
+
+    def train_batch(self, features, labels) -> np.ndarray:
+        """Scores then trains one parsed batch; returns the pre-update probabilities."""
+        if self.model.scores_differ_in_training:
+            logits = self._score_step(features)
+            self._train_step(features, labels)
+        else:
+            logits = self._train_step(features, labels)
+        return tf.sigmoid(logits).numpy()
+
+    def save_checkpoint(self, positions: Dict[int, int], source: Optional[BatchSource]) -> str:
+        path = self.checkpointer.save(positions)
+        if source is not None:
+            source.commit(positions)
+        for callback in self.callbacks:
+            callback.on_checkpoint(self, path)
+        log.info("saved checkpoint %s", path)
+        return path
+
+    # --- the loop -----------------------------------------------------------------
+    def run(self) -> TrainSummary:
+        config, train = self.config, self.config.train_config
+        write_pipeline_config(config.model_dir, to_text(config))
+        self.stop_signal.install_signal_handlers()
+        source = self._source or self.make_source()
+        prefetcher = Prefetcher(source, lambda raw: self.parser.parse(raw.lines))
+        status = StatusReporter(train.log_step_count_secs, fileio.join(config.model_dir, "train"))
+        for callback in self.callbacks:
+            callback.on_train_begin(self)
+        start_time = last_save_time = time.time()
+        start_samples = int(self.checkpointer.samples.numpy())
+        positions: Dict[int, int] = dict(getattr(source, "start_offsets", {}) or {})
+        step = int(self.checkpointer.step.numpy())
+        lag = None
+        stop_reason = "input ended"
+        last_path = self.restored_from
+        try:
+            while True:
+                if self.stop_signal.should_stop():
+                    stop_reason = self.stop_signal.reason
+                    break
+                if train.num_steps and step >= train.num_steps:
+                    stop_reason = f"reached num_steps={train.num_steps}"
+                    break
+                item = prefetcher.get(timeout=0.5)
+                if item is None:
+                    if prefetcher.done:
+                        break
+                    if not self.online and lag == 0:
+                        stop_reason = "caught up with the topic (offline run)"
+                        break
+                else:
+                    raw, parsed = item
+                    if parsed.rejected:
+                        self.rejected += len(parsed.rejected)
+                        for line, reason in parsed.rejected[:5]:
+                            log.warning("rejected sample (%s): %r", reason, line[:200])
+                    probs = None
+                    if parsed.size:
+                        probs = self.train_batch(parsed.features, parsed.labels)
+                        self.metrics.update(parsed.labels.numpy(), probs)
+                    step += 1
+                    self.checkpointer.step.assign(step)
+                    self.checkpointer.samples.assign_add(parsed.size)
+                    positions = raw.positions
+                    lag = raw.lag
+                    if probs is not None:
+                        for callback in self.callbacks:
+                            callback.on_batch_end(self, raw, parsed, probs)
+                    if (train.save_checkpoints_steps and step % train.save_checkpoints_steps == 0) or \
+                            (train.save_checkpoints_secs and time.time() - last_save_time >= train.save_checkpoints_secs):
+                        last_path = self.save_checkpoint(positions, source)
+                        last_save_time = time.time()
+                if status.due():
+                    status.report(step, int(self.checkpointer.samples.numpy()), lag, self.metrics.auc(),
+                                  self.metrics.logloss(), self.metrics.ctr(), self.table_sizes(), self.rejected)
+        finally:
+            prefetcher.close(close_source=False)
+            status.close()
+            try:
+                if step != self.checkpointer.last_saved_step:
+                    last_path = self.save_checkpoint(positions, source)
+            finally:
+                source.close()
+        seconds = time.time() - start_time
+        samples = int(self.checkpointer.samples.numpy()) - start_samples
+        summary = TrainSummary(step, samples, seconds, samples / max(seconds, 1e-9), self.metrics.auc(),
+                               self.metrics.logloss(), self.rejected, self.table_sizes(), positions, last_path,
+                               stop_reason)
+        for callback in self.callbacks:
+            callback.on_train_end(self, summary)
+        return summary

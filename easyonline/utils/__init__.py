@@ -1,0 +1,1 @@
+"""Small shared helpers: file access (local and oss://), time, networking."""

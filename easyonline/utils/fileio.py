@@ -1,0 +1,53 @@
+"""File access for model dirs and configs, local paths first.
+
+One place for every file operation the trainer does, so that ``oss://`` can
+be plugged in here (through oss2) without touching callers.
+"""
+import os
+import tempfile
+
+
+def is_oss(path: str) -> bool:
+    return path.startswith("oss://")
+
+
+def _reject_oss(path: str) -> None:
+    if is_oss(path):
+        raise NotImplementedError(f"oss:// paths are not supported yet: {path}")
+
+
+def read_text(path: str) -> str:
+    _reject_oss(path)
+    with open(path, "r", encoding="utf-8") as f:
+        return f.read()
+
+
+def exists(path: str) -> bool:
+    _reject_oss(path)
+    return os.path.exists(path)
+
+
+def makedirs(path: str) -> None:
+    _reject_oss(path)
+    os.makedirs(path, exist_ok=True)
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """Writes via a temp file and rename, so readers never see half a file."""
+    _reject_oss(path)
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def remove(path: str) -> None:
+    _reject_oss(path)
+    if os.path.exists(path):
+        os.remove(path)
+
+
+def join(*parts: str) -> str:
+    return os.path.join(*parts)

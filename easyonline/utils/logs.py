@@ -1,0 +1,10 @@
+"""Log format of every easyonline command: time, level, logger, message."""
+import logging
+import sys
+
+
+def setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname).1s %(name)s] %(message)s", stream=sys.stderr, force=True)
+    logging.getLogger("kafka").setLevel(logging.ERROR)
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)

@@ -1,0 +1,28 @@
+"""easyonline: online training of recommendation models from Kafka on TFRA."""
+import os
+
+from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _requirements():
+    with open(os.path.join(HERE, "requirements.txt")) as f:
+        return [l.strip() for l in f if l.strip() and not l.startswith("#")]
+
+
+setup(
+    name="easyonline",
+    version="0.1.0",
+    description="Online (streaming) training of recommendation models from Kafka on TFRA dynamic embeddings",
+    packages=find_packages(include=["easyonline", "easyonline.*"]),
+    python_requires=">=3.9,<3.12",
+    install_requires=_requirements(),
+    entry_points={
+        "console_scripts": [
+            "easyonline-train=easyonline.train.cli:run",
+            "easyonline-broker=easyonline.tools.local_broker:run",
+            "easyonline-produce=easyonline.tools.stream_producer:run",
+        ],
+    },
+)
