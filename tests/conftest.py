@@ -1,0 +1,50 @@
+"""Shared fixtures: the real local broker (tansu) on 127.0.0.1 and small configs."""
+import itertools
+import os
+import sys
+
+import pytest
+
+import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from easyonline.config import load_pipeline_config
+from easyonline.tools.local_broker import LocalBroker
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLES = os.path.join(ROOT, "samples")
+_topic_ids = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    log = tmp_path_factory.mktemp("broker") / "broker.log"
+    with LocalBroker(log_path=str(log)) as b:
+        yield b
+
+
+@pytest.fixture
+def topic(broker, request):
+    """A fresh topic name per test (the broker is shared by the session)."""
+    name = f"t{next(_topic_ids)}_{request.node.name[:40]}".replace("[", "_").replace("]", "_")
+    return name
+
+
+def online_config(model_dir, server: str = "", topic: str = "", **edits):
+    """samples/online.config pointed at a test broker/topic, with JSON-path edits."""
+    config = load_pipeline_config(os.path.join(SAMPLES, "online.config"))
+    config.model_dir = str(model_dir)
+    if server:
+        config.kafka_train_input.server = server
+        config.kafka_train_input.topic = topic
+    from easyonline.config import apply_edit_config_json  # pylint: disable=g-import-not-at-top
+    if edits:
+        apply_edit_config_json(config, edits)
+    return config
+
+
+def python_env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+PYTHON = sys.executable

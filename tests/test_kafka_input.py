@@ -1,0 +1,178 @@
+"""KafkaInput against the real local broker: start positions, partitions, brokers, partial batches."""
+import time
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from easyonline.inputs import KafkaInput
+from easyonline.protos import pipeline_pb2
+from easyonline.utils.net import free_port
+
+
+def _send(broker, topic, per_partition, partitions, timestamp_ms=None, prefix="r"):
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+    for p in range(partitions):
+        for i in range(per_partition):
+            producer.send(topic, f"{prefix}{p}_{i}".encode(), partition=p, timestamp_ms=timestamp_ms)
+    producer.flush()
+    producer.close()
+
+
+def _kafka(broker, topic, **fields):
+    return pipeline_pb2.KafkaInput(server=broker.bootstrap, topic=topic, group="g_" + topic, **fields)
+
+
+def _drain(source, timeout=1.0):
+    lines = []
+    while True:
+        batch = source.next_batch(timeout)
+        if batch is None:
+            return lines
+        lines.extend(batch.lines)
+
+
+def test_earliest_reads_every_partition_and_tracks_positions(broker, topic):
+    broker.create_topic(topic, 3)
+    _send(broker, topic, 40, 3)
+    source = KafkaInput(_kafka(broker, topic), batch_size=32, batch_timeout_ms=200)
+    assert source.start_mode == "earliest" and len(source.partitions) == 3
+    batches = []
+    while True:
+        batch = source.next_batch(1.0)
+        if batch is None:
+            break
+        batches.append(batch)
+    lines = [l for b in batches for l in b.lines]
+    assert sorted(lines) == sorted(f"r{p}_{i}".encode() for p in range(3) for i in range(40))
+    assert all(len(b.lines) <= 32 for b in batches)
+    assert batches[-1].positions == {0: 40, 1: 40, 2: 40}
+    assert batches[-1].lag == 0
+    source.close()
+
+
+def test_offset_info_partition_offsets(broker, topic):
+    broker.create_topic(topic, 2)
+    _send(broker, topic, 20, 2)
+    source = KafkaInput(_kafka(broker, topic, offset_info='{"0": 5, "1": 18}'), 100, 200)
+    assert source.start_mode == "offset_info"
+    lines = _drain(source)
+    assert sorted(lines) == sorted([f"r0_{i}".encode() for i in range(5, 20)] + [b"r1_18", b"r1_19"])
+    source.close()
+
+
+def test_checkpoint_positions_win_over_offset_info(broker, topic):
+    broker.create_topic(topic, 2)
+    _send(broker, topic, 10, 2)
+    source = KafkaInput(_kafka(broker, topic, offset_info='{"0": 1, "1": 1}'), 100, 200,
+                        checkpoint_positions={0: 8, 1: 9})
+    assert source.start_mode == "checkpoint"
+    assert sorted(_drain(source)) == [b"r0_8", b"r0_9", b"r1_9"]
+    source.close()
+
+
+def _first_offsets_at_or_after(broker, topic, partitions, target_ms):
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning()
+    first = {}
+    deadline = time.time() + 10
+    seen = 0
+    while time.time() < deadline and seen < 150 * partitions:
+        for tp, records in consumer.poll(500).items():
+            for r in records:
+                seen += 1
+                if r.timestamp >= target_ms and tp.partition not in first:
+                    first[tp.partition] = r.offset
+    consumer.close()
+    return first
+
+
+def test_timestamp_start_lands_on_first_record_at_or_after(broker, topic):
+    broker.create_topic(topic, 2)
+    base = int(time.time() * 1000) - 3_600_000
+    for k in range(3):  # three groups of 50 records per partition, 10 minutes apart
+        _send(broker, topic, 50, 2, timestamp_ms=base + k * 600_000, prefix=f"g{k}_")
+    target_ms = base + 600_000 - 1  # just before the second group
+    expected = _first_offsets_at_or_after(broker, topic, 2, target_ms)
+    assert expected == {0: 50, 1: 50}
+    for fields in ({"offset_info": '{"timestamp": %f}' % (target_ms / 1000)},
+                   {"offset_time": str(target_ms / 1000)}):
+        source = KafkaInput(_kafka(broker, topic, **fields), 1000, 200)
+        assert source.start_mode == "timestamp"
+        assert source.start_offsets == expected
+        lines = _drain(source)
+        assert len(lines) == 200 and not any(l.startswith(b"g0_") for l in lines)
+        source.close()
+
+
+def test_timestamp_in_yyyymmdd_form_and_past_the_end(broker, topic):
+    broker.create_topic(topic, 1)
+    _send(broker, topic, 10, 1, timestamp_ms=int(time.time() * 1000) - 7200_000)
+    future = time.strftime("%Y%m%d %H:%M:%S", time.localtime(time.time() + 3600))
+    source = KafkaInput(_kafka(broker, topic, offset_time=future), 100, 200)
+    assert source.start_offsets == {0: 10}
+    assert _drain(source, 0.5) == []
+    source.close()
+
+
+def test_several_brokers_in_server_one_of_them_down(broker, topic):
+    broker.create_topic(topic, 1)
+    _send(broker, topic, 5, 1)
+    dead = f"127.0.0.1:{free_port()}"
+    kafka = pipeline_pb2.KafkaInput(server=f"{dead},{broker.bootstrap}", topic=topic, group="g")
+    source = KafkaInput(kafka, 100, 200)
+    assert sorted(_drain(source)) == sorted(f"r0_{i}".encode() for i in range(5))
+    source.close()
+
+
+def test_slow_stream_flushes_partial_batches_after_the_timeout(broker, topic):
+    broker.create_topic(topic, 1)
+    source = KafkaInput(_kafka(broker, topic), batch_size=1000, batch_timeout_ms=300)
+    assert source.next_batch(0.3) is None  # nothing yet
+    _send(broker, topic, 7, 1)
+    started = time.time()
+    batch = source.next_batch(5.0)
+    waited = time.time() - started
+    assert batch is not None and len(batch.lines) == 7
+    assert waited < 3.0  # flushed by batch_timeout_ms, not held for a full batch
+    assert batch.positions == {0: 7}
+    source.close()
+
+
+def test_multi_line_messages_end_batches_on_message_boundaries(broker, topic):
+    broker.create_topic(topic, 1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    for m in range(30):
+        producer.send(topic, b"\n".join(f"m{m}_{i}".encode() for i in range(4)), partition=0)
+    producer.flush()
+    source = KafkaInput(_kafka(broker, topic), batch_size=10, batch_timeout_ms=200)
+    total = 0
+    while True:
+        batch = source.next_batch(1.0)
+        if batch is None:
+            break
+        assert len(batch.lines) % 4 == 0
+        assert batch.positions[0] * 4 == total + len(batch.lines)
+        total += len(batch.lines)
+    assert total == 120
+    source.close()
+
+
+def test_missing_topic_names_it(broker):
+    kafka = pipeline_pb2.KafkaInput(server=broker.bootstrap, topic="no_such_topic_x", group="g")
+    started = time.time()
+    try:
+        KafkaInput(kafka, 10, 100, partition_wait_secs=2)
+        raise AssertionError("expected an error")
+    except ConnectionError as e:
+        assert "no_such_topic_x" in str(e) and "kafka_train_input.topic" in str(e)
+    assert time.time() - started < 20
+
+
+def test_unreachable_broker_names_the_server():
+    kafka = pipeline_pb2.KafkaInput(server=f"127.0.0.1:{free_port()}", topic="t", group="g")
+    try:
+        KafkaInput(kafka, 10, 100)
+        raise AssertionError("expected an error")
+    except ConnectionError as e:
+        assert "kafka_train_input.server" in str(e)
