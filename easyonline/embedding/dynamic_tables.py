@@ -12,6 +12,7 @@ from easyonline import ensure_legacy_keras
 from easyonline.features.feature_spec import FeatureSpecs
 
 tf = ensure_legacy_keras()
+from tensorflow.python.ops import variable_scope  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
 from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
 
 
@@ -35,6 +36,22 @@ class DynamicTables(tf.keras.layers.Layer):
                 value_dtype=tf.float32,
                 initializer=tf.keras.initializers.RandomNormal(0.0, table.initializer_stddev, seed=seed + i),
                 name=table_variable_name(name))
+        self.release_names()
+
+    def release_names(self) -> None:
+        """Lets another model in this process use the same table names; call again once slots exist.
+
+        TFRA registers each table (and each optimizer slot table) in the
+        graph-mode variable store, refuses a second table of the same name, and
+        hands out an existing slot table of the same name to a new optimizer,
+        even in eager mode where they are independent resources. Names must stay
+        stable (slots are checkpointed by name), so instead of renaming we drop
+        the registrations once the tables exist.
+        """
+        store = variable_scope._get_default_variable_store()._vars  # pylint: disable=protected-access
+        prefixes = tuple(table_variable_name(name) + "-parameter" for name in self.embeddings)
+        for key in [k for k in store if k.startswith(prefixes)]:
+            del store[key]
 
     def table_dim(self, table: str) -> int:
         return self._specs.tables[table].dim

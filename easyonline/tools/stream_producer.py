@@ -20,6 +20,8 @@ from absl import app, flags
 log = logging.getLogger(__name__)
 NUM_NUMERIC = 13
 NUM_CATEGORICAL = 26
+_SAMPLE_BLOCK = 1000  # samples are generated in seeded blocks: sample i never depends on how it was asked for
+_ID_BLOCK = 4096
 
 
 def input_field_names() -> List[str]:
@@ -45,31 +47,42 @@ class SyntheticCtrStream:
     def _vocab_at(self, index: np.ndarray) -> np.ndarray:
         return self.base_vocab + (index * self.new_ids_per_10k) // 10000
 
-    def _concept_weights(self, concept: int, max_vocab: int):
-        if concept not in self._weights or self._weights[concept][0].shape[1] < max_vocab:
-            rng = np.random.default_rng([self.seed, 1000 + concept])
-            ids = rng.normal(0, self.id_weight_std, size=(NUM_CATEGORICAL, max_vocab * 2))
-            ids[self.informative:] = 0.0
-            numeric = rng.normal(0, 0.4, size=NUM_NUMERIC)
-            self._weights[concept] = (ids, numeric)
-        return self._weights[concept]
+    def _id_weights(self, concept: int, max_id: int) -> np.ndarray:
+        """Hidden weights [26, >max_id]; built from fixed seeded blocks, so they never depend on call order."""
+        blocks = self._weights.setdefault(concept, [])
+        while len(blocks) * _ID_BLOCK <= max_id:
+            rng = np.random.default_rng([self.seed, 1000 + concept, len(blocks)])
+            block = rng.normal(0, self.id_weight_std, size=(NUM_CATEGORICAL, _ID_BLOCK))
+            block[self.informative:] = 0.0
+            blocks.append(block)
+        return np.concatenate(blocks, axis=1)
 
-    def arrays(self, start: int, count: int):
-        """(labels [n], numerics [n, 13], categorical id indices [n, 26]) for samples start..start+count."""
-        index = np.arange(start, start + count, dtype=np.int64)
-        rng = np.random.default_rng([self.seed, start, count])
+    def _numeric_weights(self, concept: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, 2000 + concept]).normal(0, 0.4, size=NUM_NUMERIC)
+
+    def _block(self, block: int):
+        index = np.arange(block * _SAMPLE_BLOCK, (block + 1) * _SAMPLE_BLOCK, dtype=np.int64)
+        rng = np.random.default_rng([self.seed, block])
         vocab = self._vocab_at(index)
-        u = rng.random((count, NUM_CATEGORICAL))
+        u = rng.random((len(index), NUM_CATEGORICAL))
         cats = np.minimum((vocab[:, None] * u ** self.vocab_skew).astype(np.int64), vocab[:, None] - 1)
-        numerics = np.round(rng.normal(0, 1, size=(count, NUM_NUMERIC)), 3)
-        logits = np.full(count, self.bias)
-        concepts = np.zeros(count, np.int64) if self.drift_at is None else (index >= self.drift_at).astype(np.int64)
+        numerics = np.round(rng.normal(0, 1, size=(len(index), NUM_NUMERIC)), 3)
+        logits = np.full(len(index), self.bias)
+        concepts = np.zeros(len(index), np.int64) if self.drift_at is None else (index >= self.drift_at).astype(np.int64)
         for concept in np.unique(concepts):
             rows = concepts == concept
-            ids, numeric = self._concept_weights(int(concept), int(vocab.max()) + 1)
-            logits[rows] += ids[np.arange(NUM_CATEGORICAL)[None, :], cats[rows]].sum(axis=1) + numerics[rows] @ numeric
-        labels = (rng.random(count) < 1.0 / (1.0 + np.exp(-logits))).astype(np.int64)
+            ids = self._id_weights(int(concept), int(vocab.max()))
+            logits[rows] += ids[np.arange(NUM_CATEGORICAL)[None, :], cats[rows]].sum(axis=1)
+            logits[rows] += numerics[rows] @ self._numeric_weights(int(concept))
+        labels = (rng.random(len(index)) < 1.0 / (1.0 + np.exp(-logits))).astype(np.int64)
         return labels, numerics, cats
+
+    def arrays(self, start: int, count: int):
+        """(labels [n], numerics [n, 13], categorical id indices [n, 26]) of samples start..start+count-1."""
+        first, last = start // _SAMPLE_BLOCK, (start + count - 1) // _SAMPLE_BLOCK
+        parts = [self._block(b) for b in range(first, last + 1)]
+        offset = start - first * _SAMPLE_BLOCK
+        return tuple(np.concatenate([p[k] for p in parts])[offset:offset + count] for k in range(3))
 
     def lines(self, start: int, count: int) -> List[bytes]:
         labels, numerics, cats = self.arrays(start, count)

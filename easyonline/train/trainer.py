@@ -133,6 +133,7 @@ class OnlineTrainer:
         """Creates every variable and optimizer slot (an empty batch changes nothing) so restore is exact."""
         features, labels = self._empty_batch()
         self._train_step_impl(features, labels)  # eagerly: the traced step is then traced once
+        self.model.tables.release_names()  # the optimizer's slot tables now exist
 
     def _restore(self) -> Optional[str]:
         path = self.checkpointer.restore_latest()
