@@ -6,6 +6,7 @@ runs the step.
 """
 import logging
 import queue
+import sys
 import threading
 import time
 from typing import Callable, Optional, Tuple
@@ -28,6 +29,10 @@ class Prefetcher:
         self._poll_timeout = poll_timeout
         self.error: Optional[BaseException] = None
         self.done = False
+        # The reading thread runs pure-Python Kafka decoding; with the default 5 ms GIL switch
+        # interval the training thread would wait that long to launch each step.
+        if sys.getswitchinterval() > 0.001:
+            sys.setswitchinterval(0.001)
         self._thread = threading.Thread(target=self._run, name="easyonline-prefetch", daemon=True)
         self._thread.start()
 

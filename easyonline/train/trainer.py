@@ -15,7 +15,8 @@ from easyonline import ensure_legacy_keras
 from easyonline.config.loader import to_text
 from easyonline.features import CsvParser, build_feature_specs
 from easyonline.features.feature_spec import FeatureSpecs
-from easyonline.inputs import FileInput, KafkaInput, Prefetcher
+from easyonline.inputs import FileInput, Prefetcher
+from easyonline.inputs.reader_process import KafkaReaderProcess
 from easyonline.inputs.raw_batch import BatchSource
 from easyonline.models import build_model
 from easyonline.protos import pipeline_pb2
@@ -146,8 +147,8 @@ class OnlineTrainer:
         data = self.config.data_config
         if self.config.HasField("kafka_train_input"):
             start = self.checkpointer.positions if self.checkpointer.manager.latest_checkpoint else None
-            return KafkaInput(self.config.kafka_train_input, data.batch_size, data.batch_timeout_ms,
-                              checkpoint_positions=start or None)
+            return KafkaReaderProcess(self.config.kafka_train_input, data.batch_size, data.batch_timeout_ms,
+                                      checkpoint_positions=start or None)
         return FileInput(self.config.file_train_input.paths, data.batch_size)
 
     def table_sizes(self) -> Dict[str, int]:

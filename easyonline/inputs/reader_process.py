@@ -1,0 +1,108 @@
+"""Runs a KafkaInput in a child process and hands its batches to the trainer.
+
+kafka-python decodes every record in pure Python (~14 us per record here).
+In a thread of the trainer's process that work holds the GIL and delays the
+launch of every training step; in a child process it runs on the other core
+without contention. The child sends each batch as one joined bytes blob plus
+its positions; commits go the other way. The child is started with "spawn"
+(forking a process that runs TensorFlow threads is unsafe) and imports no
+TensorFlow.
+"""
+import multiprocessing
+import queue
+from typing import Dict, Optional
+
+from easyonline.inputs.raw_batch import BatchSource, RawBatch
+from easyonline.protos import pipeline_pb2
+
+
+def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoint_positions, path: str,
+           batches: "multiprocessing.Queue", commands: "multiprocessing.Queue") -> None:
+    from easyonline.inputs.kafka_input import KafkaInput  # pylint: disable=g-import-not-at-top
+    kafka = pipeline_pb2.KafkaInput.FromString(kafka_bytes)
+    try:
+        source = KafkaInput(kafka, batch_size, batch_timeout_ms, checkpoint_positions, path)
+    except Exception as e:  # pylint: disable=broad-except
+        batches.put(("error", type(e).__name__, str(e)))
+        return
+    batches.put(("ready", source.start_offsets, source.start_mode, [tp.partition for tp in source.partitions]))
+    try:
+        while True:
+            try:
+                command = commands.get_nowait()
+            except queue.Empty:
+                command = None
+            if command is not None:
+                if command[0] == "close":
+                    break
+                source.commit(command[1])
+            batch = source.next_batch(0.2)
+            if batch is None:
+                continue
+            item = ("batch", b"\n".join(batch.lines), batch.positions, batch.lag, batch.messages,
+                    batch.empty_messages)
+            while True:
+                try:
+                    batches.put(item, timeout=0.2)
+                    break
+                except queue.Full:
+                    try:
+                        command = commands.get_nowait()
+                    except queue.Empty:
+                        continue
+                    if command[0] == "close":
+                        source.close()
+                        return
+                    source.commit(command[1])
+    except Exception as e:  # pylint: disable=broad-except
+        batches.put(("error", type(e).__name__, str(e)))
+    source.close()
+
+
+class KafkaReaderProcess(BatchSource):
+    """Same contract as KafkaInput (``start_offsets``, ``start_mode``, ``commit``), reading in a child process."""
+
+    def __init__(self, kafka: pipeline_pb2.KafkaInput, batch_size: int, batch_timeout_ms: int,
+                 checkpoint_positions: Optional[Dict[int, int]] = None, path: str = "kafka_train_input",
+                 depth: int = 4, start_timeout: float = 120.0):
+        context = multiprocessing.get_context("spawn")
+        self._batches = context.Queue(maxsize=depth)
+        self._commands = context.Queue()
+        self._process = context.Process(
+            target=_child, name="easyonline-kafka-reader", daemon=True,
+            args=(kafka.SerializeToString(), batch_size, batch_timeout_ms, checkpoint_positions, path,
+                  self._batches, self._commands))
+        self._process.start()
+        try:
+            first = self._batches.get(timeout=start_timeout)
+        except queue.Empty:
+            self.close()
+            raise TimeoutError(f"{path}: the Kafka reader did not start within {start_timeout:.0f}s") from None
+        if first[0] == "error":
+            self._process.join(timeout=5)
+            from easyonline.inputs.kafka_client import BrokerUnreachableError  # pylint: disable=g-import-not-at-top
+            raise (BrokerUnreachableError if first[1] == "BrokerUnreachableError" else RuntimeError)(first[2])
+        _, self.start_offsets, self.start_mode, self.partitions = first
+
+    def next_batch(self, timeout: float) -> Optional[RawBatch]:
+        try:
+            item = self._batches.get(timeout=timeout)
+        except queue.Empty:
+            if not self._process.is_alive():
+                raise RuntimeError("the Kafka reader process died") from None
+            return None
+        if item[0] == "error":
+            raise RuntimeError(f"reading Kafka failed: {item[1]}: {item[2]}")
+        _, blob, positions, lag, messages, empty = item
+        return RawBatch(blob.split(b"\n"), positions, lag=lag, messages=messages, empty_messages=empty)
+
+    def commit(self, positions: Dict[int, int]) -> None:
+        self._commands.put(("commit", dict(positions)))
+
+    def close(self) -> None:
+        if self._process.is_alive():
+            self._commands.put(("close",))
+            self._process.join(timeout=15)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(timeout=5)
