@@ -44,6 +44,8 @@ def test_edit_config_json_sets_nested_indexed_and_map_fields(tmp_path):
     ({"feature_configs[99].embedding_dim": 1}, "feature_configs[99]"),
     ({"data_config.input_fields[0].input_type": "UINT8"}, "data_config.input_fields[0].input_type"),
     ({"train_config.num_steps": "many"}, "train_config.num_steps"),
+    ({"feature_configs[0]": {"embedding_dimm": 3}}, "feature_configs[0]"),
+    ({"feature_configs[0]": 5}, "feature_configs[0]"),
 ])
 def test_edit_config_json_errors_name_the_path(tmp_path, edits, path):
     with pytest.raises(ConfigError) as e:
@@ -71,6 +73,8 @@ def test_edit_config_json_errors_name_the_path(tmp_path, edits, path):
     ({"model_config.deepfm.dnn.dropout_ratio": 1.5}, "model_config.deepfm.dnn.dropout_ratio"),
     ({"train_config.optimizer_config.adam_optimizer.learning_rate": 0}, "train_config.optimizer_config.adam_optimizer.learning_rate"),
     ({"train_config.keep_checkpoint_max": 0}, "train_config.keep_checkpoint_max"),
+    ({"feature_configs[20].embedding_dim": 8}, "feature_configs"),  # DeepFM: one dim for all
+    ({"kafka_train_input.config": {"max_pol_records": "5"}}, "kafka_train_input.config[max_pol_records]"),
 ])
 def test_validation_names_the_bad_field(tmp_path, edits, path):
     config = online_config(tmp_path)

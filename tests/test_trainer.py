@@ -174,3 +174,21 @@ def test_checkpoint_restores_tables_and_adam_slots_exactly(tmp_path):
     for a, b in zip(first.model.trainable_weights, second.model.trainable_weights):
         if "DynamicEmbedding" not in a.name:
             np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_status_lines_and_tensorboard_scalars_are_written(tmp_path, caplog):
+    import logging
+    import tensorflow as tf
+    _write_csv(tmp_path / "train.csv", 20000)
+    config = online_config(tmp_path / "m", **dict(FAST, **{"train_config.log_step_count_secs": 0.05}))
+    config.ClearField("kafka_train_input")
+    config.file_train_input.paths.append(str(tmp_path / "train.csv"))
+    with caplog.at_level(logging.INFO, logger="easyonline.status"):
+        OnlineTrainer(config, online=False).run()
+    lines = [r.getMessage() for r in caplog.records if r.name == "easyonline.status"]
+    assert lines and all("auc=" in l and "rate=" in l and "keys=" in l and "input_wait=" in l for l in lines)
+    tags = set()
+    for path in tf.io.gfile.glob(str(tmp_path / "m" / "train" / "events.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            tags.update(v.tag for v in event.summary.value)
+    assert {"prequential_auc", "prequential_logloss", "samples_per_sec", "table_keys_total"} <= tags

@@ -137,7 +137,12 @@ def apply_edit_config_json(config: pipeline_pb2.PipelineConfig, edits: Union[str
                     break
                 message = container[idx]
                 if last:
-                    json_format.ParseDict(value, message)
+                    if not isinstance(value, dict):
+                        raise ConfigError(here, "a message entry takes a JSON object")
+                    try:
+                        json_format.ParseDict(value, message)
+                    except json_format.ParseError as e:
+                        raise ConfigError(here, str(e)) from None
                 continue
             if is_repeated:
                 if not last or not isinstance(value, list):
@@ -147,8 +152,11 @@ def apply_edit_config_json(config: pipeline_pb2.PipelineConfig, edits: Union[str
                 for item in value:
                     if field.message_type is None:
                         container.append(_convert(field, item, here))
-                    else:
+                        continue
+                    try:
                         json_format.ParseDict(item, container.add())
+                    except (json_format.ParseError, AttributeError) as e:
+                        raise ConfigError(here, f"bad list entry {item!r}: {e}") from None
                 break
             if field.message_type is not None:
                 message = getattr(message, field.name)

@@ -59,6 +59,8 @@ def _validate_kafka(kafka: pipeline_pb2.KafkaInput, path: str) -> None:
              "give offset_info or offset_time, not both")
     if kafka.offset_info:
         parse_offset_info(kafka.offset_info, f"{path}.offset_info")
+    from easyonline.inputs.kafka_client import extra_consumer_config  # pylint: disable=g-import-not-at-top
+    extra_consumer_config(kafka, path)
     if kafka.offset_time:
         try:
             timeparse.parse_offset_time(kafka.offset_time)
@@ -131,10 +133,16 @@ def _validate_dnn(dnn: pipeline_pb2.DNN, path: str) -> None:
     _require(dnn.activation in ACTIVATIONS, f"{path}.activation", f"{dnn.activation!r} is not one of {', '.join(ACTIVATIONS)}")
 
 
-def _validate_model(model: pipeline_pb2.ModelConfig) -> None:
+def _validate_model(config: pipeline_pb2.PipelineConfig) -> None:
+    model = config.model_config
     path = "model_config"
     _require(model.model_class in MODEL_CLASSES, f"{path}.model_class",
              f"{model.model_class!r} is not one of deepfm, wide_and_deep, dnn")
+    if MODEL_CLASSES[model.model_class] == "deepfm":
+        dims = sorted({f.embedding_dim for f in config.feature_configs
+                       if f.feature_type != pipeline_pb2.FeatureConfig.RawFeature})
+        _require(len(dims) <= 1, "feature_configs",
+                 f"DeepFM's FM term needs one embedding_dim for all id features, got {dims}")
     chosen = model.WhichOneof("model")
     if chosen is not None:
         _require(chosen == MODEL_CLASSES[model.model_class], f"{path}.{chosen}",
@@ -163,7 +171,7 @@ def validate_pipeline_config(config: pipeline_pb2.PipelineConfig, online: bool =
     _validate_data(config.data_config)
     _validate_features(config)
     _require(config.HasField("model_config"), "model_config", "is required")
-    _validate_model(config.model_config)
+    _validate_model(config)
     _validate_train(config.train_config)
     for name in ("kafka_train_input", "kafka_eval_input"):
         if config.HasField(name):

@@ -1,5 +1,4 @@
 """Chooses the model class by the name in ``model_config.model_class``."""
-from easyonline.config.errors import ConfigError
 from easyonline.config.validate import MODEL_CLASSES
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.models.deepfm import DeepFM
@@ -12,12 +11,9 @@ MODEL_REGISTRY = {"deepfm": DeepFM, "wide_and_deep": WideAndDeep, "dnn": DNN}
 
 
 def build_model(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> RankingModel:
+    """Assumes a validated config (DeepFM's single embedding_dim is checked there)."""
     model_config = config.model_config
     name = MODEL_CLASSES[model_config.model_class]
     sub = getattr(model_config, name) if model_config.HasField(name) else None
     dnn = sub.dnn if sub is not None else pipeline_pb2.DNN()
-    if name == "deepfm":
-        dims = {specs.tables[f.table].dim for f in specs.id_features}
-        if len(dims) > 1:
-            raise ConfigError("feature_configs", f"DeepFM's FM term needs one embedding_dim for all id features, got {sorted(dims)}")
     return MODEL_REGISTRY[name](specs, model_config, dnn, seed=config.train_config.seed, name=name)

@@ -103,7 +103,7 @@ class OnlineTrainer:
         self.restored_from = self._restore()
         self._source = source
         self.rejected = 0
-        self.rejected_samples: List = []
+        self.input_wait_seconds = 0.0  # time the loop waited for the next batch: high = input-bound
 
     # --- the step -----------------------------------------------------------------
     def _train_step_impl(self, features, labels):
@@ -187,6 +187,7 @@ class OnlineTrainer:
         positions: Dict[int, int] = dict(getattr(source, "start_offsets", {}) or {})
         step = int(self.checkpointer.step.numpy())
         lag = None
+        last_wait, last_report = 0.0, time.perf_counter()
         stop_reason = "input ended"
         last_path = self.restored_from
         try:
@@ -197,7 +198,9 @@ class OnlineTrainer:
                 if train.num_steps and step >= train.num_steps:
                     stop_reason = f"reached num_steps={train.num_steps}"
                     break
+                waited = time.perf_counter()
                 item = prefetcher.get(timeout=0.5)
+                self.input_wait_seconds += time.perf_counter() - waited
                 if item is None:
                     if prefetcher.done:
                         break
@@ -227,8 +230,12 @@ class OnlineTrainer:
                         last_path = self.save_checkpoint(positions, source)
                         last_save_time = time.time()
                 if status.due():
+                    now = time.perf_counter()
+                    wait_share = (self.input_wait_seconds - last_wait) / max(now - last_report, 1e-9)
+                    last_wait, last_report = self.input_wait_seconds, now
                     status.report(step, int(self.checkpointer.samples.numpy()), lag, self.metrics.auc(),
-                                  self.metrics.logloss(), self.metrics.ctr(), self.table_sizes(), self.rejected)
+                                  self.metrics.logloss(), self.metrics.ctr(), self.table_sizes(), self.rejected,
+                                  extra=f"input_wait={wait_share:.0%}")
         finally:
             prefetcher.close(close_source=False)
             status.close()

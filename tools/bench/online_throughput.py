@@ -77,6 +77,7 @@ def from_broker(work, broker, topic):
     trainer = OnlineTrainer(config_for(os.path.join(work, f"broker_{time.time()}"), broker.bootstrap, topic),
                             online=False, callbacks=[timer])
     summary = trainer.run()
+    print(f"broker run: waited for input {trainer.input_wait_seconds:.1f}s of {summary.seconds:.1f}s")
     return timer.rate(), summary
 
 

@@ -1,0 +1,20 @@
+"""The README's main job (a shorter stream): broker, drifting stream, online DeepFM, printed summary."""
+import subprocess
+
+from tests.conftest import PYTHON, python_env
+
+
+def test_demo_trains_online_and_beats_the_frozen_model():
+    proc = subprocess.run([PYTHON, "-m", "easyonline.tools.demo", "--samples=160000", "--drift_at=60000",
+                           "--max_seconds=240"], env=python_env(), capture_output=True, text=True, timeout=400)
+    out = proc.stdout
+    assert "easyonline demo" in out, proc.stderr[-3000:]
+    assert "samples          160000" in out
+    values = {}
+    for line in out.splitlines():
+        for key in ("before the drift", "at the end, online model", "model frozen at the drift point"):
+            if key in line:
+                values[key] = float(line.rsplit(":", 1)[1])
+    assert len(values) == 3, out
+    assert values["before the drift"] > 0.7  # the model learned before the drift
+    assert values["at the end, online model"] > values["model frozen at the drift point"] + 0.1
