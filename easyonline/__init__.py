@@ -35,5 +35,10 @@ def ensure_legacy_keras():
     return tf
 
 
+def shrink(trainer):
+    """Evicts now per the tables' eviction configs (Paddle's fleet.shrink()); returns {table: evicted keys}."""
+    return trainer.shrink()
+
+
 if "tensorflow" in _sys.modules:
     ensure_legacy_keras()

@@ -74,6 +74,10 @@ def test_edit_config_json_errors_name_the_path(tmp_path, edits, path):
     ({"train_config.optimizer_config.adam_optimizer.learning_rate": 0}, "train_config.optimizer_config.adam_optimizer.learning_rate"),
     ({"train_config.keep_checkpoint_max": 0}, "train_config.keep_checkpoint_max"),
     ({"feature_configs[20].embedding_dim": 8}, "feature_configs"),  # DeepFM: one dim for all
+    ({"feature_configs[20].admission": {"probability_filter": {"probability": 1.5}}},
+     "feature_configs[20].admission.probability_filter.probability"),
+    ({"feature_configs[20].eviction": {"show_click_decay_rate": 0}}, "feature_configs[20].eviction.show_click_decay_rate"),
+    ({"train_config.shrink_at_hour": 24}, "train_config.shrink_at_hour"),
     ({"kafka_train_input.config": {"max_pol_records": "5"}}, "kafka_train_input.config[max_pol_records]"),
 ])
 def test_validation_names_the_bad_field(tmp_path, edits, path):

@@ -94,7 +94,7 @@ def _validate_features(config: pipeline_pb2.PipelineConfig) -> None:
     types = {f.input_name: f.input_type for f in config.data_config.input_fields}
     labels = set(config.data_config.label_fields)
     _require(len(config.feature_configs) > 0, "feature_configs", "at least one feature is required")
-    names, table_dims = set(), {}
+    names, table_dims, table_policies = set(), {}, {}
     for i, feature in enumerate(config.feature_configs):
         path = f"feature_configs[{i}]"
         _require(len(feature.input_names) == 1, f"{path}.input_names", "exactly one input name is required")
@@ -113,6 +113,18 @@ def _validate_features(config: pipeline_pb2.PipelineConfig) -> None:
                  f"an id feature needs a STRING, INT32 or INT64 input field, {input_name!r} is {_FT.Name(types[input_name])}")
         _require(0 < feature.embedding_dim <= 4096, f"{path}.embedding_dim", f"must be in [1, 4096], got {feature.embedding_dim}")
         table = feature.embedding_name or name
+        _validate_lifecycle(feature, path)
+        for j, pad in enumerate(feature.padding):
+            if types[input_name] != _FT.STRING:
+                try:
+                    int(pad)
+                except ValueError:
+                    raise ConfigError(f"{path}.padding[{j}]", f"{pad!r} is not an integer id") from None
+        policy = (feature.admission.SerializeToString(deterministic=True), feature.eviction.SerializeToString(deterministic=True))
+        if table in table_policies:
+            _require(table_policies[table] == policy, f"{path}.admission",
+                     f"features sharing embedding_name {table!r} must have the same admission and eviction")
+        table_policies[table] = policy
         if table in table_dims:
             _require(table_dims[table] == feature.embedding_dim, f"{path}.embedding_dim",
                      f"features sharing embedding_name {table!r} must have the same embedding_dim ({table_dims[table]})")
@@ -124,6 +136,26 @@ def _validate_features(config: pipeline_pb2.PipelineConfig) -> None:
             _require(feature.separator != config.data_config.separator, f"{path}.separator",
                      "must differ from data_config.separator")
     _require(bool(table_dims), "feature_configs", "at least one id feature (IdFeature or TagFeature) is required")
+
+
+def _validate_lifecycle(feature: pipeline_pb2.FeatureConfig, path: str) -> None:
+    admission = feature.admission
+    which = admission.WhichOneof("policy")
+    if which == "count_filter":
+        _require(admission.count_filter.min_count >= 1, f"{path}.admission.count_filter.min_count", "must be >= 1")
+    elif which == "probability_filter":
+        p = admission.probability_filter.probability
+        _require(0 < p <= 1, f"{path}.admission.probability_filter.probability", f"must be in (0, 1], got {p}")
+    elif which == "show_click_score":
+        score = admission.show_click_score
+        _require(score.nonclk_coeff >= 0 and score.click_coeff >= 0, f"{path}.admission.show_click_score",
+                 "nonclk_coeff and click_coeff must be >= 0")
+    if feature.HasField("eviction"):
+        e = feature.eviction
+        _require(0 < e.show_click_decay_rate <= 1, f"{path}.eviction.show_click_decay_rate",
+                 f"must be in (0, 1], got {e.show_click_decay_rate}")
+        _require(e.delete_after_unseen_days >= 0, f"{path}.eviction.delete_after_unseen_days", "must be >= 0")
+        _require(e.nonclk_coeff >= 0 and e.click_coeff >= 0, f"{path}.eviction", "nonclk_coeff and click_coeff must be >= 0")
 
 
 def _validate_dnn(dnn: pipeline_pb2.DNN, path: str) -> None:
@@ -162,6 +194,9 @@ def _validate_train(train: pipeline_pb2.TrainConfig) -> None:
     _require(train.log_step_count_secs > 0, f"{path}.log_step_count_secs", "must be > 0")
     _require(train.stop_signal_poll_secs > 0, f"{path}.stop_signal_poll_secs", "must be > 0")
     _require(train.metrics_window_samples > 0, f"{path}.metrics_window_samples", "must be > 0")
+    _require(train.shrink_every_secs >= 0, f"{path}.shrink_every_secs", "must be >= 0")
+    _require(-1 <= train.shrink_at_hour <= 23, f"{path}.shrink_at_hour", f"must be -1 (off) or 0-23, got {train.shrink_at_hour}")
+    _require(train.seconds_per_day > 0, f"{path}.seconds_per_day", "must be > 0")
 
 
 def validate_pipeline_config(config: pipeline_pb2.PipelineConfig, online: bool = False) -> None:

@@ -4,16 +4,27 @@ Tables start empty and grow as ids are trained on: no vocabulary and no
 ``num_embeddings``. Models that need a first-order (wide) weight per id ask
 for ``extra_dims=1``: the weight is stored as one more column of the same
 row, so one lookup and one sparse optimizer update serve both.
+
+Tables with an admission or eviction policy also keep per-id statistics
+(show, click, last seen) in a second table beside it. In training, only
+admitted ids are looked up through the trainable layer, so the others get
+no row and no optimizer slot; they, unknown ids outside training, and
+padding ids (negative) look up as zeros.
 """
 import re
-from typing import Dict
+from typing import Dict, List, Optional
 
 from easyonline import ensure_legacy_keras
-from easyonline.features.feature_spec import FeatureSpecs
+from easyonline.embedding.admission import admits
+from easyonline.features.feature_spec import FeatureSpecs, TableSpec
 
 tf = ensure_legacy_keras()
 from tensorflow.python.ops import variable_scope  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
 from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
+
+# Statistics columns; last_seen is stored as seconds since STATS_EPOCH (float32 keeps ~2 s resolution).
+SHOW, CLICK, LAST_SEEN = 0, 1, 2
+STATS_EPOCH = 1.7e9
 
 
 def table_variable_name(table: str) -> str:
@@ -29,6 +40,7 @@ class DynamicTables(tf.keras.layers.Layer):
         self._specs = specs
         self.extra_dims = extra_dims
         self.embeddings: Dict[str, de.keras.layers.Embedding] = {}
+        self.statistics: Dict[str, de.Variable] = {}
         for i, (name, table) in enumerate(sorted(specs.tables.items())):
             self.embeddings[name] = de.keras.layers.Embedding(
                 table.dim + extra_dims,
@@ -36,6 +48,10 @@ class DynamicTables(tf.keras.layers.Layer):
                 value_dtype=tf.float32,
                 initializer=tf.keras.initializers.RandomNormal(0.0, table.initializer_stddev, seed=seed + i),
                 name=table_variable_name(name))
+            if table.keeps_statistics:
+                self.statistics[name] = de.get_variable(table_variable_name(name) + "-parameter-stats",
+                                                        key_dtype=tf.int64, value_dtype=tf.float32, dim=3,
+                                                        initializer=0.0, trainable=False)
         self.release_names()
 
     def release_names(self) -> None:
@@ -53,26 +69,90 @@ class DynamicTables(tf.keras.layers.Layer):
         for key in [k for k in store if k.startswith(prefixes)]:
             del store[key]
 
+    def table_spec(self, table: str) -> TableSpec:
+        return self._specs.tables[table]
+
     def table_dim(self, table: str) -> int:
         return self._specs.tables[table].dim
 
-    def call(self, features):
+    def _needs_masking(self, table: str) -> bool:
+        features = self._specs.features_of_table(table)
+        return self._specs.tables[table].keeps_statistics or any(f.padding or not f.string_ids for f in features)
+
+    def call(self, features, training=False, labels=None, now=None):
         rows = {}
-        for feature in self._specs.id_features:
-            layer = self.embeddings[feature.table]
-            ids = features[feature.name]
-            if isinstance(ids, tf.RaggedTensor):
-                values = layer(ids.flat_values)
-                nrows = ids.nrows()
-                pooled = tf.math.unsorted_segment_sum(values, ids.value_rowids(), nrows)
-                if feature.combiner == "mean":
-                    counts = tf.cast(tf.maximum(ids.row_lengths(), 1), pooled.dtype)
-                    pooled = pooled / counts[:, None]
-                rows[feature.name] = pooled
+        for table, layer in self.embeddings.items():
+            table_features = self._specs.features_of_table(table)
+            flat, sizes, row_ids, labels_flat = [], [], [], []
+            for feature in table_features:
+                ids = features[feature.name]
+                if isinstance(ids, tf.RaggedTensor):
+                    flat.append(ids.flat_values)
+                    row_ids.append(ids.value_rowids())
+                else:
+                    flat.append(ids)
+                    row_ids.append(None)
+                sizes.append(tf.size(flat[-1]))
+                if labels is not None:
+                    labels_flat.append(tf.gather(labels, row_ids[-1]) if row_ids[-1] is not None else labels)
+            all_ids = tf.concat(flat, 0) if len(flat) > 1 else flat[0]
+            if training and not self._needs_masking(table):
+                values = layer(all_ids)
             else:
-                rows[feature.name] = layer(ids)
+                all_labels = None
+                if labels_flat:
+                    all_labels = tf.concat(labels_flat, 0) if len(labels_flat) > 1 else labels_flat[0]
+                values = self._masked_lookup(table, all_ids, training, all_labels, now)
+            pieces = tf.split(values, tf.stack(sizes), axis=0) if len(flat) > 1 else [values]
+            for feature, piece, rowid in zip(table_features, pieces, row_ids):
+                if rowid is None:
+                    rows[feature.name] = piece
+                    continue
+                ragged = features[feature.name]
+                pooled = tf.math.unsorted_segment_sum(piece, rowid, ragged.nrows())
+                if feature.combiner == "mean":
+                    pooled = pooled / tf.cast(tf.maximum(ragged.row_lengths(), 1), pooled.dtype)[:, None]
+                rows[feature.name] = pooled
         return rows
+
+    def _masked_lookup(self, table: str, ids, training: bool, labels: Optional[tf.Tensor], now):
+        """Rows for ``ids``: zeros for padding, non-admitted and (outside training) unknown ids."""
+        layer = self.embeddings[table]
+        unique, index = tf.unique(ids)
+        valid = unique >= 0
+        width = layer.embedding_size
+        if not training:
+            values, exists = layer.params.lookup(unique, return_exists=True)
+            keep = tf.logical_and(exists, valid)
+            return tf.gather(values * tf.cast(keep, values.dtype)[:, None], index)
+        admitted = valid
+        stats = self.statistics.get(table)
+        if stats is not None:
+            count = tf.math.unsorted_segment_sum(tf.ones_like(index, tf.float32), index, tf.size(unique))
+            clicks = tf.math.unsorted_segment_sum(labels, index, tf.size(unique)) if labels is not None \
+                else tf.zeros_like(count)
+            known = tf.boolean_mask(unique, valid)
+            old = stats.lookup(known)
+            seen = tf.fill([tf.size(known)], tf.cast(now, tf.float32)) if now is not None else old[:, LAST_SEEN]
+            new = tf.stack([old[:, SHOW] + tf.boolean_mask(count, valid),
+                            old[:, CLICK] + tf.boolean_mask(clicks, valid), seen], axis=1)
+            stats.upsert(known, new)
+            policy = self._specs.tables[table].admission
+            if policy is not None:
+                show = tf.scatter_nd(tf.where(valid), tf.cast(new[:, SHOW], tf.float64), tf.shape(unique, tf.int64))
+                click = tf.scatter_nd(tf.where(valid), tf.cast(new[:, CLICK], tf.float64), tf.shape(unique, tf.int64))
+                _, in_table = layer.params.lookup(unique, return_exists=True)
+                admitted = tf.logical_and(valid, tf.logical_or(
+                    in_table, admits(policy, unique, show, click, tf.cast(count, tf.float64))))
+        positions = tf.where(admitted)
+        admitted_rows = layer(tf.boolean_mask(unique, admitted))
+        rows = tf.scatter_nd(positions, admitted_rows, tf.stack([tf.size(unique, tf.int64), width]))
+        return tf.gather(rows, index)
 
     def sizes(self) -> Dict[str, int]:
         """Number of keys in each table."""
         return {name: int(layer.params.size()) for name, layer in self.embeddings.items()}
+
+    def slot_variables(self, table: str) -> List:
+        """The optimizer's slot tables of ``table`` (e.g. Adam's m and v)."""
+        return list(self.embeddings[table].optimizer_vars)

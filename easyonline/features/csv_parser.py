@@ -37,18 +37,35 @@ def _record_default(field_type: int, default: str):
     return tf.constant([default], tf.string)
 
 
+PADDING_ID = -1
+
+
 def ids_of(feature: IdFeature, column: tf.Tensor):
-    """int64 ids from a decoded column: hashed strings, or ints passed through."""
+    """int64 ids from a decoded column: hashed strings, or ints passed through.
+
+    Padding values (``feature.padding``) and negative int ids become
+    PADDING_ID, which always looks up as zeros; in tag features they are dropped.
+    """
     if feature.multi_value:
         tokens = tf.strings.split(tf.strings.as_string(column) if column.dtype != tf.string else column,
                                   sep=feature.separator)
-        tokens = tf.ragged.boolean_mask(tokens, tf.strings.length(tokens) > 0)
+        keep = tf.strings.length(tokens) > 0
+        for pad in feature.padding:
+            keep = tf.logical_and(keep, tf.not_equal(tokens, pad))
+        tokens = tf.ragged.boolean_mask(tokens, keep)
         if feature.string_ids:
             return tf.ragged.map_flat_values(tf.strings.to_hash_bucket_fast, tokens, HASH_BUCKETS)
-        return tf.ragged.map_flat_values(tf.strings.to_number, tokens, out_type=tf.int64)
+        ids = tf.ragged.map_flat_values(tf.strings.to_number, tokens, out_type=tf.int64)
+        return tf.ragged.boolean_mask(ids, ids >= 0)
     if feature.string_ids:
-        return tf.strings.to_hash_bucket_fast(column, HASH_BUCKETS)
-    return column
+        ids = tf.strings.to_hash_bucket_fast(column, HASH_BUCKETS)
+        for pad in feature.padding:
+            ids = tf.where(tf.equal(column, pad), tf.constant(PADDING_ID, tf.int64), ids)
+        return ids
+    ids = column
+    for pad in feature.padding:
+        ids = tf.where(tf.equal(ids, int(float(pad))), tf.constant(PADDING_ID, tf.int64), ids)
+    return tf.where(ids < 0, tf.constant(PADDING_ID, tf.int64), ids)
 
 
 def _reason(message: str) -> str:

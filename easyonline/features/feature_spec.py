@@ -4,7 +4,7 @@ The rest of the package reads these, never the protobuf, so a model or a
 parser has one obvious input and the config's quirks stay in one place.
 """
 import dataclasses
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from easyonline.protos import pipeline_pb2
 
@@ -17,6 +17,12 @@ class TableSpec:
     name: str
     dim: int
     initializer_stddev: float
+    admission: Optional[pipeline_pb2.AdmissionConfig] = None
+    eviction: Optional[pipeline_pb2.EvictionConfig] = None
+
+    @property
+    def keeps_statistics(self) -> bool:
+        return self.admission is not None or self.eviction is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +35,7 @@ class IdFeature:
     multi_value: bool
     separator: str
     combiner: str
+    padding: Tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,11 +78,14 @@ def build_feature_specs(config: pipeline_pb2.PipelineConfig) -> FeatureSpecs:
             raw_features.append(RawFeature(name, input_name))
             continue
         table = fc.embedding_name or name
-        tables.setdefault(table, TableSpec(table, fc.embedding_dim, fc.initializer_stddev))
+        tables.setdefault(table, TableSpec(
+            table, fc.embedding_dim, fc.initializer_stddev,
+            admission=fc.admission if fc.HasField("admission") and fc.admission.WhichOneof("policy") else None,
+            eviction=fc.eviction if fc.HasField("eviction") else None))
         id_features.append(IdFeature(
             name=name, input_name=input_name, table=table,
             string_ids=types[input_name] == _FT.STRING,
             multi_value=fc.feature_type == pipeline_pb2.FeatureConfig.TagFeature,
-            separator=fc.separator, combiner=fc.combiner))
+            separator=fc.separator, combiner=fc.combiner, padding=tuple(fc.padding)))
     return FeatureSpecs(fields, data.separator, tuple(data.label_fields), tuple(id_features),
                         tuple(raw_features), tables)

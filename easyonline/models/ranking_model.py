@@ -41,9 +41,12 @@ class RankingModel(tf.keras.Model):
         """True when training=True changes the forward pass (dropout, batch norm)."""
         return self.dropout_ratio > 0 or self.use_bn
 
-    def embed(self, features: Dict[str, tf.Tensor]):
-        """Returns (embeddings [B, dim] per id feature, first-order weights [B, F] or None, dense [B, R] or None)."""
-        rows = self.tables(features)
+    def embed(self, features: Dict[str, tf.Tensor], training=False, labels=None, now=None):
+        """Returns (embeddings [B, dim] per id feature, first-order weights [B, F] or None, dense [B, R] or None).
+
+        ``labels`` and ``now`` (seconds since STATS_EPOCH) feed the per-id statistics in training.
+        """
+        rows = self.tables(features, training=training, labels=labels, now=now)
         embeddings: List[tf.Tensor] = []
         first_order = []
         for feature in self.specs.id_features:
@@ -72,6 +75,6 @@ class RankingModel(tf.keras.Model):
     def logits_from(self, embeddings, first_order, dense, training):
         raise NotImplementedError
 
-    def call(self, features, training=False):
-        embeddings, first_order, dense = self.embed(features)
+    def call(self, features, training=False, labels=None, now=None):
+        embeddings, first_order, dense = self.embed(features, training, labels, now)
         return self.logits_from(embeddings, first_order, dense, training) + self.bias

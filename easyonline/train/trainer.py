@@ -20,7 +20,10 @@ from easyonline.inputs.reader_process import KafkaReaderProcess
 from easyonline.inputs.raw_batch import BatchSource
 from easyonline.models import build_model
 from easyonline.protos import pipeline_pb2
+from easyonline.embedding.dynamic_tables import STATS_EPOCH
+from easyonline.embedding.eviction import shrink_tables
 from easyonline.train.callbacks import Callback
+from easyonline.train.shrink_schedule import ShrinkSchedule
 from easyonline.train.checkpointing import Checkpointer, write_pipeline_config
 from easyonline.train.metrics import PrequentialMetrics
 from easyonline.train.optimizers import build_optimizer
@@ -96,19 +99,22 @@ class OnlineTrainer:
         label_spec = tf.TensorSpec([None], tf.float32)
         # autograph=False: the step has no tensor-dependent Python control flow, and autograph
         # converting TFRA's optimizer code takes ~2 s per table at every trace.
-        self._train_step = tf.function(self._train_step_impl, input_signature=[signature, label_spec],
+        self._train_step = tf.function(self._train_step_impl,
+                                       input_signature=[signature, label_spec, tf.TensorSpec([], tf.float64)],
                                        autograph=False)
         self._score_step = tf.function(self._score_impl, input_signature=[signature], autograph=False)
+        self.clock = time.time
         self._build_variables()
         self.restored_from = self._restore()
         self._source = source
         self.rejected = 0
         self.input_wait_seconds = 0.0  # time the loop waited for the next batch: high = input-bound
+        self.evicted: Dict[str, np.ndarray] = {}  # keys evicted since start, per table (for publishing deletes)
 
     # --- the step -----------------------------------------------------------------
-    def _train_step_impl(self, features, labels):
+    def _train_step_impl(self, features, labels, now):
         with tf.GradientTape() as tape:
-            logits = self.model(features, training=True)
+            logits = self.model(features, training=True, labels=labels, now=now)
             loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
             if self.model.losses:
                 loss += tf.add_n(self.model.losses)
@@ -133,7 +139,7 @@ class OnlineTrainer:
     def _build_variables(self) -> None:
         """Creates every variable and optimizer slot (an empty batch changes nothing) so restore is exact."""
         features, labels = self._empty_batch()
-        self._train_step_impl(features, labels)  # eagerly: the traced step is then traced once
+        self._train_step_impl(features, labels, self._now())  # eagerly: the traced step is then traced once
         self.model.tables.release_names()  # the optimizer's slot tables now exist
 
     def _restore(self) -> Optional[str]:
@@ -143,6 +149,20 @@ class OnlineTrainer:
         return path
 
     # --- helpers ------------------------------------------------------------------
+    def _now(self) -> tf.Tensor:
+        """The clock of the id statistics, as seconds since STATS_EPOCH; ``self.clock`` may be replaced in tests."""
+        return tf.constant(self.clock() - STATS_EPOCH, tf.float64)
+
+    def shrink(self) -> Dict[str, np.ndarray]:
+        """Evicts per the tables' eviction policies now; returns {table: evicted keys}, also kept in ``evicted``."""
+        evicted = shrink_tables(self.model.tables, self.clock() - STATS_EPOCH,
+                                self.config.train_config.seconds_per_day)
+        for table, keys in evicted.items():
+            self.evicted[table] = np.union1d(self.evicted.get(table, np.zeros(0, np.int64)), keys)
+        if evicted:
+            log.info("shrink evicted %s", {t: len(k) for t, k in evicted.items()})
+        return evicted
+
     def make_source(self) -> BatchSource:
         data = self.config.data_config
         if self.config.HasField("kafka_train_input"):
@@ -158,9 +178,9 @@ class OnlineTrainer:
         """Scores then trains one parsed batch; returns the pre-update probabilities."""
         if self.model.scores_differ_in_training:
             logits = self._score_step(features)
-            self._train_step(features, labels)
+            self._train_step(features, labels, self._now())
         else:
-            logits = self._train_step(features, labels)
+            logits = self._train_step(features, labels, self._now())
         return tf.sigmoid(logits).numpy()
 
     def save_checkpoint(self, positions: Dict[int, int], source: Optional[BatchSource]) -> str:
@@ -188,6 +208,7 @@ class OnlineTrainer:
         step = int(self.checkpointer.step.numpy())
         lag = None
         last_wait, last_report = 0.0, time.perf_counter()
+        shrink_schedule = ShrinkSchedule(train.shrink_every_secs, train.shrink_at_hour)
         stop_reason = "input ended"
         last_path = self.restored_from
         try:
@@ -229,6 +250,8 @@ class OnlineTrainer:
                             (train.save_checkpoints_secs and time.time() - last_save_time >= train.save_checkpoints_secs):
                         last_path = self.save_checkpoint(positions, source)
                         last_save_time = time.time()
+                if shrink_schedule.due(self.clock()):
+                    self.shrink()
                 if status.due():
                     now = time.perf_counter()
                     wait_share = (self.input_wait_seconds - last_wait) / max(now - last_report, 1e-9)

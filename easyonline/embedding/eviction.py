@@ -1,0 +1,66 @@
+"""Eviction (Paddle's shrink): decay statistics, then drop stale, low-score and over-cap rows.
+
+An evicted id leaves the table, every optimizer slot and the statistics. A
+never-admitted id whose statistics meet a delete rule leaves the statistics.
+"""
+import logging
+from typing import Dict
+
+import numpy as np
+
+from easyonline.embedding.admission import show_click_score
+from easyonline.embedding.dynamic_tables import CLICK, LAST_SEEN, SHOW, DynamicTables
+
+log = logging.getLogger(__name__)
+
+
+def _remove(variable, keys: np.ndarray) -> None:
+    if len(keys):
+        variable.remove(keys)
+
+
+def shrink_table(tables: DynamicTables, table: str, now: float, seconds_per_day: float) -> np.ndarray:
+    """Applies the table's eviction config; returns the evicted keys that had rows."""
+    policy = tables.table_spec(table).eviction
+    stats = tables.statistics[table]
+    keys, values = (t.numpy() for t in stats.export())
+    values = values.copy()
+    values[:, SHOW] *= policy.show_click_decay_rate
+    values[:, CLICK] *= policy.show_click_decay_rate
+    score = show_click_score(values[:, SHOW], values[:, CLICK], policy.nonclk_coeff, policy.click_coeff)
+    delete = score < policy.delete_threshold
+    if policy.delete_after_unseen_days > 0:
+        delete |= (now - values[:, LAST_SEEN]) > policy.delete_after_unseen_days * seconds_per_day
+    layer = tables.embeddings[table]
+    row_keys = layer.params.export()[0].numpy()
+    if policy.max_size and len(row_keys) > policy.max_size:
+        # Rank the surviving rows by score, then recency; ids without statistics rank last.
+        position = {int(k): i for i, k in enumerate(keys)}
+        index = np.array([position.get(int(k), -1) for k in row_keys])
+        has = index >= 0
+        row_score = np.where(has, score[index], -np.inf)
+        row_seen = np.where(has, values[index, LAST_SEEN], -np.inf)
+        row_deleted = np.where(has, delete[index], False)
+        row_score = np.where(row_deleted, -np.inf, row_score)
+        order = np.lexsort((-row_seen, -row_score))  # best first
+        over_cap = row_keys[order[policy.max_size:]]
+        delete |= np.isin(keys, over_cap)
+        extra = over_cap[~np.isin(over_cap, keys)]
+    else:
+        extra = np.zeros(0, np.int64)
+    doomed = np.concatenate([keys[delete], extra])
+    evicted = row_keys[np.isin(row_keys, doomed)]
+    _remove(layer.params, evicted)
+    for slot in tables.slot_variables(table):
+        _remove(slot, evicted)
+    _remove(stats, keys[delete])
+    keep = ~delete
+    if keep.any():
+        stats.upsert(keys[keep], values[keep])
+    return evicted
+
+
+def shrink_tables(tables: DynamicTables, now: float, seconds_per_day: float) -> Dict[str, np.ndarray]:
+    """Shrinks every table that has an eviction config; ``now`` is seconds since STATS_EPOCH."""
+    return {table: shrink_table(tables, table, now, seconds_per_day)
+            for table in tables.embeddings if tables.table_spec(table).eviction is not None}

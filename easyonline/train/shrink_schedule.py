@@ -1,0 +1,25 @@
+"""When to shrink: every N seconds and/or once a day at a given local hour (Paddle-style)."""
+import time
+from typing import Optional
+
+
+class ShrinkSchedule:
+    def __init__(self, every_secs: float = 0.0, at_hour: int = -1, start: Optional[float] = None):
+        self._every = every_secs
+        self._at_hour = at_hour
+        self._last = time.time() if start is None else start
+        self._last_day = time.strftime("%Y%m%d", time.localtime(self._last))
+
+    def due(self, now: float) -> bool:
+        fire = False
+        if self._every > 0 and now - self._last >= self._every:
+            fire = True
+        if self._at_hour >= 0:
+            local = time.localtime(now)
+            day = time.strftime("%Y%m%d", local)
+            if local.tm_hour == self._at_hour and day != self._last_day:
+                fire = True
+                self._last_day = day
+        if fire:
+            self._last = now
+        return fire
