@@ -175,3 +175,35 @@ def test_statistics_are_checkpointed_with_the_tables(tmp_path):
     assert again.stats() == h.stats() and again.table_keys() == [1]
     again.train([(0, "b", 2)])  # the restored count (1) + 1 reaches min_count
     assert again.table_keys() == [1, 2]
+
+
+def test_trainer_runs_scheduled_shrinks(tmp_path):
+    from easyonline.tools.stream_producer import SyntheticCtrStream
+    from tests.conftest import online_config
+    path = tmp_path / "s.csv"
+    with open(path, "wb") as f:
+        for chunk in SyntheticCtrStream().chunks(0, 8000):
+            f.write(b"\n".join(chunk) + b"\n")
+    config = online_config(tmp_path / "m", **{"data_config.batch_size": 500, "train_config.shrink_every_secs": 1e-6})
+    config.ClearField("kafka_train_input")
+    config.file_train_input.paths.append(str(path))
+    for feature in config.feature_configs:
+        if feature.feature_type == feature.IdFeature:
+            feature.eviction.max_size = 50
+    trainer = OnlineTrainer(config, online=False)
+    summary = trainer.run()
+    assert summary.samples == 8000
+    assert len(trainer.evicted) == 26 and all(len(keys) > 0 for keys in trainer.evicted.values())
+    assert max(summary.table_sizes.values()) < 50 + 500  # at most one batch's new ids above the cap
+
+
+def test_statistics_of_unadmitted_ids_are_capped_with_max_size(tmp_path):
+    h = Harness(tmp_path, "admission { count_filter { min_count: 2 } } eviction { max_size: 2 }")
+    h.train([(0, "a", 1), (0, "a", 1)] + [(0, "a", i) for i in range(10, 30)])
+    assert h.table_keys() == [1] and len(h.stats()) == 21
+    h.now += 1
+    h.train([(1, "a", 29)])  # now clicked: the best of the unadmitted; 29 is admitted (2 shows)
+    h.trainer.shrink()
+    stats = h.stats()
+    assert len(stats) == 8 and 1 in stats and 29 in stats  # 4 x max_size
+    assert h.table_keys() == [1, 29]

@@ -1,7 +1,8 @@
 """Eviction (Paddle's shrink): decay statistics, then drop stale, low-score and over-cap rows.
 
 An evicted id leaves the table, every optimizer slot and the statistics. A
-never-admitted id whose statistics meet a delete rule leaves the statistics.
+never-admitted id whose statistics meet a delete rule leaves the statistics;
+with ``max_size``, at most 4 x max_size ids keep statistics.
 """
 import logging
 from typing import Dict
@@ -12,6 +13,7 @@ from easyonline.embedding.admission import show_click_score
 from easyonline.embedding.dynamic_tables import CLICK, LAST_SEEN, SHOW, DynamicTables
 
 log = logging.getLogger(__name__)
+STATS_PER_ROW = 4
 
 
 def _remove(variable, keys: np.ndarray) -> None:
@@ -48,6 +50,15 @@ def shrink_table(tables: DynamicTables, table: str, now: float, seconds_per_day:
         extra = over_cap[~np.isin(over_cap, keys)]
     else:
         extra = np.zeros(0, np.int64)
+    if policy.max_size:
+        # Statistics of never-admitted ids are capped too (at STATS_PER_ROW x max_size ids), or an
+        # endless stream of one-off ids would grow them without bound: lowest score, then oldest, go first.
+        without_row = ~delete & ~np.isin(keys, row_keys)
+        room = STATS_PER_ROW * policy.max_size - int((~delete).sum() - without_row.sum())
+        candidates = np.flatnonzero(without_row)
+        if len(candidates) > max(room, 0):
+            order = np.lexsort((-values[candidates, LAST_SEEN], -score[candidates]))
+            delete[candidates[order[max(room, 0):]]] = True
     doomed = np.concatenate([keys[delete], extra])
     evicted = row_keys[np.isin(row_keys, doomed)]
     _remove(layer.params, evicted)

@@ -3,12 +3,15 @@ import time
 from typing import Optional
 
 
+
 class ShrinkSchedule:
+    """``due(now)`` is True when a shrink should run; the hourly one fires once in hour ``at_hour`` of each day."""
+
     def __init__(self, every_secs: float = 0.0, at_hour: int = -1, start: Optional[float] = None):
         self._every = every_secs
         self._at_hour = at_hour
         self._last = time.time() if start is None else start
-        self._last_day = time.strftime("%Y%m%d", time.localtime(self._last))
+        self._last_day = None  # the day of the last hourly shrink
 
     def due(self, now: float) -> bool:
         fire = False
