@@ -95,6 +95,15 @@ def _convert(field: descriptor.FieldDescriptor, value: Any, path: str) -> Any:
         raise ConfigError(path, f"cannot set {value!r}: expected {field.type} value") from None
 
 
+def _merge_json(value: Any, message, path: str) -> None:
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"a message takes a JSON object, got {value!r}")
+    try:
+        json_format.ParseDict(value, message)
+    except json_format.ParseError as e:
+        raise ConfigError(path, str(e)) from None
+
+
 def apply_edit_config_json(config: pipeline_pb2.PipelineConfig, edits: Union[str, Dict[str, Any]]) -> None:
     """Applies EasyRec-style overrides: {"train_config.num_steps": 10, "feature_configs[0].embedding_dim": 8}."""
     if isinstance(edits, str):
@@ -137,12 +146,7 @@ def apply_edit_config_json(config: pipeline_pb2.PipelineConfig, edits: Union[str
                     break
                 message = container[idx]
                 if last:
-                    if not isinstance(value, dict):
-                        raise ConfigError(here, "a message entry takes a JSON object")
-                    try:
-                        json_format.ParseDict(value, message)
-                    except json_format.ParseError as e:
-                        raise ConfigError(here, str(e)) from None
+                    _merge_json(value, message, here)
                 continue
             if is_repeated:
                 if not last or not isinstance(value, list):
@@ -153,20 +157,12 @@ def apply_edit_config_json(config: pipeline_pb2.PipelineConfig, edits: Union[str
                     if field.message_type is None:
                         container.append(_convert(field, item, here))
                         continue
-                    try:
-                        json_format.ParseDict(item, container.add())
-                    except (json_format.ParseError, AttributeError) as e:
-                        raise ConfigError(here, f"bad list entry {item!r}: {e}") from None
+                    _merge_json(item, container.add(), here)
                 break
             if field.message_type is not None:
                 message = getattr(message, field.name)
                 if last:
-                    if not isinstance(value, dict):
-                        raise ConfigError(here, "a message field takes a JSON object")
-                    try:
-                        json_format.ParseDict(value, message)
-                    except json_format.ParseError as e:
-                        raise ConfigError(here, str(e)) from None
+                    _merge_json(value, message, here)
                 continue
             if not last:
                 raise ConfigError(here, "is a scalar; it has no sub-fields")

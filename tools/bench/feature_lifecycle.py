@@ -1,9 +1,10 @@
 """Benchmark: admission + eviction on a stream of >= 2 million distinct Zipf-distributed ids.
 
 DeepFM, 26 categorical fields sharing one table (so the 200k-row cap binds),
-13 numeric fields, dim 16, batch 1024. Two runs on the same samples in this
-process: without policies, and with count-filter admission (min_count 2) plus
-eviction (decay 0.98, max_size 200000) shrinking every 50 batches. Prints
+13 numeric fields, dim 16, batch 1024. Two runs on the same samples, each in
+its own child process (so RSS is its own): without policies, and with
+count-filter admission (min_count 2) plus eviction (decay 0.98, max_size
+200000) shrinking every 50 batches. Prints
 table size and process RSS over time, samples/s of both and their ratio, and
 the prequential AUC of both, as JSON and a table.
 
@@ -12,6 +13,7 @@ the prequential AUC of both, as JSON and a table.
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -121,12 +123,23 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=1000000)
     parser.add_argument("--zipf_a", type=float, default=1.2)
     parser.add_argument("--cap", type=int, default=200000)
+    parser.add_argument("--variant", choices=["plain", "policies"], help="run one variant here (used by the parent)")
     args = parser.parse_args()
     setup_logging("WARNING")
-    lines, distinct = zipf_lines(args.samples, args.zipf_a)
-    work = tempfile.mkdtemp(prefix="easyonline-lifecycle-")
-    plain = run(work, lines, False, args.cap)
-    policies = run(work, lines, True, args.cap)
+    if args.variant:
+        lines, distinct = zipf_lines(args.samples, args.zipf_a)
+        result = run(tempfile.mkdtemp(prefix="easyonline-lifecycle-"), lines, args.variant == "policies", args.cap)
+        result["distinct_keys"] = distinct
+        print("RESULT " + json.dumps(result))
+        return
+    runs = {}
+    for variant in ("plain", "policies"):
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), f"--variant={variant}",
+                              f"--samples={args.samples}", f"--zipf_a={args.zipf_a}", f"--cap={args.cap}"],
+                             capture_output=True, text=True, check=True).stdout
+        runs[variant] = json.loads(next(l for l in out.splitlines() if l.startswith("RESULT "))[7:])
+    plain, policies = runs["plain"], runs["policies"]
+    distinct = plain["distinct_keys"]
     result = {"samples": args.samples, "distinct_keys": distinct, "zipf_a": args.zipf_a, "max_size": args.cap,
               "plain": plain, "policies": policies,
               "ratio_policies_to_plain": round(policies["samples_per_sec"] / plain["samples_per_sec"], 3)}
@@ -134,9 +147,9 @@ def main() -> None:
     print()
     print(f"distinct keys in the stream: {distinct}   cap: {args.cap} rows")
     print(f"{'samples':>9} {'rows plain':>11} {'rows policies':>14} {'RSS MB plain':>13} {'RSS MB policies':>16}")
-    for a, b in zip(plain["timeline"], policies["timeline"]):
-        if a["samples"] % (len(lines) // 10 // 1024 * 1024 or 1) < 51200:
-            print(f"{a['samples']:>9} {a['table_rows']:>11} {b['table_rows']:>14} {a['rss_mb']:>13} {b['rss_mb']:>16}")
+    step = max(len(plain["timeline"]) // 10, 1)
+    for a, b in list(zip(plain["timeline"], policies["timeline"]))[step - 1::step]:
+        print(f"{a['samples']:>9} {a['table_rows']:>11} {b['table_rows']:>14} {a['rss_mb']:>13} {b['rss_mb']:>16}")
     print(f"samples/s: plain {plain['samples_per_sec']}, policies {policies['samples_per_sec']} "
           f"(ratio {result['ratio_policies_to_plain']})")
     print(f"prequential AUC: plain {plain['prequential_auc']}, policies {policies['prequential_auc']}")
