@@ -37,6 +37,8 @@ def main(argv) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    from easyonline.train.threading_config import apply_thread_config  # pylint: disable=g-import-not-at-top
+    apply_thread_config(config.train_config)
     from easyonline.inputs.kafka_client import BrokerUnreachableError  # pylint: disable=g-import-not-at-top
     from easyonline.train.trainer import OnlineTrainer  # pylint: disable=g-import-not-at-top
     try:

@@ -28,6 +28,7 @@ from easyonline.train.checkpointing import Checkpointer, write_pipeline_config
 from easyonline.train.metrics import PrequentialMetrics
 from easyonline.train.optimizers import build_optimizer
 from easyonline.train.status import StatusReporter
+from easyonline.train.threading_config import apply_thread_config
 from easyonline.train.stop_signal import StopSignal
 from easyonline.utils import fileio
 
@@ -84,6 +85,7 @@ class OnlineTrainer:
                  source: Optional[BatchSource] = None, callbacks: Sequence[Callback] = ()):
         self.config = config
         self.online = online
+        apply_thread_config(config.train_config)
         self.specs = build_feature_specs(config)
         self.parser = CsvParser(self.specs)
         tf.keras.utils.set_random_seed(config.train_config.seed)
