@@ -87,6 +87,12 @@ def _validate_data(data: pipeline_pb2.DataConfig) -> None:
         _require(label in names, f"{path}.label_fields[{i}]", f"{label!r} is not an input field")
     _require(len(data.separator) == 1, f"{path}.separator", f"must be exactly one character, got {data.separator!r}")
     _require(0 < data.batch_size <= 1_000_000, f"{path}.batch_size", f"must be in [1, 1000000], got {data.batch_size}")
+    if data.input_format == pipeline_pb2.DataConfig.CUSTOM:
+        _require(bool(data.parse_fn), f"{path}.parse_fn", "is required when input_format is CUSTOM")
+        from easyonline.features.parse_fn import load_parse_fn  # pylint: disable=g-import-not-at-top
+        load_parse_fn(data.parse_fn, f"{path}.parse_fn")
+    else:
+        _require(not data.parse_fn, f"{path}.parse_fn", "is only used with input_format: CUSTOM")
     _require(0 < data.batch_timeout_ms <= 3_600_000, f"{path}.batch_timeout_ms", f"must be in [1, 3600000], got {data.batch_timeout_ms}")
 
 

@@ -7,6 +7,7 @@ non-numeric number, an id out of int64 range) the batch is split line by line
 so that only the bad lines are rejected, each with its reason.
 """
 import dataclasses
+import re
 from typing import Dict, List, Sequence, Tuple
 
 from easyonline import ensure_legacy_keras
@@ -69,12 +70,13 @@ def ids_of(feature: IdFeature, column: tf.Tensor):
 
 
 def _reason(message: str) -> str:
-    """The informative line of a TensorFlow decode error."""
+    """The informative line of a TensorFlow decode error ("Field 3 in record 0 is not a valid int64: x")."""
     lines = [l.strip() for l in message.split("\n") if l.strip()]
-    for line in lines:
-        if "record" in line or "Field" in line or "valid" in line:
-            return line[:200]
-    return (lines[-1] if lines else message)[:200]
+    for pattern in (r"Field \d+ in record \d+", r"not a valid|Expect \d+ fields|Quoted field"):
+        for line in lines:
+            if re.search(pattern, line):
+                return line[:200]
+    return (lines[0] if lines else message)[:200]
 
 
 class CsvParser:
@@ -127,13 +129,19 @@ class CsvParser:
                 rejected.append((line, f"expected {self._num_fields} fields, got {line.count(self._separator) + 1}"))
                 continue
             good.append(line)
+        batch = self.parse_exact(good)
+        batch.rejected = rejected + batch.rejected
+        return batch
+
+    def parse_exact(self, lines: List[bytes]) -> ParsedBatch:
+        """Decodes lines known to be non-empty (quoted fields allowed); rejects only what fails to decode."""
+        rejected = []
         try:
-            features, labels = self._decode(tf.constant(good, tf.string))
+            features, labels = self._decode(tf.constant(lines, tf.string))
         except tf.errors.InvalidArgumentError:
-            good, more = self._split_bad(good)
-            rejected.extend(more)
-            features, labels = self._decode(tf.constant(good, tf.string))
-        return ParsedBatch(features, labels, len(good), rejected)
+            lines, rejected = self._split_bad(lines)
+            features, labels = self._decode(tf.constant(lines, tf.string))
+        return ParsedBatch(features, labels, len(lines), rejected)
 
     def _split_bad(self, lines: List[bytes]):
         good, rejected = [], []

@@ -13,7 +13,8 @@ import numpy as np
 
 from easyonline import ensure_legacy_keras
 from easyonline.config.loader import to_text
-from easyonline.features import CsvParser, build_feature_specs
+from easyonline.features import build_feature_specs
+from easyonline.features.record_parser import make_parser
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.inputs import FileInput, Prefetcher
 from easyonline.inputs.reader_process import KafkaReaderProcess
@@ -87,7 +88,7 @@ class OnlineTrainer:
         self.online = online
         apply_thread_config(config.train_config)
         self.specs = build_feature_specs(config)
-        self.parser = CsvParser(self.specs)
+        self.parser = make_parser(self.specs, config.data_config)
         tf.keras.utils.set_random_seed(config.train_config.seed)
         self.model = build_model(config, self.specs)
         self.optimizer = build_optimizer(config.train_config.optimizer_config)
