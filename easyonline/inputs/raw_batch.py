@@ -17,6 +17,8 @@ class RawBatch:
     lag: Optional[int] = None
     messages: int = 0
     empty_messages: int = 0
+    # Set by sources that yield already-parsed batches (e.g. online_train over an iterable).
+    parsed: Optional[object] = None
 
 
 class BatchSource(abc.ABC):

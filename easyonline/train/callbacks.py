@@ -1,4 +1,10 @@
-"""Hooks into the training loop, Keras-style: subclass and override what you need."""
+"""Hooks into the training loop, Keras-style: subclass and override what you need.
+
+The trainer's own schedules (checkpoints, shrinks, the stop file) are
+callbacks too (see builtin_callbacks.py): pass ``default_callbacks=False`` to
+OnlineTrainer / online_train to replace them. To stop training from a
+callback, call ``trainer.stop("reason")``.
+"""
 
 
 class Callback:
@@ -10,8 +16,14 @@ class Callback:
     def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
         """After a batch was scored (``probs``: numpy, before its update) and trained on."""
 
+    def on_tick(self, trainer) -> None:
+        """Every turn of the loop, with or without a batch (at least twice a second): for time-based work."""
+
+    def on_metrics(self, trainer, logs: dict) -> None:
+        """Every log_step_count_secs: the status figures (samples, rate, lag, auc, logloss, ctr, keys...)."""
+
     def on_checkpoint(self, trainer, path: str) -> None:
         pass
 
     def on_train_end(self, trainer, summary) -> None:
-        pass
+        """After the last checkpoint; ``summary`` is the TrainSummary the run returns."""

@@ -27,7 +27,7 @@ class StatusReporter:
         return time.time() - self._last_time >= self._interval
 
     def report(self, step: int, samples: int, lag: Optional[int], auc: Optional[float], logloss: Optional[float],
-               ctr: Optional[float], table_sizes: Dict[str, int], rejected: int, extra: str = "") -> None:
+               ctr: Optional[float], table_sizes: Dict[str, int], rejected: int, extra: str = "") -> dict:
         now = time.time()
         rate = (samples - self._last_samples) / max(now - self._last_time, 1e-9)
         self._last_time, self._last_samples = now, samples
@@ -52,6 +52,8 @@ class StatusReporter:
                     tf.summary.scalar(f"table_keys/{name}", size)
                 tf.summary.scalar("rejected_lines", rejected)
             self._writer.flush()
+        return {"step": step, "samples": samples, "samples_per_sec": rate, "lag": lag, "auc": auc,
+                "logloss": logloss, "ctr": ctr, "table_sizes": dict(table_sizes), "rejected": rejected}
 
     def close(self) -> None:
         if self._writer is not None:

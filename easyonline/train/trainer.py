@@ -24,7 +24,7 @@ from easyonline.protos import pipeline_pb2
 from easyonline.embedding.dynamic_tables import STATS_EPOCH
 from easyonline.embedding.eviction import shrink_tables
 from easyonline.train.callbacks import Callback
-from easyonline.train.shrink_schedule import ShrinkSchedule
+from easyonline.train import builtin_callbacks
 from easyonline.train.checkpointing import Checkpointer, write_pipeline_config
 from easyonline.train.metrics import PrequentialMetrics
 from easyonline.train.optimizers import build_optimizer
@@ -83,7 +83,8 @@ class OnlineTrainer:
     """Trains ``model`` from a source of CSV batches as configured by ``config``."""
 
     def __init__(self, config: pipeline_pb2.PipelineConfig, online: bool = True,
-                 source: Optional[BatchSource] = None, callbacks: Sequence[Callback] = ()):
+                 source: Optional[BatchSource] = None, callbacks: Sequence[Callback] = (),
+                 default_callbacks: bool = True):
         self.config = config
         self.online = online
         apply_thread_config(config.train_config)
@@ -92,12 +93,12 @@ class OnlineTrainer:
         tf.keras.utils.set_random_seed(config.train_config.seed)
         self.model = build_model(config, self.specs)
         self.optimizer = build_optimizer(config.train_config.optimizer_config)
-        self.callbacks = list(callbacks)
+        self.callbacks = (builtin_callbacks.default_callbacks(config) if default_callbacks else []) + list(callbacks)
         train = config.train_config
         fileio.makedirs(config.model_dir)
         self.checkpointer = Checkpointer(config.model_dir, self.model, self.optimizer, train.keep_checkpoint_max)
         self.metrics = PrequentialMetrics(train.metrics_window_samples)
-        self.stop_signal = StopSignal(config.model_dir, train.enable_oss_stop_signal, train.stop_signal_poll_secs)
+        self.stop_signal = StopSignal()
         signature = feature_signature(self.specs)
         label_spec = tf.TensorSpec([None], tf.float32)
         # autograph=False: the step has no tensor-dependent Python control flow, and autograph
@@ -109,7 +110,12 @@ class OnlineTrainer:
         self.clock = time.time
         self._build_variables()
         self.restored_from = self._restore()
+        self.last_checkpoint = self.restored_from
         self._source = source
+        self.source: Optional[BatchSource] = None
+        self.step = int(self.checkpointer.step.numpy())
+        self.positions: Dict[int, int] = {}
+        self.lag: Optional[int] = None
         self.rejected = 0
         self.input_wait_seconds = 0.0  # time the loop waited for the next batch: high = input-bound
         self.evicted: Dict[str, np.ndarray] = {}  # keys evicted since start, per table (for publishing deletes)
@@ -186,40 +192,58 @@ class OnlineTrainer:
             logits = self._train_step(features, labels, self._now())
         return tf.sigmoid(logits).numpy()
 
-    def save_checkpoint(self, positions: Dict[int, int], source: Optional[BatchSource]) -> str:
-        path = self.checkpointer.save(positions)
-        if source is not None:
-            source.commit(positions)
-        for callback in self.callbacks:
-            callback.on_checkpoint(self, path)
+    def save_checkpoint(self) -> str:
+        """Checkpoints the model with the positions after the last trained batch, then commits them."""
+        path = self.checkpointer.save(self.positions)
+        if self.source is not None:
+            self.source.commit(self.positions)
+        self.last_checkpoint = path
         log.info("saved checkpoint %s", path)
+        self._dispatch("on_checkpoint", path)
         return path
 
     # --- the loop -----------------------------------------------------------------
+    def stop(self, reason: str) -> None:
+        """Asks the loop to stop after the current batch (safe from callbacks and other threads)."""
+        self.stop_signal.request(reason)
+
+    def _dispatch(self, hook: str, *args) -> None:
+        for callback in self.callbacks:
+            getattr(callback, hook)(self, *args)
+
+    def _report(self, status: StatusReporter, last: Dict[str, float]) -> None:
+        now = time.perf_counter()
+        wait_share = (self.input_wait_seconds - last["wait"]) / max(now - last["time"], 1e-9)
+        last["wait"], last["time"] = self.input_wait_seconds, now
+        logs = status.report(self.step, int(self.checkpointer.samples.numpy()), self.lag, self.metrics.auc(),
+                             self.metrics.logloss(), self.metrics.ctr(), self.table_sizes(), self.rejected,
+                             extra=f"input_wait={wait_share:.0%}")
+        logs["input_wait"] = wait_share
+        self._dispatch("on_metrics", logs)
+
     def run(self) -> TrainSummary:
+        """Trains until the input ends (offline), num_steps, or a stop; returns the summary."""
         config, train = self.config, self.config.train_config
         write_pipeline_config(config.model_dir, to_text(config))
         self.stop_signal.install_signal_handlers()
-        source = self._source or self.make_source()
-        prefetcher = Prefetcher(source, lambda raw: self.parser.parse(raw.lines))
+        source = self.source = self._source or self.make_source()
+        prefetcher = Prefetcher(source, lambda raw: raw.parsed if raw.parsed is not None
+                                else self.parser.parse(raw.lines))
         status = StatusReporter(train.log_step_count_secs, fileio.join(config.model_dir, "train"))
-        for callback in self.callbacks:
-            callback.on_train_begin(self)
-        start_time = last_save_time = time.time()
+        start_time = time.time()
         start_samples = int(self.checkpointer.samples.numpy())
-        positions: Dict[int, int] = dict(getattr(source, "start_offsets", {}) or {})
-        step = int(self.checkpointer.step.numpy())
-        lag = None
-        last_wait, last_report = 0.0, time.perf_counter()
-        shrink_schedule = ShrinkSchedule(train.shrink_every_secs, train.shrink_at_hour)
+        self.positions = dict(getattr(source, "start_offsets", {}) or {})
+        self.step = int(self.checkpointer.step.numpy())
+        self.lag = None
+        last = {"wait": 0.0, "time": time.perf_counter()}
         stop_reason = "input ended"
-        last_path = self.restored_from
+        self._dispatch("on_train_begin")
         try:
             while True:
                 if self.stop_signal.should_stop():
                     stop_reason = self.stop_signal.reason
                     break
-                if train.num_steps and step >= train.num_steps:
+                if train.num_steps and self.step >= train.num_steps:
                     stop_reason = f"reached num_steps={train.num_steps}"
                     break
                 waited = time.perf_counter()
@@ -228,53 +252,43 @@ class OnlineTrainer:
                 if item is None:
                     if prefetcher.done:
                         break
-                    if not self.online and lag == 0:
+                    if not self.online and self.lag == 0:
                         stop_reason = "caught up with the topic (offline run)"
                         break
                 else:
-                    raw, parsed = item
-                    if parsed.rejected:
-                        self.rejected += len(parsed.rejected)
-                        for line, reason in parsed.rejected[:5]:
-                            log.warning("rejected sample (%s): %r", reason, line[:200])
-                    probs = None
-                    if parsed.size:
-                        probs = self.train_batch(parsed.features, parsed.labels)
-                        self.metrics.update(parsed.labels.numpy(), probs)
-                    step += 1
-                    self.checkpointer.step.assign(step)
-                    self.checkpointer.samples.assign_add(parsed.size)
-                    positions = raw.positions
-                    lag = raw.lag
-                    if probs is not None:
-                        for callback in self.callbacks:
-                            callback.on_batch_end(self, raw, parsed, probs)
-                    if (train.save_checkpoints_steps and step % train.save_checkpoints_steps == 0) or \
-                            (train.save_checkpoints_secs and time.time() - last_save_time >= train.save_checkpoints_secs):
-                        last_path = self.save_checkpoint(positions, source)
-                        last_save_time = time.time()
-                if shrink_schedule.due(self.clock()):
-                    self.shrink()
+                    self._train_item(*item)
+                self._dispatch("on_tick")
                 if status.due():
-                    now = time.perf_counter()
-                    wait_share = (self.input_wait_seconds - last_wait) / max(now - last_report, 1e-9)
-                    last_wait, last_report = self.input_wait_seconds, now
-                    status.report(step, int(self.checkpointer.samples.numpy()), lag, self.metrics.auc(),
-                                  self.metrics.logloss(), self.metrics.ctr(), self.table_sizes(), self.rejected,
-                                  extra=f"input_wait={wait_share:.0%}")
+                    self._report(status, last)
         finally:
             prefetcher.close(close_source=False)
             status.close()
             try:
-                if step != self.checkpointer.last_saved_step:
-                    last_path = self.save_checkpoint(positions, source)
+                if self.step != self.checkpointer.last_saved_step:
+                    self.save_checkpoint()
             finally:
                 source.close()
         seconds = time.time() - start_time
         samples = int(self.checkpointer.samples.numpy()) - start_samples
-        summary = TrainSummary(step, samples, seconds, samples / max(seconds, 1e-9), self.metrics.auc(),
-                               self.metrics.logloss(), self.rejected, self.table_sizes(), positions, last_path,
-                               stop_reason)
-        for callback in self.callbacks:
-            callback.on_train_end(self, summary)
+        summary = TrainSummary(self.step, samples, seconds, samples / max(seconds, 1e-9), self.metrics.auc(),
+                               self.metrics.logloss(), self.rejected, self.table_sizes(), self.positions,
+                               self.last_checkpoint, stop_reason)
+        self._dispatch("on_train_end", summary)
         return summary
+
+    def _train_item(self, raw, parsed) -> None:
+        if parsed.rejected:
+            self.rejected += len(parsed.rejected)
+            for line, reason in parsed.rejected[:5]:
+                log.warning("rejected sample (%s): %r", reason, line[:200])
+        probs = None
+        if parsed.size:
+            probs = self.train_batch(parsed.features, parsed.labels)
+            self.metrics.update(parsed.labels.numpy(), probs)
+        self.step += 1
+        self.checkpointer.step.assign(self.step)
+        self.checkpointer.samples.assign_add(parsed.size)
+        self.positions = raw.positions
+        self.lag = raw.lag
+        if probs is not None:
+            self._dispatch("on_batch_end", raw, parsed, probs)

@@ -1,0 +1,78 @@
+"""The trainer's schedules as callbacks: checkpoints, shrinks and the stop file."""
+import logging
+import time
+from typing import List
+
+from easyonline.protos import pipeline_pb2
+from easyonline.train.callbacks import Callback
+from easyonline.train.shrink_schedule import ShrinkSchedule
+from easyonline.train.stop_signal import STOP_SIGNAL_FILE
+from easyonline.utils import fileio
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointEvery(Callback):
+    """Checkpoints (with the stream positions) every N steps and/or every N seconds."""
+
+    def __init__(self, steps: int = 0, secs: float = 0):
+        self.steps, self.secs = steps, secs
+        self._last = time.time()
+
+    def on_train_begin(self, trainer) -> None:
+        self._last = time.time()
+
+    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
+        self._maybe_save(trainer)
+
+    def on_tick(self, trainer) -> None:
+        if trainer.step != trainer.checkpointer.last_saved_step and self.secs and time.time() - self._last >= self.secs:
+            self._maybe_save(trainer)
+
+    def _maybe_save(self, trainer) -> None:
+        if trainer.step == trainer.checkpointer.last_saved_step:
+            return
+        if (self.steps and trainer.step % self.steps == 0) or (self.secs and time.time() - self._last >= self.secs):
+            trainer.save_checkpoint()
+            self._last = time.time()
+
+
+class ShrinkOnSchedule(Callback):
+    """Runs trainer.shrink() every N seconds and/or once a day at a local hour."""
+
+    def __init__(self, every_secs: float = 0, at_hour: int = -1):
+        self._schedule = ShrinkSchedule(every_secs, at_hour)
+
+    def on_tick(self, trainer) -> None:
+        if self._schedule.due(trainer.clock()):
+            trainer.shrink()
+
+
+class StopFile(Callback):
+    """Stops the trainer when ``model_dir/OSS_STOP_SIGNAL`` appears (polled every ``poll_secs``)."""
+
+    def __init__(self, model_dir: str, poll_secs: float = 2.0):
+        self.path = fileio.join(model_dir, STOP_SIGNAL_FILE)
+        self._poll_secs = poll_secs
+        self._next = 0.0
+
+    def on_tick(self, trainer) -> None:
+        now = time.time()
+        if now < self._next:
+            return
+        self._next = now + self._poll_secs
+        try:
+            if fileio.exists(self.path):
+                trainer.stop(f"found stop signal {self.path}")
+        except OSError as e:
+            log.warning("cannot check stop signal %s: %s", self.path, e)
+
+
+def default_callbacks(config: pipeline_pb2.PipelineConfig) -> List[Callback]:
+    train = config.train_config
+    callbacks: List[Callback] = [CheckpointEvery(train.save_checkpoints_steps, train.save_checkpoints_secs)]
+    if train.shrink_every_secs or train.shrink_at_hour >= 0:
+        callbacks.append(ShrinkOnSchedule(train.shrink_every_secs, train.shrink_at_hour))
+    if train.enable_oss_stop_signal:
+        callbacks.append(StopFile(config.model_dir, train.stop_signal_poll_secs))
+    return callbacks
