@@ -35,6 +35,12 @@ def ensure_legacy_keras():
     return tf
 
 
+def online_train(*args, **kwargs):
+    """See easyonline.train.online_train.online_train (imported lazily: it loads TensorFlow)."""
+    from easyonline.train.online_train import online_train as _online_train  # pylint: disable=g-import-not-at-top
+    return _online_train(*args, **kwargs)
+
+
 def shrink(trainer):
     """Evicts now per the tables' eviction configs (Paddle's fleet.shrink()); returns {table: evicted keys}."""
     return trainer.shrink()

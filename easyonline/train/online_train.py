@@ -1,0 +1,59 @@
+"""``online_train``: the Python entry point the CLI is a thin layer over.
+
+Takes a config (the model and everything else are built from it), a source
+(a KafkaInput or any BatchSource, an iterable of (features, labels) batches,
+or nothing to read the config's input) and Keras-style callbacks.
+"""
+from typing import Any, Iterable, Optional, Sequence, Union
+
+import numpy as np
+
+from easyonline import ensure_legacy_keras
+from easyonline.features.csv_parser import ParsedBatch
+from easyonline.inputs.raw_batch import BatchSource, RawBatch
+from easyonline.protos import pipeline_pb2
+from easyonline.train.callbacks import Callback
+from easyonline.train.trainer import OnlineTrainer, TrainSummary
+
+tf = ensure_legacy_keras()
+
+
+class IterableSource(BatchSource):
+    """Wraps an iterable of (features dict, labels) batches (numpy or tensors); positions count batches."""
+
+    def __init__(self, batches: Iterable[Any]):
+        self._iterator = iter(batches)
+        self._done = False
+        self._count = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self._done
+
+    def next_batch(self, timeout: float) -> Optional[RawBatch]:
+        try:
+            features, labels = next(self._iterator)
+        except StopIteration:
+            self._done = True
+            return None
+        self._count += 1
+        labels = tf.convert_to_tensor(np.asarray(labels, np.float32).reshape(-1))
+        tensors = {name: value if isinstance(value, (tf.Tensor, tf.RaggedTensor)) else tf.convert_to_tensor(value)
+                   for name, value in features.items()}
+        parsed = ParsedBatch(tensors, labels, int(labels.shape[0]), [])
+        return RawBatch([], {0: self._count}, lag=None, messages=1, parsed=parsed)
+
+
+def online_train(config: pipeline_pb2.PipelineConfig, source: Union[BatchSource, Iterable[Any], None] = None,
+                 callbacks: Sequence[Callback] = (), online: bool = True,
+                 default_callbacks: bool = True) -> TrainSummary:
+    """Trains until the source ends (or, online, until stopped); returns the TrainSummary.
+
+    ``default_callbacks=False`` drops the config's checkpoint / shrink / stop-file
+    schedules so that ``callbacks`` replace them.
+    """
+    if source is not None and not isinstance(source, BatchSource):
+        source = IterableSource(source)
+    trainer = OnlineTrainer(config, online=online, source=source, callbacks=callbacks,
+                            default_callbacks=default_callbacks)
+    return trainer.run()
