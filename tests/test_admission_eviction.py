@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from easyonline.config import parse_pipeline_config, validate_pipeline_config
-from easyonline.embedding.dynamic_tables import CLICK, LAST_SEEN, SHOW, STATS_EPOCH
+from easyonline.embedding.dynamic_tables import LAST_SEEN, STATS_EPOCH
 from easyonline.train.callbacks import Callback
 from easyonline.train.trainer import OnlineTrainer
 

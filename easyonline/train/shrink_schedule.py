@@ -3,7 +3,6 @@ import time
 from typing import Optional
 
 
-
 class ShrinkSchedule:
     """``due(now)`` is True when a shrink should run; the hourly one fires once in hour ``at_hour`` of each day."""
 

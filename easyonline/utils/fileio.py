@@ -43,11 +43,5 @@ def write_text_atomic(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def remove(path: str) -> None:
-    _reject_oss(path)
-    if os.path.exists(path):
-        os.remove(path)
-
-
 def join(*parts: str) -> str:
     return os.path.join(*parts)
