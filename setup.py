@@ -23,6 +23,7 @@ setup(
             "easyonline-train=easyonline.train.cli:run",
             "easyonline-broker=easyonline.tools.local_broker:run",
             "easyonline-produce=easyonline.tools.stream_producer:run",
+            "easyonline-read-updates=easyonline.tools.read_updates:run",
         ],
     },
 )

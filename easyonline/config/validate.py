@@ -48,11 +48,7 @@ def parse_offset_info(offset_info: str, path: str):
 
 
 def _validate_kafka(kafka: pipeline_pb2.KafkaInput, path: str) -> None:
-    _require(bool(kafka.server.strip()), f"{path}.server", "is required (host:port, comma-separated for several brokers)")
-    for broker in kafka.server.split(","):
-        host, _, port = broker.strip().rpartition(":")
-        _require(bool(host) and port.isdigit() and 0 < int(port) < 65536, f"{path}.server",
-                 f"{broker.strip()!r} is not host:port")
+    _validate_servers(kafka.server, f"{path}.server")
     _require(bool(kafka.topic), f"{path}.topic", "is required")
     _require(bool(kafka.group), f"{path}.group", "must not be empty")
     _require(not (kafka.offset_info and kafka.offset_time), path,
@@ -203,6 +199,36 @@ def _validate_train(train: pipeline_pb2.TrainConfig) -> None:
     _require(train.shrink_every_secs >= 0, f"{path}.shrink_every_secs", "must be >= 0")
     _require(-1 <= train.shrink_at_hour <= 23, f"{path}.shrink_at_hour", f"must be -1 (off) or 0-23, got {train.shrink_at_hour}")
     _require(train.seconds_per_day > 0, f"{path}.seconds_per_day", "must be > 0")
+    if train.HasField("incr_save_config"):
+        _validate_incr_save(train.incr_save_config, f"{path}.incr_save_config")
+
+
+def _validate_servers(server: str, path: str) -> None:
+    _require(bool(server.strip()), path, "is required (host:port, comma-separated for several brokers)")
+    for broker in server.split(","):
+        host, _, port = broker.strip().rpartition(":")
+        _require(bool(host) and port.isdigit() and 0 < int(port) < 65536, path, f"{broker.strip()!r} is not host:port")
+
+
+def _validate_incr_save(incr: pipeline_pb2.IncrSaveConfig, path: str) -> None:
+    from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
+    storage = incr.WhichOneof("storage")
+    _require(storage is not None, path, "needs kafka { server topic } or fs { incr_save_dir }")
+    if storage == "kafka":
+        _validate_servers(incr.kafka.server, f"{path}.kafka.server")
+        _require(bool(incr.kafka.topic), f"{path}.kafka.topic", "is required")
+        _require(incr.kafka.consumer.offset >= 0, f"{path}.kafka.consumer.offset", "must be >= 0")
+        for key in incr.kafka.config:
+            _require(key in KafkaProducer.DEFAULT_CONFIG, f"{path}.kafka.config[{key}]",
+                     "is not a kafka-python producer setting")
+    else:
+        _require(bool(incr.fs.incr_save_dir), f"{path}.fs.incr_save_dir", "is required")
+    for name in ("dense_save_secs", "sparse_save_secs", "flush_timeout_secs"):
+        _require(getattr(incr, name) >= 0, f"{path}.{name}", "must be >= 0")
+    _require(incr.dense_save_steps or incr.dense_save_secs, path, "dense_save_steps and dense_save_secs are both 0")
+    _require(incr.sparse_save_steps or incr.sparse_save_secs, path, "sparse_save_steps and sparse_save_secs are both 0")
+    _require(incr.max_message_bytes >= 4096, f"{path}.max_message_bytes", f"must be >= 4096, got {incr.max_message_bytes}")
+    _require(incr.max_pending_updates >= 1, f"{path}.max_pending_updates", "must be >= 1")
 
 
 def validate_pipeline_config(config: pipeline_pb2.PipelineConfig, online: bool = False) -> None:

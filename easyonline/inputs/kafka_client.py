@@ -16,7 +16,8 @@ def bootstrap_servers(server: str):
     return [s.strip() for s in server.split(",") if s.strip()]
 
 
-def _typed(value: str) -> Any:
+def typed_setting(value: str) -> Any:
+    """A config-map string as the bool, int, float or str kafka-python expects."""
     lowered = value.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
@@ -34,7 +35,7 @@ def extra_consumer_config(kafka: pipeline_pb2.KafkaInput, path: str) -> Dict[str
     for key, value in kafka.config.items():
         if key not in KafkaConsumer.DEFAULT_CONFIG:
             raise ConfigError(f"{path}.config[{key}]", "is not a kafka-python consumer setting")
-        extra[key] = _typed(value)
+        extra[key] = typed_setting(value)
     return extra
 
 

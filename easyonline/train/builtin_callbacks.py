@@ -1,4 +1,4 @@
-"""The trainer's schedules as callbacks: checkpoints, shrinks and the stop file."""
+"""The trainer's schedules as callbacks: checkpoints, shrinks, the stop file, incremental publishing."""
 import logging
 import time
 from typing import List
@@ -6,6 +6,7 @@ from typing import List
 from easyonline.protos import pipeline_pb2
 from easyonline.train.callbacks import Callback
 from easyonline.train.shrink_schedule import ShrinkSchedule
+from easyonline.train.step_time_schedule import StepTimeSchedule
 from easyonline.train.stop_signal import STOP_SIGNAL_FILE
 from easyonline.utils import fileio
 
@@ -16,25 +17,21 @@ class CheckpointEvery(Callback):
     """Checkpoints (with the stream positions) every N steps and/or every N seconds."""
 
     def __init__(self, steps: int = 0, secs: float = 0):
-        self.steps, self.secs = steps, secs
-        self._last = time.time()
+        self._schedule = StepTimeSchedule(steps, secs)
 
     def on_train_begin(self, trainer) -> None:
-        self._last = time.time()
+        self._schedule.mark(trainer.step)
 
     def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
         self._maybe_save(trainer)
 
     def on_tick(self, trainer) -> None:
-        if trainer.step != trainer.checkpointer.last_saved_step and self.secs and time.time() - self._last >= self.secs:
-            self._maybe_save(trainer)
+        self._maybe_save(trainer)
 
     def _maybe_save(self, trainer) -> None:
-        if trainer.step == trainer.checkpointer.last_saved_step:
-            return
-        if (self.steps and trainer.step % self.steps == 0) or (self.secs and time.time() - self._last >= self.secs):
+        if trainer.step != trainer.checkpointer.last_saved_step and self._schedule.due(trainer.step):
             trainer.save_checkpoint()
-            self._last = time.time()
+            self._schedule.mark(trainer.step)
 
 
 class ShrinkOnSchedule(Callback):
@@ -75,4 +72,7 @@ def default_callbacks(config: pipeline_pb2.PipelineConfig) -> List[Callback]:
         callbacks.append(ShrinkOnSchedule(train.shrink_every_secs, train.shrink_at_hour))
     if train.enable_oss_stop_signal:
         callbacks.append(StopFile(config.model_dir, train.stop_signal_poll_secs))
+    if train.HasField("incr_save_config"):
+        from easyonline.publish.publish_callback import IncrementalPublish  # pylint: disable=g-import-not-at-top
+        callbacks.append(IncrementalPublish(train.incr_save_config, config.model_dir))
     return callbacks

@@ -1,7 +1,7 @@
 """Hooks into the training loop, Keras-style: subclass and override what you need.
 
-The trainer's own schedules (checkpoints, shrinks, the stop file) are
-callbacks too (see builtin_callbacks.py): pass ``default_callbacks=False`` to
+The trainer's own schedules (checkpoints, shrinks, the stop file,
+incremental publishing) are callbacks too (see builtin_callbacks.py): pass ``default_callbacks=False`` to
 OnlineTrainer / online_train to replace them. To stop training from a
 callback, call ``trainer.stop("reason")``.
 """
@@ -24,6 +24,16 @@ class Callback:
 
     def on_checkpoint(self, trainer, path: str) -> None:
         pass
+
+    def on_shrink(self, trainer, evicted: dict) -> None:
+        """After an eviction: {table: numpy array of the keys removed}."""
+
+    def on_publish(self, trainer, result) -> None:
+        """After an incremental update was acknowledged (a publish.publisher.PublishResult)."""
+
+    def status_fields(self) -> dict:
+        """Extra {name: text} for the trainer's status line."""
+        return {}
 
     def on_train_end(self, trainer, summary) -> None:
         """After the last checkpoint; ``summary`` is the TrainSummary the run returns."""

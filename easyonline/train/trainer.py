@@ -170,6 +170,7 @@ class OnlineTrainer:
             self.evicted[table] = np.union1d(self.evicted.get(table, np.zeros(0, np.int64)), keys)
         if evicted:
             log.info("shrink evicted %s", {t: len(k) for t, k in evicted.items()})
+            self.dispatch("on_shrink", evicted)
         return evicted
 
     def make_source(self) -> BatchSource:
@@ -199,7 +200,7 @@ class OnlineTrainer:
             self.source.commit(self.positions)
         self.last_checkpoint = path
         log.info("saved checkpoint %s", path)
-        self._dispatch("on_checkpoint", path)
+        self.dispatch("on_checkpoint", path)
         return path
 
     # --- the loop -----------------------------------------------------------------
@@ -207,7 +208,8 @@ class OnlineTrainer:
         """Asks the loop to stop after the current batch (safe from callbacks and other threads)."""
         self.stop_signal.request(reason)
 
-    def _dispatch(self, hook: str, *args) -> None:
+    def dispatch(self, hook: str, *args) -> None:
+        """Calls ``hook`` on every callback, in order (callbacks may dispatch their own events)."""
         for callback in self.callbacks:
             getattr(callback, hook)(self, *args)
 
@@ -215,11 +217,15 @@ class OnlineTrainer:
         now = time.perf_counter()
         wait_share = (self.input_wait_seconds - last["wait"]) / max(now - last["time"], 1e-9)
         last["wait"], last["time"] = self.input_wait_seconds, now
+        fields = {"input_wait": f"{wait_share:.0%}"}
+        for callback in self.callbacks:
+            fields.update(callback.status_fields())
         logs = status.report(self.step, int(self.checkpointer.samples.numpy()), self.lag, self.metrics.auc(),
                              self.metrics.logloss(), self.metrics.ctr(), self.table_sizes(), self.rejected,
-                             extra=f"input_wait={wait_share:.0%}")
+                             extra=" ".join(f"{k}={v}" for k, v in fields.items()))
+        logs.update(fields)
         logs["input_wait"] = wait_share
-        self._dispatch("on_metrics", logs)
+        self.dispatch("on_metrics", logs)
 
     def run(self) -> TrainSummary:
         """Trains until the input ends (offline), num_steps, or a stop; returns the summary."""
@@ -237,7 +243,7 @@ class OnlineTrainer:
         self.lag = None
         last = {"wait": 0.0, "time": time.perf_counter()}
         stop_reason = "input ended"
-        self._dispatch("on_train_begin")
+        self.dispatch("on_train_begin")
         try:
             while True:
                 if self.stop_signal.should_stop():
@@ -257,7 +263,7 @@ class OnlineTrainer:
                         break
                 else:
                     self._train_item(*item)
-                self._dispatch("on_tick")
+                self.dispatch("on_tick")
                 if status.due():
                     self._report(status, last)
         finally:
@@ -273,7 +279,7 @@ class OnlineTrainer:
         summary = TrainSummary(self.step, samples, seconds, samples / max(seconds, 1e-9), self.metrics.auc(),
                                self.metrics.logloss(), self.rejected, self.table_sizes(), self.positions,
                                self.last_checkpoint, stop_reason)
-        self._dispatch("on_train_end", summary)
+        self.dispatch("on_train_end", summary)
         return summary
 
     def _train_item(self, raw, parsed) -> None:
@@ -291,4 +297,4 @@ class OnlineTrainer:
         self.positions = raw.positions
         self.lag = raw.lag
         if probs is not None:
-            self._dispatch("on_batch_end", raw, parsed, probs)
+            self.dispatch("on_batch_end", raw, parsed, probs)

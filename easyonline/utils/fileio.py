@@ -34,14 +34,31 @@ def makedirs(path: str) -> None:
 
 def write_text_atomic(path: str, text: str) -> None:
     """Writes via a temp file and rename, so readers never see half a file."""
-    _reject_oss(path)
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def join(*parts: str) -> str:
     return os.path.join(*parts)
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Writes via a temp file and rename, so readers never see half a file."""
+    _reject_oss(path)
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def read_bytes(path: str) -> bytes:
+    _reject_oss(path)
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def listdir(path: str) -> list:
+    """Names in a directory (not paths); empty when it does not exist."""
+    _reject_oss(path)
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []

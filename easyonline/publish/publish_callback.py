@@ -1,0 +1,134 @@
+"""IncrementalPublish: the trainer's callback that publishes changed parameters on schedule.
+
+Built from ``train_config.incr_save_config`` by the default callbacks; users
+of ``online_train`` can construct it themselves (for example with their own
+sink). It records each trained batch's ids, hands a job to the
+UpdatePublisher when a dense or sparse publish is due and the sender has
+room, reports acknowledged updates to ``on_publish`` callbacks, and at the
+end publishes the final state and waits for it to be acknowledged.
+"""
+import logging
+import os
+import time
+from typing import Dict, Optional
+
+import numpy as np
+
+from easyonline.protos import pipeline_pb2
+from easyonline.publish.change_tracker import ChangeTracker
+from easyonline.publish.directory_sink import DirectorySink
+from easyonline.publish.kafka_sink import KafkaSink
+from easyonline.publish.param_ids import dense_variables, ensure_parameter_ids
+from easyonline.publish.publisher import PublishJob, UpdatePublisher
+from easyonline.train.callbacks import Callback
+from easyonline.train.step_time_schedule import StepTimeSchedule
+
+log = logging.getLogger(__name__)
+
+
+def make_sink(incr: pipeline_pb2.IncrSaveConfig):
+    """The transport the config names: a Kafka topic or a directory."""
+    if incr.WhichOneof("storage") == "kafka":
+        return KafkaSink(incr.kafka, incr.max_message_bytes)
+    return DirectorySink(incr.fs.incr_save_dir)
+
+
+def default_model_name(model_dir: str) -> str:
+    return os.path.basename(os.path.normpath(model_dir.replace("oss://", "", 1))) or "model"
+
+
+def _schedule(steps: int, secs: float, secs_given: bool) -> StepTimeSchedule:
+    """EasyRec semantics: steps alone mean steps only; the seconds default applies when neither is given."""
+    return StepTimeSchedule(steps, secs if (secs_given or not steps) else 0)
+
+
+class IncrementalPublish(Callback):
+    """Publishes dense parameters and changed rows (and deletes) while training."""
+
+    def __init__(self, incr: pipeline_pb2.IncrSaveConfig, model_dir: str, sink=None):
+        self.incr = incr
+        self.model_dir = model_dir
+        self.model_name = incr.model_name or default_model_name(model_dir)
+        self.sink = sink or make_sink(incr)
+        self._dense_schedule = _schedule(incr.dense_save_steps, incr.dense_save_secs, incr.HasField("dense_save_secs"))
+        self._sparse_schedule = _schedule(incr.sparse_save_steps, incr.sparse_save_secs,
+                                          incr.HasField("sparse_save_secs"))
+        self.publisher: Optional[UpdatePublisher] = None
+        self.tracker: Optional[ChangeTracker] = None
+        self._dense_vars = {}
+        self._dense_owed = False
+
+    def on_train_begin(self, trainer) -> None:
+        ids = ensure_parameter_ids(self.model_dir, trainer.model)
+        self._dense_vars = {ids.dense[name]: var for name, var in dense_variables(trainer.model).items()}
+        self.tracker = ChangeTracker(trainer.specs)
+        self.publisher = UpdatePublisher(self.sink, self.model_name, ids, trainer.model.tables,
+                                         self.incr.max_message_bytes, self.incr.max_pending_updates)
+        self.publisher.start(trainer.step)
+        self._dense_schedule.mark(trainer.step)
+        self._sparse_schedule.mark(trainer.step)
+
+    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
+        self.tracker.record_batch(parsed_batch.features)
+
+    def on_shrink(self, trainer, evicted: Dict[str, np.ndarray]) -> None:
+        for table, keys in evicted.items():
+            self.tracker.record_deleted(table, keys)
+
+    def on_tick(self, trainer) -> None:
+        self._maybe_publish(trainer)
+        for result in self.publisher.results():
+            trainer.dispatch("on_publish", result)
+
+    def _job(self, trainer, dense: bool, full_sync: bool = False) -> PublishJob:
+        trained, deleted = self.tracker.drain()
+        values = {i: var.numpy() for i, var in self._dense_vars.items()} if dense else None
+        return PublishJob(trainer.step, time.time(), dict(trainer.positions), values, trained, deleted, full_sync)
+
+    def _maybe_publish(self, trainer) -> None:
+        if not self.publisher.has_room():
+            self._dense_owed = self._dense_owed or self._dense_schedule.due(trainer.step)
+            return  # keys keep merging in the tracker
+        if self.publisher.take_full_sync():
+            self.publisher.offer(self._job(trainer, dense=True, full_sync=True))
+            self._dense_owed = False
+            return
+        dense = self._dense_owed or self._dense_schedule.due(trainer.step)
+        sparse = self._sparse_schedule.due(trainer.step)
+        if not (dense or sparse):
+            return
+        self.publisher.offer(self._job(trainer, dense))
+        self._dense_owed = False
+        if dense:
+            self._dense_schedule.mark(trainer.step)
+        if sparse:
+            self._sparse_schedule.mark(trainer.step)
+
+    def on_train_end(self, trainer, summary) -> None:
+        """Publishes the final state (dense and every pending key) and waits for it, up to flush_timeout_secs."""
+        timeout = self.incr.flush_timeout_secs
+        full_sync = self.publisher.take_full_sync()
+        sent = self.publisher.offer(self._job(trainer, dense=True, full_sync=full_sync), timeout=timeout)
+        flushed = self.publisher.close(timeout) and sent
+        for result in self.publisher.results():
+            trainer.dispatch("on_publish", result)
+        if flushed:
+            log.info("published the final update (sequence %s) to %s", self.publisher.next_sequence - 1,
+                     self.sink.description)
+        else:
+            log.error("the last updates did not reach %s within %.0f s (%s); the next start re-sends every row",
+                      self.sink.description, timeout, self.publisher.error or "timed out")
+
+    def status_fields(self) -> Dict[str, str]:
+        publisher = self.publisher
+        if publisher is None:
+            return {}
+        idle = self.tracker.pending_ids == 0 and publisher.pending == 0
+        last = publisher.last_acked
+        # How stale serving is: 0 when nothing is waiting, else the age of the newest update it has.
+        lag = "0.0s" if idle and last is not None else "-" if last is None else f"{time.time() - last.create_time:.1f}s"
+        fields = {"pub_seq": "-" if last is None else str(last.last_sequence), "pub_lag": lag,
+                  "pub_queue": f"{publisher.pending}/{self.incr.max_pending_updates}"}
+        if publisher.error:
+            fields["pub_error"] = f"down {time.time() - publisher.error_since:.0f}s"
+        return fields

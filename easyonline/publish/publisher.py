@@ -1,0 +1,247 @@
+"""The background sender: reads changed rows, encodes, sends, retries; never blocks training.
+
+The training thread hands over a ``PublishJob`` (dense values it copied, and
+the id arrays the ChangeTracker collected) through a bounded queue. This
+thread deduplicates the keys, reads their current rows, encodes and sends.
+When the queue is full (the sink is slow or down) the trainer does not
+queue more copies: it keeps recording into the tracker, whose keys merge
+into the next job. A failed send is retried with the same sequence numbers
+until it succeeds, so the stream has no gaps and no reordering.
+
+At start the thread reads the last header on the stream: sequence numbers
+continue from it, and if its step differs from the restored checkpoint's
+(a crash after publishing, or a stop before the last publish got out), it
+asks for a full sync: every row is sent once more.
+"""
+import collections
+import dataclasses
+import logging
+import queue
+import threading
+import time
+from typing import Deque, Dict, List, Optional
+
+import numpy as np
+
+from easyonline import ensure_legacy_keras
+from easyonline.publish.change_tracker import split_changes, unique_keys
+from easyonline.publish.param_ids import ParameterIds
+from easyonline.publish.update_codec import UpdateSnapshot, encode_update
+
+tf = ensure_legacy_keras()
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class PublishJob:
+    step: int
+    create_time: float
+    positions: Dict[int, int]
+    dense: Optional[Dict[int, np.ndarray]]      # None: this update carries no dense parameters
+    trained: Dict[str, List[np.ndarray]]
+    deleted: Dict[str, List[np.ndarray]]
+    full_sync: bool = False
+
+
+@dataclasses.dataclass
+class PublishResult:
+    """One update on the stream: what ``on_publish`` callbacks receive."""
+    first_sequence: int
+    last_sequence: int
+    step: int
+    create_time: float
+    acked_time: float
+    bytes: int
+    dense: int
+    rows: int
+    deletes: int
+    full_sync: bool
+
+
+_STOP = object()
+
+
+class UpdatePublisher:
+    """Owns the sender thread; the trainer calls ``has_room``/``offer``, ``take_full_sync`` and ``close``."""
+
+    def __init__(self, sink, model_name: str, ids: ParameterIds, tables, max_message_bytes: int,
+                 max_pending: int = 4):
+        self.sink = sink
+        self.model_name = model_name
+        self._key = model_name.encode()
+        self._ids = ids
+        self._tables = tables
+        self._max_bytes = max_message_bytes
+        self._queue: "queue.Queue" = queue.Queue(max_pending)
+        self._results: Deque[PublishResult] = collections.deque()
+        self._full_sync = threading.Event()
+        self._deadline: Optional[float] = None
+        self._thread: Optional[threading.Thread] = None
+        self.next_sequence: Optional[int] = None
+        self.last_acked: Optional[PublishResult] = None
+        self.error: Optional[str] = None
+        self.error_since: Optional[float] = None
+        self._next_error_log = 0.0
+        self.unsent_jobs = 0
+        self.bytes_sent = 0
+
+    # --- the training thread's side -----------------------------------------------
+    def start(self, restored_step: int) -> None:
+        self._thread = threading.Thread(target=self._run, args=(restored_step,), name="update-publisher", daemon=True)
+        self._thread.start()
+
+    def has_room(self) -> bool:
+        return not self._queue.full()
+
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    def offer(self, job: PublishJob, timeout: Optional[float] = None) -> bool:
+        """Queues ``job``; without timeout never blocks (False when full)."""
+        try:
+            if timeout is None:
+                self._queue.put_nowait(job)
+            else:
+                self._queue.put(job, timeout=max(timeout, 0))
+            return True
+        except queue.Full:
+            return False
+
+    def take_full_sync(self) -> bool:
+        """True once when the thread found the stream out of step with the restored model."""
+        if self._full_sync.is_set():
+            self._full_sync.clear()
+            return True
+        return False
+
+    def results(self) -> List[PublishResult]:
+        """Updates acknowledged since the last call."""
+        out = []
+        while self._results:
+            out.append(self._results.popleft())
+        return out
+
+    def close(self, timeout: float) -> bool:
+        """Sends what is queued (up to ``timeout`` seconds) and stops; True when everything got out."""
+        self._deadline = time.time() + timeout
+        if self._thread is None:
+            return True
+        if not self.offer(_STOP, timeout=timeout):
+            self.unsent_jobs += self._queue.qsize()
+        self._thread.join(max(self._deadline - time.time(), 0) + 5)
+        self.sink.close()
+        leftover = self._queue.qsize()
+        if self._thread.is_alive() or leftover:
+            self.unsent_jobs += leftover
+        return self.unsent_jobs == 0 and not self._thread.is_alive()
+
+    # --- the sender thread ----------------------------------------------------------
+    def _expired(self) -> bool:
+        return self._deadline is not None and time.time() > self._deadline
+
+    def _failed(self, what: str, error: Exception, backoff: float) -> float:
+        message = f"{what} {self.sink.description} failed: {type(error).__name__}: {error}"
+        now = time.time()
+        if self.error is None:
+            self.error_since = now
+        if now >= self._next_error_log:  # the first failure, then once a minute
+            log.error("%s (for %.0f s); training goes on, retrying", message, now - self.error_since)
+            self._next_error_log = now + 60
+        self.error = message
+        self.sink.reset()
+        time.sleep(backoff)
+        return min(backoff * 2, 10.0)
+
+    def _recovered(self) -> None:
+        if self.error is not None:
+            log.info("publishing to %s works again after %.0f s", self.sink.description, time.time() - self.error_since)
+        self.error = self.error_since = None
+        self._next_error_log = 0.0
+
+    def _connect(self, restored_step: int) -> bool:
+        backoff = 0.5
+        while not self._expired():
+            try:
+                self.sink.connect()
+                last = self.sink.last_header(self.model_name)
+                break
+            except Exception as e:  # pylint: disable=broad-except
+                backoff = self._failed("connecting to", e, backoff)
+        else:
+            return False
+        self._recovered()
+        self.next_sequence = last.sequence + 1 if last is not None else 1
+        self._update_id = last.update_id + 1 if last is not None else 1
+        behind = (last is None and restored_step > 0) or (last is not None and last.global_step != restored_step)
+        if behind:
+            log.info("update stream is at step %s, the restored model at %d: re-sending every row once",
+                     None if last is None else last.global_step, restored_step)
+            self._full_sync.set()
+        log.info("publishing updates to %s from sequence %d", self.sink.description, self.next_sequence)
+        return True
+
+    def _run(self, restored_step: int) -> None:
+        if not self._connect(restored_step):
+            self.unsent_jobs += self._queue.qsize()
+            return
+        while True:
+            job = self._queue.get()
+            if job is _STOP:
+                return
+            try:
+                snapshot = self.read(job)
+            except Exception as e:  # pylint: disable=broad-except
+                log.exception("reading an update failed (%s); a full sync follows", e)
+                self._full_sync.set()
+                continue
+            if snapshot.empty:
+                continue
+            messages = encode_update(snapshot, self.model_name, self.next_sequence, self._update_id,
+                                     self._max_bytes, {i: w for i, w in self._ids.tables.values()})
+            numbered = list(zip(range(self.next_sequence, self.next_sequence + len(messages)), messages))
+            backoff = 0.5
+            while True:
+                try:
+                    self.sink.send(numbered, self._key)
+                    break
+                except Exception as e:  # pylint: disable=broad-except
+                    if self._expired():
+                        self.unsent_jobs += 1 + self._queue.qsize()
+                        log.error("gave up publishing at stop: %s", e)
+                        return
+                    backoff = self._failed("sending to", e, backoff)
+            self._recovered()
+            size = sum(len(m) for m in messages)
+            counts = snapshot.counts()
+            result = PublishResult(self.next_sequence, self.next_sequence + len(messages) - 1, snapshot.step,
+                                   snapshot.create_time, time.time(), size, counts["dense"], counts["rows"],
+                                   counts["deletes"], snapshot.full_sync)
+            self.next_sequence += len(messages)
+            self._update_id += 1
+            self.bytes_sent += size
+            self.last_acked = result
+            self._results.append(result)
+
+    def read(self, job: PublishJob) -> UpdateSnapshot:
+        """The job's rows and deletes as they are in the tables now."""
+        snapshot = UpdateSnapshot(job.step, job.create_time, job.positions, dense=job.dense or {},
+                                  full_sync=job.full_sync)
+        for name, layer in self._tables.embeddings.items():
+            table_id = self._ids.tables[name][0]
+            deleted = unique_keys(job.deleted.get(name, []))
+            if job.full_sync:
+                keys, values = layer.params.export()
+                keys, values = keys.numpy(), values.numpy()
+                gone = deleted[~np.isin(deleted, keys)]
+            else:
+                keys = unique_keys(job.trained.get(name, []) + [deleted])
+                if not len(keys):
+                    continue
+                values, exists = layer.params.lookup(tf.constant(keys), return_exists=True)
+                keys, values, gone = split_changes(keys, deleted, values.numpy(), exists.numpy())
+            if len(keys):
+                snapshot.rows[table_id] = (keys, values)
+            if len(gone):
+                snapshot.deletes[table_id] = gone
+        return snapshot

@@ -1,0 +1,69 @@
+"""An in-memory copy of published parameters, built by applying update messages in order.
+
+The reference reader of the update stream: it defines what applying means
+(deletes first, then rows; dense slices written at their offset), skips
+messages already reflected (a sequence at or below the last applied) and
+refuses gaps. Tests use it to prove the stream reproduces the trainer; the
+serving processor follows the same rules.
+"""
+from typing import Dict, Optional
+
+import numpy as np
+
+from easyonline.protos import update_pb2
+from easyonline.publish.update_codec import dense_slice, sparse_arrays
+
+
+class UpdateGapError(ValueError):
+    """A message's sequence number is not the next one: something in between was lost."""
+
+
+class ParameterReplica:
+    def __init__(self, model_name: Optional[str] = None, next_sequence: int = 1):
+        self.model_name = model_name
+        self.next_sequence = next_sequence
+        self.dense: Dict[int, np.ndarray] = {}
+        self.tables: Dict[int, Dict[int, np.ndarray]] = {}
+        self.step: Optional[int] = None
+        self.positions: Dict[int, int] = {}
+        self.applied = 0
+        self.skipped = 0
+
+    def apply(self, message: update_pb2.UpdateMessage) -> bool:
+        """Applies a decoded message; False if it was already reflected; UpdateGapError on a gap."""
+        header = message.header
+        if self.model_name and header.model_name != self.model_name:
+            return False  # another model's stream shares the topic
+        if header.sequence < self.next_sequence:
+            self.skipped += 1
+            return False
+        if header.sequence > self.next_sequence:
+            raise UpdateGapError(f"expected sequence {self.next_sequence}, got {header.sequence}: "
+                                 f"{header.sequence - self.next_sequence} message(s) missing")
+        for entry in message.sparse:
+            deleted, keys, values = sparse_arrays(entry)
+            table = self.tables.setdefault(entry.table_id, {})
+            for key in deleted.tolist():
+                table.pop(key, None)
+            for key, row in zip(keys.tolist(), values):
+                table[key] = row
+        for entry in message.dense:
+            shape = tuple(entry.shape)
+            current = self.dense.get(entry.id)
+            if current is None or current.shape != shape:
+                current = self.dense[entry.id] = np.zeros(shape, np.float32)
+            values = dense_slice(entry)
+            current.reshape(-1)[entry.offset:entry.offset + len(values)] = values
+        self.next_sequence = header.sequence + 1
+        self.step = header.global_step
+        self.positions = dict(header.positions)
+        self.applied += 1
+        return True
+
+    def table_arrays(self, table_id: int):
+        """(sorted keys, rows) of one table."""
+        table = self.tables.get(table_id, {})
+        keys = np.array(sorted(table), np.int64)
+        width = len(next(iter(table.values()))) if table else 0
+        rows = np.stack([table[k] for k in keys.tolist()]) if len(keys) else np.zeros((0, width), np.float32)
+        return keys, rows
