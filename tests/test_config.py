@@ -79,6 +79,16 @@ def test_edit_config_json_errors_name_the_path(tmp_path, edits, path):
     ({"feature_configs[20].eviction": {"show_click_decay_rate": 0}}, "feature_configs[20].eviction.show_click_decay_rate"),
     ({"train_config.shrink_at_hour": 24}, "train_config.shrink_at_hour"),
     ({"kafka_train_input.config": {"max_pol_records": "5"}}, "kafka_train_input.config[max_pol_records]"),
+    ({"train_config.incr_save_config": {"sparse_save_secs": 1}}, "train_config.incr_save_config"),
+    ({"train_config.incr_save_config": {"kafka": {"topic": "u"}}}, "train_config.incr_save_config.kafka.server"),
+    ({"train_config.incr_save_config": {"kafka": {"server": "127.0.0.1:1"}}}, "train_config.incr_save_config.kafka.topic"),
+    ({"train_config.incr_save_config": {"kafka": {"server": "h:1", "topic": "u", "config": {"ack": "all"}}}},
+     "train_config.incr_save_config.kafka.config[ack]"),
+    ({"train_config.incr_save_config": {"fs": {}}}, "train_config.incr_save_config.fs.incr_save_dir"),
+    ({"train_config.incr_save_config": {"fs": {"incr_save_dir": "/x"}, "max_message_bytes": 100}},
+     "train_config.incr_save_config.max_message_bytes"),
+    ({"train_config.incr_save_config": {"fs": {"incr_save_dir": "/x"}, "sparse_save_secs": -1}},
+     "train_config.incr_save_config.sparse_save_secs"),
 ])
 def test_validation_names_the_bad_field(tmp_path, edits, path):
     config = online_config(tmp_path)
