@@ -1,4 +1,4 @@
-"""The README's main job (a shorter stream): broker, drifting stream, online DeepFM, printed summary."""
+"""The README's main job (a shorter stream): broker, drifting stream, online DeepFM, published updates, summary."""
 import subprocess
 
 from tests.conftest import PYTHON, python_env
@@ -18,3 +18,5 @@ def test_demo_trains_online_and_beats_the_frozen_model():
     assert len(values) == 3, out
     assert values["before the drift"] > 0.7  # the model learned before the drift
     assert values["at the end, online model"] > values["model frozen at the drift point"] + 0.1
+    assert "replaying them rebuilds the trained model exactly:       yes" in out, out
+    assert proc.returncode == 0, out

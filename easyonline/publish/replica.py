@@ -67,3 +67,22 @@ class ParameterReplica:
         width = len(next(iter(table.values()))) if table else 0
         rows = np.stack([table[k] for k in keys.tolist()]) if len(keys) else np.zeros((0, width), np.float32)
         return keys, rows
+
+
+def differences_from_model(replica: ParameterReplica, model, ids) -> list:
+    """What differs between the replica and a live model (empty when they match bit for bit)."""
+    from easyonline.publish.param_ids import dense_variables  # pylint: disable=g-import-not-at-top  (TensorFlow)
+    found = []
+    for name, layer in model.tables.embeddings.items():
+        keys, values = (t.numpy() for t in layer.params.export())
+        order = np.argsort(keys)
+        got_keys, got_rows = replica.table_arrays(ids.tables[name][0])
+        if not np.array_equal(got_keys, keys[order]):
+            found.append(f"table {name}: {len(got_keys)} keys in the replica, {len(keys)} in the model")
+        elif not np.array_equal(got_rows, values[order]):
+            found.append(f"table {name}: rows differ")
+    for name, variable in dense_variables(model).items():
+        got = replica.dense.get(ids.dense[name])
+        if got is None or not np.array_equal(got, variable.numpy()):
+            found.append(f"dense {name}: {'missing' if got is None else 'values differ'}")
+    return found

@@ -57,6 +57,29 @@ class DriftMonitor(Callback):
             trainer.stop_signal.request(f"the demo stream's {self.stop_after} samples were trained")
 
 
+def check_updates(config, trainer) -> Optional[dict]:
+    """Replays the published update stream into a replica and compares it with the trained model."""
+    from easyonline.publish.param_ids import read_parameter_ids  # pylint: disable=g-import-not-at-top
+    from easyonline.publish.publish_callback import IncrementalPublish  # pylint: disable=g-import-not-at-top
+    from easyonline.publish.replica import ParameterReplica, differences_from_model  # pylint: disable=g-import-not-at-top
+    from easyonline.publish.update_codec import decode_update  # pylint: disable=g-import-not-at-top
+    from easyonline.tools.read_updates import read_all  # pylint: disable=g-import-not-at-top
+    publish = next((c for c in trainer.callbacks if isinstance(c, IncrementalPublish)), None)
+    if publish is None:
+        return None
+    incr = config.train_config.incr_save_config
+    if incr.WhichOneof("storage") == "kafka":
+        records = read_all(incr.kafka.server, incr.kafka.topic)
+    else:
+        records = read_all(directory=incr.fs.incr_save_dir)
+    replica = ParameterReplica(publish.model_name)
+    for _, data in records:
+        replica.apply(decode_update(data))
+    return {"messages": len(records), "bytes": sum(len(d) for _, d in records),
+            "last_sequence": replica.next_sequence - 1,
+            "differences": differences_from_model(replica, trainer.model, read_parameter_ids(config.model_dir))}
+
+
 def define_flags() -> None:
     """Defined on demand, so importing this module never clashes with other commands' flags."""
     flags.DEFINE_integer("samples", 500000, "Samples in the stream.")
@@ -91,6 +114,9 @@ def main(argv) -> int:
             config.model_dir = model_dir
             config.kafka_train_input.server = broker.bootstrap
             config.kafka_train_input.topic = "samples"
+            incr = config.train_config.incr_save_config
+            if config.train_config.HasField("incr_save_config") and incr.WhichOneof("storage") == "kafka":
+                incr.kafka.server = broker.bootstrap
             validate_pipeline_config(config, online=True)
             monitor = DriftMonitor(FLAGS.drift_at, FLAGS.samples, os.path.join(work, "frozen"))
             trainer = OnlineTrainer(config, online=True, callbacks=[monitor])
@@ -100,6 +126,7 @@ def main(argv) -> int:
             timer.start()
             summary = trainer.run()
             timer.cancel()
+            updates = check_updates(config, trainer)
         finally:
             producer.terminate()
             producer.wait()
@@ -118,8 +145,14 @@ def main(argv) -> int:
     frozen_ok = pre is not None and frozen_auc is not None and frozen_auc >= pre - 0.02
     print(f"  online model recovered to within 0.02 of pre-drift AUC:   {'yes' if recovered else 'NO'}")
     print(f"  frozen model recovered to within 0.02 of pre-drift AUC:   {'yes' if frozen_ok else 'no'}")
+    if updates is not None:
+        print(f"  updates published: {updates['messages']} messages, {updates['bytes']} bytes, "
+              f"last sequence {updates['last_sequence']}")
+        print(f"  replaying them rebuilds the trained model exactly:       "
+              f"{'yes' if not updates['differences'] else 'NO: ' + '; '.join(updates['differences'][:3])}")
     print(f"  model_dir: {model_dir}")
-    return 0 if recovered and not frozen_ok else 1
+    updates_ok = updates is None or not updates["differences"]
+    return 0 if recovered and not frozen_ok and updates_ok else 1
 
 
 if __name__ == "__main__":
