@@ -46,5 +46,23 @@ def shrink(trainer):
     return trainer.shrink()
 
 
+def save_model(trainer, mode: str = "checkpoint"):
+    """Saves now, as Paddle's save modes: "checkpoint" (everything to continue training), "base" (every
+    parameter serving needs, no optimizer slots) or "delta" (dense + rows changed since the last base or
+    delta). Base and delta go to train_config.inference_save_config's save_dir; returns the path."""
+    if mode == "checkpoint":
+        return trainer.save_checkpoint()
+    if mode not in ("base", "delta"):
+        raise ValueError(f"save_model: mode must be checkpoint, base or delta, got {mode!r}")
+    from easyonline.publish.base_delta import InferenceSaves  # pylint: disable=g-import-not-at-top
+    saves = next((c for c in trainer.callbacks if isinstance(c, InferenceSaves)), None)
+    if saves is None:
+        from easyonline.protos import pipeline_pb2  # pylint: disable=g-import-not-at-top
+        saves = InferenceSaves(pipeline_pb2.InferenceSaveConfig(base_save_at_hour=-1, delta_save_secs=0),
+                               trainer.config.model_dir)
+        trainer.callbacks.append(saves)  # from now on it records changed keys for the next delta
+    return (saves.save_base(trainer) if mode == "base" else saves.save_delta(trainer)).path
+
+
 if "tensorflow" in _sys.modules:
     ensure_legacy_keras()

@@ -29,9 +29,10 @@ def topic(broker, request):
 
 
 def online_config(model_dir, server: str = "", topic: str = "", **edits):
-    """samples/online.config pointed at a test broker/topic, with JSON-path edits."""
+    """samples/online.config pointed at a test broker/topic, without its update topic, with JSON-path edits."""
     config = load_pipeline_config(os.path.join(SAMPLES, "online.config"))
     config.model_dir = str(model_dir)
+    config.train_config.ClearField("incr_save_config")  # tests that publish say where
     if server:
         config.kafka_train_input.server = server
         config.kafka_train_input.topic = topic

@@ -119,6 +119,11 @@ def test_offline_then_online_through_fine_tune_checkpoint(broker, topic, tmp_pat
     summary = trainer.run()
     assert summary.samples == 3000
     assert summary.positions == {0: 750, 1: 750}
+    # A restart resumes from its own checkpoint, not from fine_tune_checkpoint again.
+    restarted = OnlineTrainer(online, online=False)
+    assert restarted.restored_from == summary.checkpoint
+    assert restarted.checkpointer.positions == {0: 750, 1: 750}
+    assert restarted.run().samples == 0
     # Starting from the offline model beats starting from scratch on the same samples.
     scratch = OnlineTrainer(online_config(tmp_path / "scratch", broker.bootstrap, topic, **FAST), online=False).run()
     assert scratch.samples == 3000

@@ -201,6 +201,13 @@ def _validate_train(train: pipeline_pb2.TrainConfig) -> None:
     _require(train.seconds_per_day > 0, f"{path}.seconds_per_day", "must be > 0")
     if train.HasField("incr_save_config"):
         _validate_incr_save(train.incr_save_config, f"{path}.incr_save_config")
+    if train.HasField("inference_save_config"):
+        saves, where = train.inference_save_config, f"{path}.inference_save_config"
+        _require(-1 <= saves.base_save_at_hour <= 23, f"{where}.base_save_at_hour",
+                 f"must be -1 (off) or 0-23, got {saves.base_save_at_hour}")
+        _require(saves.base_save_secs >= 0, f"{where}.base_save_secs", "must be >= 0")
+        _require(saves.delta_save_secs >= 0, f"{where}.delta_save_secs", "must be >= 0")
+        _require(saves.keep_bases >= 1, f"{where}.keep_bases", "must be >= 1")
 
 
 def _validate_servers(server: str, path: str) -> None:

@@ -23,12 +23,10 @@ from typing import Deque, Dict, List, Optional
 
 import numpy as np
 
-from easyonline import ensure_legacy_keras
-from easyonline.publish.change_tracker import split_changes, unique_keys
 from easyonline.publish.param_ids import ParameterIds
+from easyonline.publish.snapshot import take_snapshot
 from easyonline.publish.update_codec import UpdateSnapshot, encode_update
 
-tf = ensure_legacy_keras()
 log = logging.getLogger(__name__)
 
 
@@ -225,23 +223,5 @@ class UpdatePublisher:
 
     def read(self, job: PublishJob) -> UpdateSnapshot:
         """The job's rows and deletes as they are in the tables now."""
-        snapshot = UpdateSnapshot(job.step, job.create_time, job.positions, dense=job.dense or {},
-                                  full_sync=job.full_sync)
-        for name, layer in self._tables.embeddings.items():
-            table_id = self._ids.tables[name][0]
-            deleted = unique_keys(job.deleted.get(name, []))
-            if job.full_sync:
-                keys, values = layer.params.export()
-                keys, values = keys.numpy(), values.numpy()
-                gone = deleted[~np.isin(deleted, keys)]
-            else:
-                keys = unique_keys(job.trained.get(name, []) + [deleted])
-                if not len(keys):
-                    continue
-                values, exists = layer.params.lookup(tf.constant(keys), return_exists=True)
-                keys, values, gone = split_changes(keys, deleted, values.numpy(), exists.numpy())
-            if len(keys):
-                snapshot.rows[table_id] = (keys, values)
-            if len(gone):
-                snapshot.deletes[table_id] = gone
-        return snapshot
+        return take_snapshot(self._tables, self._ids, job.step, job.create_time, job.positions, job.dense,
+                             job.trained, job.deleted, job.full_sync)

@@ -1,11 +1,11 @@
-"""The trainer's schedules as callbacks: checkpoints, shrinks, the stop file, incremental publishing."""
+"""The trainer's schedules as callbacks: checkpoints, shrinks, the stop file, publishing, base/delta saves."""
 import logging
 import time
 from typing import List
 
 from easyonline.protos import pipeline_pb2
 from easyonline.train.callbacks import Callback
-from easyonline.train.shrink_schedule import ShrinkSchedule
+from easyonline.train.daily_schedule import DailySchedule
 from easyonline.train.step_time_schedule import StepTimeSchedule
 from easyonline.train.stop_signal import STOP_SIGNAL_FILE
 from easyonline.utils import fileio
@@ -38,7 +38,7 @@ class ShrinkOnSchedule(Callback):
     """Runs trainer.shrink() every N seconds and/or once a day at a local hour."""
 
     def __init__(self, every_secs: float = 0, at_hour: int = -1):
-        self._schedule = ShrinkSchedule(every_secs, at_hour)
+        self._schedule = DailySchedule(every_secs, at_hour)
 
     def on_tick(self, trainer) -> None:
         if self._schedule.due(trainer.clock()):
@@ -75,4 +75,7 @@ def default_callbacks(config: pipeline_pb2.PipelineConfig) -> List[Callback]:
     if train.HasField("incr_save_config"):
         from easyonline.publish.publish_callback import IncrementalPublish  # pylint: disable=g-import-not-at-top
         callbacks.append(IncrementalPublish(train.incr_save_config, config.model_dir))
+    if train.HasField("inference_save_config"):
+        from easyonline.publish.base_delta import InferenceSaves  # pylint: disable=g-import-not-at-top
+        callbacks.append(InferenceSaves(train.inference_save_config, config.model_dir))
     return callbacks

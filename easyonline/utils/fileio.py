@@ -4,6 +4,7 @@ One place for every file operation the trainer does, so that ``oss://`` can
 be plugged in here (through oss2) without touching callers.
 """
 import os
+import shutil
 import tempfile
 
 
@@ -62,3 +63,9 @@ def listdir(path: str) -> list:
     """Names in a directory (not paths); empty when it does not exist."""
     _reject_oss(path)
     return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+def remove_tree(path: str) -> None:
+    """Deletes a directory and everything in it; nothing if it does not exist."""
+    _reject_oss(path)
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,11 +1,11 @@
 """When shrinks run: every N seconds, once a day at an hour, and from the trainer loop."""
 import time
 
-from easyonline.train.shrink_schedule import ShrinkSchedule
+from easyonline.train.daily_schedule import DailySchedule
 
 
 def test_every_n_seconds():
-    schedule = ShrinkSchedule(every_secs=10, start=1000.0)
+    schedule = DailySchedule(every_secs=10, start=1000.0)
     assert not schedule.due(1005.0)
     assert schedule.due(1010.0)
     assert not schedule.due(1015.0)
@@ -14,7 +14,7 @@ def test_every_n_seconds():
 
 def test_once_a_day_at_the_hour():
     day = time.mktime((2026, 11, 22, 0, 0, 0, 0, 0, -1))
-    schedule = ShrinkSchedule(at_hour=3, start=day)
+    schedule = DailySchedule(at_hour=3, start=day)
     assert not schedule.due(day + 2 * 3600)
     assert schedule.due(day + 3 * 3600 + 5)
     assert not schedule.due(day + 3 * 3600 + 600)  # once that day
@@ -23,5 +23,5 @@ def test_once_a_day_at_the_hour():
 
 
 def test_off_by_default():
-    schedule = ShrinkSchedule(start=0.0)
+    schedule = DailySchedule(start=0.0)
     assert not schedule.due(10**9)

@@ -1,10 +1,10 @@
-"""When to shrink: every N seconds and/or once a day at a given local hour (Paddle-style)."""
+"""When to shrink or save a base model: every N seconds and/or once a day at a given local hour (Paddle-style)."""
 import time
 from typing import Optional
 
 
-class ShrinkSchedule:
-    """``due(now)`` is True when a shrink should run; the hourly one fires once in hour ``at_hour`` of each day."""
+class DailySchedule:
+    """``due(now)`` is True when the work (a shrink, a base save) should run; the hourly one fires once in hour ``at_hour`` of each day."""
 
     def __init__(self, every_secs: float = 0.0, at_hour: int = -1, start: Optional[float] = None):
         self._every = every_secs
