@@ -64,6 +64,16 @@ def _validate_kafka(kafka: pipeline_pb2.KafkaInput, path: str) -> None:
             raise ConfigError(f"{path}.offset_time", str(e)) from None
 
 
+def _validate_bad_input(config: pipeline_pb2.PipelineConfig) -> None:
+    data = config.data_config
+    _require(0 < data.max_bad_fraction <= 1, "data_config.max_bad_fraction",
+             f"must be in (0, 1] (1 = never stop), got {data.max_bad_fraction}")
+    _require(data.bad_input_window >= 1, "data_config.bad_input_window", "must be >= 1")
+    _require(data.max_message_bytes >= 1, "data_config.max_message_bytes", "must be >= 1")
+    _require(not data.dead_letter_topic or config.HasField("kafka_train_input"), "data_config.dead_letter_topic",
+             "needs kafka_train_input (the dead-letter topic lives on its brokers)")
+
+
 def _validate_data(data: pipeline_pb2.DataConfig) -> None:
     path = "data_config"
     _require(len(data.input_fields) > 0, f"{path}.input_fields", "at least one input field is required")
@@ -243,6 +253,7 @@ def validate_pipeline_config(config: pipeline_pb2.PipelineConfig, online: bool =
     _require(bool(config.model_dir), "model_dir", "is required")
     _require(config.HasField("data_config"), "data_config", "is required")
     _validate_data(config.data_config)
+    _validate_bad_input(config)
     _validate_features(config)
     _require(config.HasField("model_config"), "model_config", "is required")
     _validate_model(config)

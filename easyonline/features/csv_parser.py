@@ -11,6 +11,7 @@ import re
 from typing import Dict, List, Sequence, Tuple
 
 from easyonline import ensure_legacy_keras
+from easyonline.inputs.rejections import BAD_LABEL, BAD_VALUE, FIELD_COUNT, INVALID_UTF8, rejection
 from easyonline.features.feature_spec import FeatureSpecs, IdFeature
 from easyonline.protos import pipeline_pb2
 
@@ -126,7 +127,13 @@ class CsvParser:
             if not line:
                 continue
             if line.count(self._separator) != expected:
-                rejected.append((line, f"expected {self._num_fields} fields, got {line.count(self._separator) + 1}"))
+                rejected.append((line, rejection(
+                    FIELD_COUNT, f"expected {self._num_fields} fields, got {line.count(self._separator) + 1}")))
+                continue
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                rejected.append((line, rejection(INVALID_UTF8, f"byte {e.start} is not UTF-8")))
                 continue
             good.append(line)
         batch = self.parse_exact(good)
@@ -141,6 +148,13 @@ class CsvParser:
         except tf.errors.InvalidArgumentError:
             lines, rejected = self._split_bad(lines)
             features, labels = self._decode(tf.constant(lines, tf.string))
+        values = labels.numpy()
+        bad = (values != 0) & (values != 1)
+        if bad.any():  # rare: decode again without them
+            rejected += [(line, rejection(BAD_LABEL, f"label {value:g} is not 0 or 1"))
+                         for line, value, b in zip(lines, values, bad) if b]
+            lines = [line for line, b in zip(lines, bad) if not b]
+            features, labels = self._decode(tf.constant(lines, tf.string))
         return ParsedBatch(features, labels, len(lines), rejected)
 
     def _split_bad(self, lines: List[bytes]):
@@ -150,5 +164,5 @@ class CsvParser:
                 self._decode(tf.constant([line], tf.string))
                 good.append(line)
             except tf.errors.InvalidArgumentError as e:
-                rejected.append((line, _reason(e.message)))
+                rejected.append((line, rejection(BAD_VALUE, _reason(e.message))))
         return good, rejected

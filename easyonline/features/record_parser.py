@@ -8,6 +8,7 @@ import json
 from typing import Any, Callable, Dict, List, Sequence
 
 from easyonline.features.csv_parser import CsvParser, ParsedBatch
+from easyonline.inputs.rejections import BAD_RECORD, rejection
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.features.parse_fn import load_parse_fn
 from easyonline.protos import pipeline_pb2
@@ -65,7 +66,7 @@ class RecordParser:
                         raise ValueError(f"{self._source} returned a {type(record).__name__}, not a dict")
                     good.append(self._to_line(record))
             except Exception as e:  # pylint: disable=broad-except
-                rejected.append((line, f"{self._source}: {type(e).__name__}: {e}"[:200]))
+                rejected.append((line, rejection(BAD_RECORD, f"{self._source}: {type(e).__name__}: {e}")))
         batch = self._csv.parse_exact(good)
         batch.rejected = rejected + batch.rejected
         return batch

@@ -12,6 +12,7 @@ from typing import Dict, Optional, Tuple
 
 from kafka import TopicPartition
 
+from easyonline.inputs.rejections import OVERSIZED_MESSAGE, rejection
 from easyonline.inputs import kafka_client
 from easyonline.inputs.raw_batch import BatchSource, RawBatch
 from easyonline.inputs.start_position import resolve_start_offsets
@@ -25,8 +26,9 @@ class KafkaInput(BatchSource):
 
     def __init__(self, kafka: pipeline_pb2.KafkaInput, batch_size: int, batch_timeout_ms: int,
                  checkpoint_positions: Optional[Dict[int, int]] = None, path: str = "kafka_train_input",
-                 partition_wait_secs: float = 30.0):
+                 partition_wait_secs: float = 30.0, max_message_bytes: int = 0):
         self._kafka = kafka
+        self._max_message_bytes = max_message_bytes
         self._batch_size = batch_size
         self._batch_timeout = batch_timeout_ms / 1000.0
         self._consumer = kafka_client.make_consumer(kafka, path, max_poll_records=max(batch_size, 500),
@@ -72,7 +74,7 @@ class KafkaInput(BatchSource):
 
     def next_batch(self, timeout: float) -> Optional[RawBatch]:
         self._run_commits()
-        lines = []
+        lines, refused = [], []
         messages = empty = 0
         started = time.time()
         first_at = None
@@ -98,6 +100,11 @@ class KafkaInput(BatchSource):
                     if not record.value:
                         empty += 1
                         continue
+                    if self._max_message_bytes and len(record.value) > self._max_message_bytes:
+                        refused.append((record.value[:200], rejection(
+                            OVERSIZED_MESSAGE, f"{len(record.value)} bytes at partition {tp.partition} offset "
+                            f"{record.offset} (max_message_bytes {self._max_message_bytes})")))
+                        continue
                     split = record.value.split(b"\n")
                     lines.extend(split)
                     self._lines_per_message = 0.9 * self._lines_per_message + 0.1 * len(split) \
@@ -107,7 +114,8 @@ class KafkaInput(BatchSource):
                 first_at = time.time()
         if not messages:
             return None
-        return RawBatch(lines, dict(self._positions), lag=self.lag(), messages=messages, empty_messages=empty)
+        return RawBatch(lines, dict(self._positions), lag=self.lag(), messages=messages, empty_messages=empty,
+                        rejected=refused)
 
     def commit(self, positions: Dict[int, int]) -> None:
         """Queued; done by the reading thread on its next call (the consumer is single-threaded)."""

@@ -1,7 +1,7 @@
 """What every source hands to the trainer: lines plus where the stream stands."""
 import abc
 import dataclasses
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 
 @dataclasses.dataclass
@@ -17,6 +17,8 @@ class RawBatch:
     lag: Optional[int] = None
     messages: int = 0
     empty_messages: int = 0
+    # Messages the source refused (e.g. oversized): (first bytes, reason), counted like bad lines.
+    rejected: List[Tuple[bytes, str]] = dataclasses.field(default_factory=list)
     # Set by sources that yield already-parsed batches (e.g. online_train over an iterable).
     parsed: Optional[object] = None
 

@@ -17,11 +17,12 @@ from easyonline.protos import pipeline_pb2
 
 
 def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoint_positions, path: str,
-           batches: "multiprocessing.Queue", commands: "multiprocessing.Queue") -> None:
+           max_message_bytes: int, batches: "multiprocessing.Queue", commands: "multiprocessing.Queue") -> None:
     from easyonline.inputs.kafka_input import KafkaInput  # pylint: disable=g-import-not-at-top
     kafka = pipeline_pb2.KafkaInput.FromString(kafka_bytes)
     try:
-        source = KafkaInput(kafka, batch_size, batch_timeout_ms, checkpoint_positions, path)
+        source = KafkaInput(kafka, batch_size, batch_timeout_ms, checkpoint_positions, path,
+                            max_message_bytes=max_message_bytes)
     except Exception as e:  # pylint: disable=broad-except
         batches.put(("error", type(e).__name__, str(e)))
         return
@@ -40,7 +41,7 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
             if batch is None:
                 continue
             item = ("batch", b"\n".join(batch.lines), batch.positions, batch.lag, batch.messages,
-                    batch.empty_messages)
+                    batch.empty_messages, batch.rejected)
             while True:
                 try:
                     batches.put(item, timeout=0.2)
@@ -64,14 +65,14 @@ class KafkaReaderProcess(BatchSource):
 
     def __init__(self, kafka: pipeline_pb2.KafkaInput, batch_size: int, batch_timeout_ms: int,
                  checkpoint_positions: Optional[Dict[int, int]] = None, path: str = "kafka_train_input",
-                 depth: int = 4, start_timeout: float = 120.0):
+                 depth: int = 4, start_timeout: float = 120.0, max_message_bytes: int = 0):
         context = multiprocessing.get_context("spawn")
         self._batches = context.Queue(maxsize=depth)
         self._commands = context.Queue()
         self._process = context.Process(
             target=_child, name="easyonline-kafka-reader", daemon=True,
             args=(kafka.SerializeToString(), batch_size, batch_timeout_ms, checkpoint_positions, path,
-                  self._batches, self._commands))
+                  max_message_bytes, self._batches, self._commands))
         self._process.start()
         try:
             first = self._batches.get(timeout=start_timeout)
@@ -93,8 +94,9 @@ class KafkaReaderProcess(BatchSource):
             return None
         if item[0] == "error":
             raise RuntimeError(f"reading Kafka failed: {item[1]}: {item[2]}")
-        _, blob, positions, lag, messages, empty = item
-        return RawBatch(blob.split(b"\n"), positions, lag=lag, messages=messages, empty_messages=empty)
+        _, blob, positions, lag, messages, empty, rejected = item
+        return RawBatch(blob.split(b"\n") if blob else [], positions, lag=lag, messages=messages,
+                        empty_messages=empty, rejected=rejected)
 
     def commit(self, positions: Dict[int, int]) -> None:
         self._commands.put(("commit", dict(positions)))

@@ -1,7 +1,8 @@
 """``python -m easyonline.train --config online.config --online``: the trainer's command line.
 
 Exit codes: 0 after a clean stop (input ended, num_steps, stop file, SIGTERM),
-2 for a bad config, 3 when the broker or an input file cannot be reached.
+2 for a bad config, 3 when the broker or an input file cannot be reached, 4 when more of
+the stream was malformed than data_config.max_bad_fraction allows.
 """
 import sys
 
@@ -40,6 +41,7 @@ def main(argv) -> int:
     from easyonline.train.threading_config import apply_thread_config  # pylint: disable=g-import-not-at-top
     apply_thread_config(config.train_config)
     from easyonline.inputs.kafka_client import BrokerUnreachableError  # pylint: disable=g-import-not-at-top
+    from easyonline.train.bad_input import BadInputError  # pylint: disable=g-import-not-at-top
     from easyonline.train.trainer import OnlineTrainer  # pylint: disable=g-import-not-at-top
     try:
         trainer = OnlineTrainer(config, online=FLAGS.online)
@@ -50,6 +52,9 @@ def main(argv) -> int:
     except (BrokerUnreachableError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 3
+    except BadInputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 4
     print("training summary")
     for line in summary.lines():
         print("  " + line)

@@ -17,12 +17,14 @@ from easyonline.features import build_feature_specs
 from easyonline.features.record_parser import make_parser
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.inputs import FileInput, Prefetcher
+from easyonline.inputs.dead_letter import DeadLetterSink
 from easyonline.inputs.reader_process import KafkaReaderProcess
 from easyonline.inputs.raw_batch import BatchSource
 from easyonline.models import build_model
 from easyonline.protos import pipeline_pb2
 from easyonline.embedding.dynamic_tables import STATS_EPOCH
 from easyonline.embedding.eviction import shrink_tables
+from easyonline.train.bad_input import BadInputMonitor
 from easyonline.train.callbacks import Callback
 from easyonline.train import builtin_callbacks
 from easyonline.train.checkpointing import Checkpointer, write_pipeline_config
@@ -116,7 +118,11 @@ class OnlineTrainer:
         self.step = int(self.checkpointer.step.numpy())
         self.positions: Dict[int, int] = {}
         self.lag: Optional[int] = None
-        self.rejected = 0
+        dead_letter = None
+        if config.data_config.dead_letter_topic and config.HasField("kafka_train_input"):
+            dead_letter = DeadLetterSink(config.kafka_train_input.server, config.data_config.dead_letter_topic,
+                                         fileio.basename(config.model_dir))
+        self.bad_input = BadInputMonitor(config.data_config, dead_letter)
         self.input_wait_seconds = 0.0  # time the loop waited for the next batch: high = input-bound
         self.evicted: Dict[str, np.ndarray] = {}  # keys evicted since start, per table (for publishing deletes)
 
@@ -158,6 +164,11 @@ class OnlineTrainer:
         return path
 
     # --- helpers ------------------------------------------------------------------
+    @property
+    def rejected(self) -> int:
+        """Samples (and messages) rejected since start; by kind in ``bad_input.counts``."""
+        return self.bad_input.total
+
     def _now(self) -> tf.Tensor:
         """The clock of the id statistics, as seconds since STATS_EPOCH; ``self.clock`` may be replaced in tests."""
         return tf.constant(self.clock() - STATS_EPOCH, tf.float64)
@@ -178,7 +189,7 @@ class OnlineTrainer:
         if self.config.HasField("kafka_train_input"):
             start = self.checkpointer.positions if self.checkpointer.manager.latest_checkpoint else None
             return KafkaReaderProcess(self.config.kafka_train_input, data.batch_size, data.batch_timeout_ms,
-                                      checkpoint_positions=start or None)
+                                      checkpoint_positions=start or None, max_message_bytes=data.max_message_bytes)
         return FileInput(self.config.file_train_input.paths, data.batch_size)
 
     def table_sizes(self) -> Dict[str, int]:
@@ -217,7 +228,7 @@ class OnlineTrainer:
         now = time.perf_counter()
         wait_share = (self.input_wait_seconds - last["wait"]) / max(now - last["time"], 1e-9)
         last["wait"], last["time"] = self.input_wait_seconds, now
-        fields = {"input_wait": f"{wait_share:.0%}"}
+        fields = {"input_wait": f"{wait_share:.0%}", **self.bad_input.status_fields()}
         for callback in self.callbacks:
             fields.update(callback.status_fields())
         logs = status.report(self.step, int(self.checkpointer.samples.numpy()), self.lag, self.metrics.auc(),
@@ -269,6 +280,7 @@ class OnlineTrainer:
         finally:
             prefetcher.close(close_source=False)
             status.close()
+            self.bad_input.close()
             try:
                 if self.step != self.checkpointer.last_saved_step:
                     self.save_checkpoint()
@@ -283,10 +295,7 @@ class OnlineTrainer:
         return summary
 
     def _train_item(self, raw, parsed) -> None:
-        if parsed.rejected:
-            self.rejected += len(parsed.rejected)
-            for line, reason in parsed.rejected[:5]:
-                log.warning("rejected sample (%s): %r", reason, line[:200])
+        self.bad_input.record(parsed.size, raw.rejected + parsed.rejected, raw.empty_messages)
         probs = None
         if parsed.size:
             probs = self.train_batch(parsed.features, parsed.labels)

@@ -69,3 +69,8 @@ def remove_tree(path: str) -> None:
     """Deletes a directory and everything in it; nothing if it does not exist."""
     _reject_oss(path)
     shutil.rmtree(path, ignore_errors=True)
+
+
+def basename(path: str) -> str:
+    """The last part of a path or oss:// URL, ignoring a trailing slash."""
+    return path.rstrip("/").rsplit("/", 1)[-1]
