@@ -1,4 +1,4 @@
-"""A broker outage mid-stream: training and publishing wait, then resume; no sample lost or repeated."""
+"""Soak: 5% malformed messages of every kind and two 20-second broker outages; nothing lost, counted exactly."""
 import threading
 import time
 
@@ -10,6 +10,7 @@ from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.train.callbacks import Callback
 from easyonline.train.trainer import OnlineTrainer
 from tests.conftest import online_config
+from tests.test_bad_input import _stream
 
 
 def _wait(condition, timeout):
@@ -19,14 +20,21 @@ def _wait(condition, timeout):
     return condition()
 
 
-def test_training_and_publishing_survive_a_broker_outage(broker, topic, tmp_path):
-    """The session broker is frozen with SIGSTOP for 12 s (the tansu broker loses data on restart)."""
+OUTAGE_SECS = 20
+
+
+def test_soak_bad_input_and_two_broker_outages(broker, topic, tmp_path):
+    """The session broker is frozen with SIGSTOP twice (the tansu broker loses its data on a restart)."""
     broker.create_topic(topic, 2)
-    stream = SyntheticCtrStream()
-    produce(broker.bootstrap, topic, stream.chunks(0, 3000), partitions=2)
+    lines, injected = _stream(9000, 20)  # 450 bad messages (5%), 75 of each kind
+    thirds = [lines[:len(lines) // 3], lines[len(lines) // 3: 2 * len(lines) // 3], lines[2 * len(lines) // 3:]]
+    good = set(SyntheticCtrStream().lines(0, 9000))
+    good_in = [sum(1 for line in part if line in good) for part in thirds]
+    produce(broker.bootstrap, topic, [thirds[0]], partitions=2)
     updates = topic + "_updates"
     config = online_config(tmp_path / "m", broker.bootstrap, topic, **{
-        "data_config.batch_size": 500, "data_config.batch_timeout_ms": 200, "train_config.save_checkpoints_steps": 4,
+        "data_config.batch_size": 500, "data_config.max_message_bytes": 3000,
+        "data_config.dead_letter_topic": topic + "_dead", "data_config.batch_timeout_ms": 200, "train_config.save_checkpoints_steps": 4,
         "train_config.save_checkpoints_secs": 0, "train_config.log_step_count_secs": 1,
         "train_config.incr_save_config": {"sparse_save_secs": 1, "dense_save_secs": 2,
                                           "kafka": {"server": broker.bootstrap, "topic": updates}}})
@@ -40,21 +48,27 @@ def test_training_and_publishing_survive_a_broker_outage(broker, topic, tmp_path
     result = {}
     thread = threading.Thread(target=lambda: result.setdefault("summary", trainer.run()), daemon=True)
     thread.start()
+    expected_good = 0
     try:
-        assert _wait(lambda: sum(trained) >= 3000, 120)
-        broker.pause()
-        time.sleep(12)  # reads, commits and publishes fail or hang meanwhile
-        broker.resume()
-        produce(broker.bootstrap, topic, stream.chunks(3000, 3000), partitions=2)
-        assert _wait(lambda: sum(trained) >= 6000, 120), sum(trained)
+        for part in range(3):
+            expected_good += good_in[part]
+            assert _wait(lambda: sum(trained) >= expected_good, 120), (part, sum(trained), expected_good)
+            if part < 2:
+                broker.pause()
+                time.sleep(OUTAGE_SECS)  # reads, commits, publishes and dead letters fail or hang meanwhile
+                broker.resume()
+                produce(broker.bootstrap, topic, [thirds[part + 1]], partitions=2)
         time.sleep(1)
     finally:
         broker.resume()
         trainer.stop("test done")
         thread.join(180)
     summary = result["summary"]
-    assert summary.samples == 6000 and sum(trained) == 6000  # none lost, none twice
-    assert sum(summary.positions.values()) == 6000
+    assert summary.samples == 9000 and sum(trained) == 9000  # every good sample exactly once
+    assert sum(summary.positions.values()) == len(lines)  # every message consumed
+    assert {k: v for k, v in trainer.bad_input.counts.items() if v} == \
+        {k: v for k, v in injected.items() if k != "empty_message"}
+    assert trainer.bad_input.empty_messages == injected["empty_message"]
     reader = KafkaUpdateReader(broker.bootstrap, updates)
     records = reader.read_available()
     reader.close()
