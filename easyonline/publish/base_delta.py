@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Tuple
 
 from easyonline.protos import pipeline_pb2
 from easyonline.publish.change_tracker import ChangeTracker
-from easyonline.publish.param_ids import (DENSE_IDS_FILE, TABLE_IDS_FILE, ParameterIds, dense_variables,
+from easyonline.publish.param_ids import (ParameterIds, dense_variables,
                                           ensure_parameter_ids, read_parameter_ids)
 from easyonline.publish.publish_callback import default_model_name
 from easyonline.publish.replica import ParameterReplica
