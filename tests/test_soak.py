@@ -2,10 +2,13 @@
 import threading
 import time
 
+import pytest
+
 from easyonline.publish.param_ids import read_parameter_ids
 from easyonline.publish.replica import ParameterReplica, differences_from_model
 from easyonline.publish.update_codec import decode_update
 from easyonline.publish.update_stream import KafkaUpdateReader
+from easyonline.tools.local_broker import LocalBroker
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.train.callbacks import Callback
 from easyonline.train.trainer import OnlineTrainer
@@ -23,8 +26,16 @@ def _wait(condition, timeout):
 OUTAGE_SECS = 20
 
 
-def test_soak_bad_input_and_two_broker_outages(broker, topic, tmp_path):
-    """The session broker is frozen with SIGSTOP twice (the tansu broker loses its data on a restart)."""
+@pytest.fixture
+def own_broker(tmp_path):
+    """A broker for this test alone: freezing the session's broker could upset the tests after it."""
+    with LocalBroker(log_path=str(tmp_path / "broker.log")) as b:
+        yield b
+
+
+def test_soak_bad_input_and_two_broker_outages(own_broker, tmp_path):
+    """The broker is frozen with SIGSTOP twice (the tansu broker loses its data on a restart)."""
+    broker, topic = own_broker, "soak"
     broker.create_topic(topic, 2)
     lines, injected = _stream(9000, 20)  # 450 bad messages (5%), 75 of each kind
     thirds = [lines[:len(lines) // 3], lines[len(lines) // 3: 2 * len(lines) // 3], lines[2 * len(lines) // 3:]]
@@ -63,6 +74,7 @@ def test_soak_bad_input_and_two_broker_outages(broker, topic, tmp_path):
         broker.resume()
         trainer.stop("test done")
         thread.join(180)
+    assert "summary" in result, "the trainer did not stop within 180 s"
     summary = result["summary"]
     assert summary.samples == 9000 and sum(trained) == 9000  # every good sample exactly once
     assert sum(summary.positions.values()) == len(lines)  # every message consumed

@@ -64,7 +64,9 @@ def test_stop_file_finishes_the_batch_checkpoints_and_records_positions(broker, 
 def test_sigterm_stops_the_cli_cleanly_with_a_checkpoint(broker, topic, tmp_path):
     _stream_to(broker, topic, 5000)
     model_dir = tmp_path / "m"
-    edits = dict(FAST, **{"kafka_train_input.server": broker.bootstrap, "kafka_train_input.topic": topic})
+    edits = dict(FAST, **{"kafka_train_input.server": broker.bootstrap, "kafka_train_input.topic": topic,
+                          "train_config.incr_save_config.kafka.server": broker.bootstrap,
+                          "train_config.incr_save_config.kafka.topic": topic + "_updates"})
     import json
     proc = subprocess.Popen([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
                              "--online", f"--model_dir={model_dir}", f"--edit_config_json={json.dumps(edits)}"],
@@ -84,6 +86,7 @@ def test_sigterm_stops_the_cli_cleanly_with_a_checkpoint(broker, topic, tmp_path
     assert "training summary" in rest
     assert os.path.exists(model_dir / "checkpoint")
     assert "positions        {0: 1250, 1: 1250}" in rest
+    assert "published the final update" in rest  # the sample config publishes; SIGTERM flushes it
 
 
 def test_config_error_exits_2_and_names_the_field(tmp_path):

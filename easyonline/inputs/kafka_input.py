@@ -113,7 +113,9 @@ class KafkaInput(BatchSource):
             if lines and first_at is None:
                 first_at = time.time()
         if not messages:
+            self.idle_lag = self.lag()
             return None
+        self.idle_lag = None
         return RawBatch(lines, dict(self._positions), lag=self.lag(), messages=messages, empty_messages=empty,
                         rejected=refused)
 

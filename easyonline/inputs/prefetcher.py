@@ -29,6 +29,7 @@ class Prefetcher:
         self._poll_timeout = poll_timeout
         self.error: Optional[BaseException] = None
         self.done = False
+        self.idle_lag: Optional[int] = None  # the source's lag when it last had nothing to give
         # The reading thread runs pure-Python Kafka decoding; with the default 5 ms GIL switch
         # interval the training thread would wait that long to launch each step.
         if sys.getswitchinterval() > 0.001:
@@ -50,9 +51,11 @@ class Prefetcher:
             while not self._stop.is_set():
                 raw = self.source.next_batch(self._poll_timeout)
                 if raw is None:
+                    self.idle_lag = self.source.idle_lag
                     if self.source.exhausted:
                         break
                     continue
+                self.idle_lag = None  # before the batch is queued: caught_up() must not see a stale 0
                 if not self._put((raw, self._parse(raw))):
                     return
         except BaseException as e:  # pylint: disable=broad-except
@@ -73,6 +76,10 @@ class Prefetcher:
                 raise RuntimeError(f"input failed: {self.error}") from self.error
             return None
         return item
+
+    def caught_up(self) -> bool:
+        """True when the source had nothing more to read and every batch it gave was taken."""
+        return self.idle_lag == 0 and self._queue.empty()
 
     def close(self, close_source: bool = True) -> None:
         """Stops the thread (prefetched batches are dropped: they were not trained)."""

@@ -30,6 +30,10 @@ class BatchSource(abc.ABC):
     def next_batch(self, timeout: float) -> Optional[RawBatch]:
         """The next batch, or None if nothing arrived within ``timeout`` seconds or the source is exhausted."""
 
+    #: The lag (messages not yet read) the source saw when its last ``next_batch`` returned
+    #: None, or None when unknown: 0 means it has read everything there is (caught up).
+    idle_lag: Optional[int] = None
+
     @property
     def exhausted(self) -> bool:
         """True once a finite source has nothing more to give."""

@@ -10,6 +10,7 @@ TensorFlow.
 """
 import multiprocessing
 import queue
+import time
 from typing import Dict, Optional
 
 from easyonline.inputs.raw_batch import BatchSource, RawBatch
@@ -27,6 +28,7 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
         batches.put(("error", type(e).__name__, str(e)))
         return
     batches.put(("ready", source.start_offsets, source.start_mode, [tp.partition for tp in source.partitions]))
+    next_idle_report = 0.0
     try:
         while True:
             try:
@@ -39,6 +41,12 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
                 source.commit(command[1])
             batch = source.next_batch(0.2)
             if batch is None:
+                if time.time() >= next_idle_report:  # so an offline run learns that it caught up
+                    next_idle_report = time.time() + 0.5
+                    try:
+                        batches.put_nowait(("idle", source.idle_lag))
+                    except queue.Full:
+                        pass
                 continue
             item = ("batch", b"\n".join(batch.lines), batch.positions, batch.lag, batch.messages,
                     batch.empty_messages, batch.rejected)
@@ -94,6 +102,10 @@ class KafkaReaderProcess(BatchSource):
             return None
         if item[0] == "error":
             raise RuntimeError(f"reading Kafka failed: {item[1]}: {item[2]}")
+        if item[0] == "idle":
+            self.idle_lag = item[1]
+            return None
+        self.idle_lag = None
         _, blob, positions, lag, messages, empty, rejected = item
         return RawBatch(blob.split(b"\n") if blob else [], positions, lag=lag, messages=messages,
                         empty_messages=empty, rejected=rejected)

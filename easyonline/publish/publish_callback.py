@@ -107,9 +107,10 @@ class IncrementalPublish(Callback):
     def on_train_end(self, trainer, summary) -> None:
         """Publishes the final state (dense and every pending key) and waits for it, up to flush_timeout_secs."""
         timeout = self.incr.flush_timeout_secs
+        deadline = time.time() + timeout  # one budget for queueing and sending, not one each
         full_sync = self.publisher.take_full_sync()
         sent = self.publisher.offer(self._job(trainer, dense=True, full_sync=full_sync), timeout=timeout)
-        flushed = self.publisher.close(timeout) and sent
+        flushed = self.publisher.close(max(deadline - time.time(), 0)) and sent
         for result in self.publisher.results():
             trainer.dispatch("on_publish", result)
         if flushed:

@@ -269,6 +269,8 @@ class OnlineTrainer:
                 if item is None:
                     if prefetcher.done:
                         break
+                    if prefetcher.caught_up():
+                        self.lag = 0  # the status line shows it even when no batch came in a while
                     if not self.online and self.lag == 0:
                         stop_reason = "caught up with the topic (offline run)"
                         break
