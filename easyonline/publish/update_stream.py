@@ -78,6 +78,23 @@ class KafkaUpdateReader:
                     break
         return out
 
+    def start_after_step(self, model_name: str, step: int, window: int = 256) -> Tuple[int, int]:
+        """(offset, sequence) of the first message of ``model_name`` made after ``step``: where a model
+        exported from that step starts following. The end of the topic when there is none yet."""
+        end = self._end_estimate()
+        start = max(0, end - window)
+        while True:
+            self.seek(start)
+            records = [(offset, _header_of(value)) for offset, value in self.read_available()]
+            ours = [(offset, h) for offset, h in records if h is not None and h.model_name == model_name]
+            newer = [(offset, h) for offset, h in ours if h.global_step > step]
+            if start == 0 or (ours and ours[0][1].global_step <= step):
+                if newer:
+                    return newer[0][0], newer[0][1].sequence
+                last_offset = records[-1][0] + 1 if records else end
+                return max(last_offset, end), (ours[-1][1].sequence + 1 if ours else 1)
+            start = max(0, start - window)
+
     def _end_estimate(self) -> int:
         return self._consumer.end_offsets([self._tp]).get(self._tp) or 0
 
@@ -120,6 +137,16 @@ class DirectoryUpdateReader:
                 out.append((sequence, fileio.read_bytes(fileio.join(self.directory, update_file_name(sequence)))))
                 self.next_sequence = sequence + 1
         return out
+
+    def start_after_step(self, model_name: str, step: int) -> Tuple[int, int]:
+        """(sequence, sequence) of the first message made after ``step`` (see KafkaUpdateReader)."""
+        sequences = self.sequences()
+        for sequence in reversed(sequences):
+            header = _header_of(fileio.read_bytes(fileio.join(self.directory, update_file_name(sequence))))
+            if header is not None and header.model_name == model_name and header.global_step <= step:
+                return sequence + 1, sequence + 1
+        first = sequences[0] if sequences else 1
+        return first, first
 
     def last_header(self, model_name: str) -> Optional[update_pb2.UpdateHeader]:
         sequences = self.sequences()

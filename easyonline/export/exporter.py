@@ -1,0 +1,97 @@
+"""Writes a timestamped SavedModel version from a checkpoint, ready for the serving processor.
+
+The version holds ``serving_default`` and ``incr_update_sig`` (see
+serving_module.py) and, in ``assets/``, the config, the parameter id maps
+copied from model_dir (the ones the trainer publishes with) and
+``incr_update.txt``: where the update stream is and from which position its
+messages are newer than this export. TFRA's inference mode is
+process-global, so export from a process that does not train.
+"""
+import json
+import logging
+import os
+import shutil
+import time
+from typing import Optional
+
+from easyonline import ensure_legacy_keras
+from easyonline.config.loader import to_text
+from easyonline.features import build_feature_specs
+from easyonline.models import build_model
+from easyonline.protos import pipeline_pb2
+from easyonline.publish.param_ids import ensure_parameter_ids
+from easyonline.publish.publish_callback import default_model_name
+from easyonline.publish.update_stream import DirectoryUpdateReader, KafkaUpdateReader
+from easyonline.train.checkpointing import latest_checkpoint
+from easyonline.utils import fileio
+
+tf = ensure_legacy_keras()
+log = logging.getLogger(__name__)
+
+INCR_UPDATE_FILE = "incr_update.txt"
+PIPELINE_FILE = "pipeline.config"
+
+
+def checkpoint_step(path: str) -> int:
+    return int(tf.train.load_checkpoint(path).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
+def update_stream_info(config: pipeline_pb2.PipelineConfig, step: int) -> dict:
+    """What incr_update.txt says: the update storage and the first message newer than ``step``."""
+    train = config.train_config
+    if not train.HasField("incr_save_config"):
+        return {"storage": "none", "step": step}
+    incr = train.incr_save_config
+    model_name = incr.model_name or default_model_name(config.model_dir)
+    info = {"model_name": model_name, "step": step}
+    if incr.WhichOneof("storage") == "kafka":
+        reader = KafkaUpdateReader(incr.kafka.server, incr.kafka.topic)
+        try:
+            offset, sequence = reader.start_after_step(model_name, step)
+        finally:
+            reader.close()
+        info.update(storage="kafka", server=incr.kafka.server, topic=incr.kafka.topic, offset=offset,
+                    sequence=sequence)
+    else:
+        sequence, _ = DirectoryUpdateReader(incr.fs.incr_save_dir).start_after_step(model_name, step)
+        info.update(storage="fs", incr_save_dir=incr.fs.incr_save_dir, sequence=sequence)
+    return info
+
+
+def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
+                       checkpoint_path: Optional[str] = None) -> str:
+    """Exports the checkpoint (default: the latest in model_dir); returns the new version's path."""
+    from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
+    from easyonline.export.serving_module import ServingModule, raw_input_specs  # pylint: disable=g-import-not-at-top
+    path = latest_checkpoint(checkpoint_path or config.model_dir)
+    if path is None:
+        raise FileNotFoundError(f"no checkpoint at {checkpoint_path or config.model_dir}")
+    de.enable_inference_mode()
+    specs = build_feature_specs(config)
+    model = build_model(config, specs)
+    empty = {name: tf.zeros([0], spec.dtype) for name, spec in raw_input_specs(specs).items()}
+    ServingModule.build_variables(model, specs, empty)
+    tf.train.Checkpoint(model=model).restore(path).expect_partial()
+    ids = ensure_parameter_ids(config.model_dir, model)
+    module = ServingModule(model, specs, ids)
+    step = checkpoint_step(path)
+    version = str(int(time.time()))
+    while fileio.exists(os.path.join(export_dir, version)):
+        version = str(int(version) + 1)
+    staging = os.path.join(export_dir, f".staging-{version}")
+    tf.saved_model.save(module, staging,
+                        signatures={"serving_default": module.serve.get_concrete_function(),
+                                    "incr_update_sig": module.incr_update.get_concrete_function()},
+                        options=tf.saved_model.SaveOptions(namespace_whitelist=["TFRA"]))
+    assets = os.path.join(staging, "assets")
+    os.makedirs(assets, exist_ok=True)
+    for name, text in ids.to_files().items():
+        fileio.write_text_atomic(os.path.join(assets, name), text)
+    fileio.write_text_atomic(os.path.join(assets, PIPELINE_FILE), to_text(config))
+    info = update_stream_info(config, step)
+    info.update(checkpoint=path, exported_at=time.time())
+    fileio.write_text_atomic(os.path.join(assets, INCR_UPDATE_FILE), json.dumps(info, indent=1) + "\n")
+    final = os.path.join(export_dir, version)
+    os.rename(staging, final)
+    log.info("exported %s (step %d) to %s; updates from %s", path, step, final, info)
+    return final

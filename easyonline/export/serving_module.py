@@ -1,0 +1,122 @@
+"""The tf.Module that is exported: raw features in, probabilities out; updates applied in place.
+
+``serve`` takes one tensor per raw input field (strings, ints or floats as the
+config declares them), turns them into ids exactly as the trainer's parser
+does (the same ``ids_of``), and runs the model in inference mode, where an
+unknown id looks up as zeros and creates nothing.
+
+``incr_update`` applies one decoded update message: for every embedding table
+its deleted keys, then its upserted rows; for dense parameters, slices of
+their flattened values at an offset, as the UpdateMessage carries them. The
+inputs are named by the ids in ``DENSE_UPDATE_VARIABLES`` and
+``embed_name_to_ids.txt``, so serving never needs the trainer's variable
+names.
+"""
+from typing import Dict
+
+from easyonline import ensure_legacy_keras
+from easyonline.features.csv_parser import ids_of
+from easyonline.features.feature_spec import FeatureSpecs
+from easyonline.protos import pipeline_pb2
+from easyonline.publish.param_ids import ParameterIds, dense_variables
+
+tf = ensure_legacy_keras()
+
+_FT = pipeline_pb2.DataConfig.FieldType
+
+
+def raw_input_specs(specs: FeatureSpecs) -> Dict[str, tf.TensorSpec]:
+    """One input per raw field a feature reads: its config type, or a string for tag features."""
+    types = {f.name: f.field_type for f in specs.input_fields}
+    out = {}
+    for feature in specs.id_features:
+        if feature.multi_value or types[feature.input_name] == _FT.STRING:
+            dtype = tf.string
+        else:
+            dtype = tf.int64
+        out[feature.input_name] = tf.TensorSpec([None], dtype, name=feature.input_name)
+    for feature in specs.raw_features:
+        out[feature.input_name] = tf.TensorSpec([None], tf.float32, name=feature.input_name)
+    return dict(sorted(out.items()))
+
+
+def update_input_specs(ids: ParameterIds) -> Dict[str, tf.TensorSpec]:
+    """The inputs of incr_update_sig (see the module docstring and docs/serving.md)."""
+    specs = {
+        "dense_ids": tf.TensorSpec([None], tf.int64, name="dense_ids"),
+        "dense_offsets": tf.TensorSpec([None], tf.int64, name="dense_offsets"),
+        "dense_lengths": tf.TensorSpec([None], tf.int64, name="dense_lengths"),
+        "dense_values": tf.TensorSpec([None], tf.float32, name="dense_values"),
+    }
+    for _, (table_id, width) in sorted(ids.tables.items(), key=lambda kv: kv[1][0]):
+        specs[f"table_{table_id}_keys"] = tf.TensorSpec([None], tf.int64, name=f"table_{table_id}_keys")
+        specs[f"table_{table_id}_values"] = tf.TensorSpec([None, width], tf.float32, name=f"table_{table_id}_values")
+        specs[f"table_{table_id}_deleted"] = tf.TensorSpec([None], tf.int64, name=f"table_{table_id}_deleted")
+    return specs
+
+
+class _ById:
+    """Dense variables and tables by id, hidden from tf.Module's tracking."""
+
+    def __init__(self, dense, tables):
+        self.dense, self.tables = dense, tables
+
+
+class ServingModule(tf.Module):
+    """Wraps a trained RankingModel for export; build it after ``de.enable_inference_mode()``."""
+
+    def __init__(self, model, specs: FeatureSpecs, ids: ParameterIds):
+        super().__init__(name="easyonline_serving")
+        self.model = model
+        self._specs = specs
+        # Plain tuples of (id, object) behind a non-trackable holder: the model already tracks these
+        # objects, and a dict with int keys cannot be tracked.
+        self._params = _ById(tuple(sorted((ids.dense[n], v) for n, v in dense_variables(model).items())),
+                             tuple(sorted((ids.tables[n][0], layer.params)
+                                          for n, layer in model.tables.embeddings.items())))
+        self.serve = tf.function(self._serve, input_signature=[raw_input_specs(specs)], autograph=False)
+        self.incr_update = tf.function(self._incr_update, input_signature=[update_input_specs(ids)],
+                                       autograph=False)
+
+    @staticmethod
+    def build_variables(model, specs: FeatureSpecs, empty_inputs) -> None:
+        """Creates the model's dense variables (a call on an empty batch) so a checkpoint can fill them."""
+        model(ServingModule.features_of(specs, empty_inputs), training=False)
+
+    @staticmethod
+    def features_of(specs: FeatureSpecs, inputs):
+        """Model features from raw inputs, exactly as the trainer's parser makes them."""
+        features = {}
+        for feature in specs.id_features:
+            features[feature.name] = ids_of(feature, inputs[feature.input_name])
+        for feature in specs.raw_features:
+            features[feature.name] = tf.cast(inputs[feature.input_name], tf.float32)
+        return features
+
+    def _serve(self, inputs):
+        logits = self.model(self.features_of(self._specs, inputs), training=False)
+        return {"probs": tf.sigmoid(logits), "logits": logits}
+
+    def _incr_update(self, inputs):
+        applied = []
+        for table_id, table in self._params.tables:
+            deleted = inputs[f"table_{table_id}_deleted"]
+            keys, values = inputs[f"table_{table_id}_keys"], inputs[f"table_{table_id}_values"]
+            removed = table.remove(deleted)
+            with tf.control_dependencies([removed]):  # deletes first: an update never deletes a row it sends
+                applied.append(table.upsert(keys, values))
+        ids, offsets = inputs["dense_ids"], inputs["dense_offsets"]
+        lengths, values = inputs["dense_lengths"], inputs["dense_values"]
+        starts = tf.cumsum(lengths, exclusive=True)  # where each entry's values begin in dense_values
+        for param_id, variable in self._params.dense:
+            mine = tf.reshape(tf.where(tf.equal(ids, param_id)), [-1])
+            at = tf.gather(offsets, mine)
+            count = tf.gather(lengths, mine)
+            into = tf.ragged.range(at, at + count).flat_values
+            source = tf.ragged.range(tf.gather(starts, mine), tf.gather(starts, mine) + count).flat_values
+            flat = tf.reshape(variable, [-1])
+            updated = tf.tensor_scatter_nd_update(flat, into[:, None], tf.gather(values, source))
+            applied.append(variable.assign(tf.reshape(updated, tf.shape(variable))))
+        with tf.control_dependencies(applied):
+            return {"applied": tf.size(ids, tf.int64) + sum(tf.size(inputs[f"table_{t}_keys"], tf.int64)
+                                                          for t, _ in self._params.tables)}

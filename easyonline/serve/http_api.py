@@ -1,0 +1,181 @@
+"""HTTP in TensorFlow Serving's REST format, so existing clients work.
+
+- ``POST /v1/models/<name>:predict`` with ``{"instances": [{input: value}, ...]}`` (answers
+  ``{"predictions": [{"probs": p, "logits": l}, ...]}``) or ``{"inputs": {input: [values]}}``
+  (answers ``{"outputs": {"probs": [...], "logits": [...]}}``);
+- ``GET /v1/models/<name>``: version, last applied step and sequence, update lag;
+- ``GET /metrics``: the same and request counters, in Prometheus text format.
+
+Requests larger than ``max_request_bytes`` get 413, malformed ones 400 with
+the reason; the server keeps answering while updates are applied.
+"""
+import json
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Dict, Tuple
+
+import numpy as np
+
+from easyonline.serve.loaded_export import LoadedExport
+from easyonline.serve.update_follower import UpdateFollower
+
+log = logging.getLogger(__name__)
+_DRAIN_LIMIT = 64 * 1024 * 1024  # a refused body up to this size is read and dropped, a larger one cut off
+
+
+class BadRequest(ValueError):
+    pass
+
+
+def request_inputs(body: dict) -> Tuple[Dict[str, list], bool]:
+    """({input: values}, True for the row "instances" form) from a decoded request body."""
+    if not isinstance(body, dict) or ("instances" in body) == ("inputs" in body):
+        raise BadRequest('the body must be a JSON object with either "instances" or "inputs"')
+    if "instances" in body:
+        rows = body["instances"]
+        if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+            raise BadRequest('"instances" must be a non-empty list of objects {input: value}')
+        names = set(rows[0])
+        if any(set(r) != names for r in rows):
+            raise BadRequest("every instance must have the same inputs")
+        return {name: [r[name] for r in rows] for name in names}, True
+    columns = body["inputs"]
+    if not isinstance(columns, dict) or not columns:
+        raise BadRequest('"inputs" must be a non-empty object {input: [values]}')
+    out = {}
+    for name, values in columns.items():
+        out[name] = values if isinstance(values, list) else [values]
+    return out, False
+
+
+class ServingState:
+    """What the handlers share: the model, the follower, counters."""
+
+    def __init__(self, export: LoadedExport, follower: UpdateFollower, model_name: str, max_request_bytes: int):
+        self.export, self.follower, self.model_name = export, follower, model_name
+        self.max_request_bytes = max_request_bytes
+        self.requests: Dict[str, int] = {"ok": 0, "bad_request": 0, "too_large": 0, "not_found": 0, "error": 0}
+        self.predicted = 0
+        self.predict_seconds = 0.0
+        self.started = time.time()
+        self._lock = threading.Lock()
+
+    def count(self, outcome: str, samples: int = 0, seconds: float = 0.0) -> None:
+        with self._lock:
+            self.requests[outcome] += 1
+            self.predicted += samples
+            self.predict_seconds += seconds
+
+    def status(self) -> dict:
+        follower = self.follower
+        lag = follower.lag_seconds()
+        return {"model_version_status": [{"version": self.export.version, "state": "AVAILABLE",
+                                          "status": {"error_code": "OK", "error_message": ""}}],
+                "model_name": self.model_name, "export": self.export.path,
+                "last_applied_step": follower.step, "last_applied_sequence": follower.last_sequence,
+                "applied_updates": follower.applied, "skipped_updates": follower.skipped,
+                "refused_updates": dict(follower.refused), "update_lag_messages": follower.lag_messages,
+                "update_lag_seconds": None if lag is None else round(lag, 3), "update_error": follower.error}
+
+    def metrics(self) -> str:
+        follower = self.follower
+        lines = []
+
+        def gauge(name, value, help_text, labels=""):
+            lines.append(f"# HELP easyonline_serving_{name} {help_text}")
+            lines.append(f"# TYPE easyonline_serving_{name} gauge")
+            lines.append(f"easyonline_serving_{name}{labels} {value if value is not None else 'NaN'}")
+
+        gauge("last_applied_step", follower.step, "global step of the newest applied update")
+        gauge("last_applied_sequence", follower.last_sequence, "sequence number of the newest applied update")
+        gauge("applied_updates_total", follower.applied, "update messages applied since start")
+        gauge("skipped_updates_total", follower.skipped, "duplicate update messages skipped")
+        lines.append("# HELP easyonline_serving_refused_updates_total update messages refused, by reason")
+        lines.append("# TYPE easyonline_serving_refused_updates_total counter")
+        for reason in ("malformed", "gap", "inconsistent"):
+            lines.append(f'easyonline_serving_refused_updates_total{{reason="{reason}"}} {follower.refused[reason]}')
+        gauge("update_lag_messages", follower.lag_messages, "update messages on the stream not yet read")
+        gauge("update_lag_seconds", follower.lag_seconds(), "age of the newest applied update while behind")
+        lines.append("# HELP easyonline_serving_requests_total HTTP requests by outcome")
+        lines.append("# TYPE easyonline_serving_requests_total counter")
+        for outcome, count in sorted(self.requests.items()):
+            lines.append(f'easyonline_serving_requests_total{{outcome="{outcome}"}} {count}')
+        gauge("predicted_samples_total", self.predicted, "samples scored since start")
+        gauge("predict_seconds_total", round(self.predict_seconds, 6), "time spent scoring")
+        return "\n".join(lines) + "\n"
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "easyonline-serve"
+    state: ServingState  # set on the subclass made by make_server
+
+    def log_message(self, fmt, *args):  # the access log goes to DEBUG, not stderr
+        log.debug("%s " + fmt, self.address_string(), *args)
+
+    def _send(self, code: int, body, content_type: str = "application/json") -> None:
+        data = (body if isinstance(body, str) else json.dumps(body)).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, code: int, outcome: str, message: str) -> None:
+        self.state.count(outcome)
+        self._send(code, {"error": message})
+
+    def do_GET(self):  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._send(200, self.state.metrics(), "text/plain; version=0.0.4")
+        elif path == f"/v1/models/{self.state.model_name}":
+            self._send(200, self.state.status())
+        else:
+            self._error(404, "not_found", f"no such resource {path}; try /v1/models/{self.state.model_name}")
+
+    def do_POST(self):  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        if path != f"/v1/models/{self.state.model_name}:predict":
+            self._error(404, "not_found", f"POST /v1/models/{self.state.model_name}:predict, not {path}")
+            return
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            self._error(411, "bad_request", "a Content-Length header is required")
+            return
+        if length > self.state.max_request_bytes:
+            self.close_connection = True
+            if length <= _DRAIN_LIMIT:  # read it, so the client gets the answer rather than a reset
+                while length > 0:
+                    length -= len(self.rfile.read(min(length, 1 << 16)) or b"\0" * length)
+            self._error(413, "too_large", f"request of {length} bytes is over the limit of "
+                                          f"{self.state.max_request_bytes} (--max_request_bytes)")
+            return
+        started = time.perf_counter()
+        try:
+            body = json.loads(self.rfile.read(length))
+            inputs, rows = request_inputs(body)
+            out = self.state.export.predict(inputs)
+        except (ValueError, BadRequest) as e:  # JSONDecodeError is a ValueError
+            self._error(400, "bad_request", str(e))
+            return
+        except Exception as e:  # pylint: disable=broad-except
+            log.exception("predict failed")
+            self._error(500, "error", f"{type(e).__name__}: {e}")
+            return
+        samples = len(next(iter(out.values())))
+        self.state.count("ok", samples, time.perf_counter() - started)
+        out = {name: np.asarray(v).tolist() for name, v in out.items()}
+        if rows:
+            self._send(200, {"predictions": [{name: out[name][i] for name in out} for i in range(samples)]})
+        else:
+            self._send(200, {"outputs": out})
+
+
+def make_server(state: ServingState, host: str, port: int) -> ThreadingHTTPServer:
+    handler = type("BoundHandler", (Handler,), {"state": state})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server

@@ -1,0 +1,136 @@
+"""Follows the update stream named in the export's incr_update.txt and applies it in order.
+
+Rules (the same as publish/replica.py, the reference reader): messages of
+other models are ignored; a sequence number at or below the last applied is
+a duplicate and skipped; one above the next expected is a gap and refused,
+unless it starts a full sync (which re-sends everything, so it heals the
+gap); a message that does not decode is refused. Every refusal is counted by
+reason and logged (at most once every 10 s per reason). A broker outage is
+retried with backoff; nothing already applied is lost.
+"""
+import collections
+import logging
+import threading
+import time
+from typing import Dict, Optional
+
+from easyonline.publish.update_codec import MalformedUpdateError, decode_update
+from easyonline.publish.update_stream import DirectoryUpdateReader, KafkaUpdateReader
+from easyonline.serve.loaded_export import LoadedExport
+
+log = logging.getLogger(__name__)
+
+
+class UpdateFollower:
+    def __init__(self, export: LoadedExport, poll_secs: float = 0.2):
+        self.export = export
+        info = export.update_info
+        self.storage = info.get("storage", "none")
+        self.model_name = info.get("model_name", "")
+        self.next_sequence = int(info.get("sequence", 1))
+        self.step: Optional[int] = info.get("step")
+        self.last_create_time: Optional[float] = None
+        self.applied = 0
+        self.skipped = 0
+        self.refused: Dict[str, int] = collections.Counter()
+        self.lag_messages: Optional[int] = None
+        self.error: Optional[str] = None
+        self._poll_secs = poll_secs
+        self._next_log: Dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._reader = None
+
+    def start(self) -> "UpdateFollower":
+        if self.storage == "none":
+            log.warning("the export names no update stream: serving the exported parameters only")
+            return self
+        self._thread = threading.Thread(target=self._run, name="update-follower", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    @property
+    def last_sequence(self) -> int:
+        return self.next_sequence - 1
+
+    def lag_seconds(self) -> Optional[float]:
+        """0 when caught up; else how old the newest applied update is."""
+        if self.lag_messages == 0:
+            return 0.0
+        return None if self.last_create_time is None else max(time.time() - self.last_create_time, 0.0)
+
+    def _open(self):
+        info = self.export.update_info
+        if self.storage == "kafka":
+            return KafkaUpdateReader(info["server"], info["topic"], start_offset=int(info["offset"]))
+        return DirectoryUpdateReader(info["incr_save_dir"], start_sequence=self.next_sequence)
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                if self._reader is None:
+                    self._reader = self._open()
+                records = self._reader.poll(500) if self.storage == "kafka" else self._reader.read_available()
+                for _, data in records:
+                    self.handle(data)
+                self._update_lag()
+                if self.error is not None:
+                    log.info("update stream readable again")
+                self.error = None
+                backoff = 0.5
+                if not records and self.storage != "kafka":
+                    self._stop.wait(self._poll_secs)
+            except Exception as e:  # pylint: disable=broad-except  (outages: retry, keep serving)
+                if self.error is None:
+                    log.error("reading updates failed (%s: %s); serving goes on, retrying", type(e).__name__, e)
+                self.error = f"{type(e).__name__}: {e}"
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def _update_lag(self) -> None:
+        if self.storage == "kafka":
+            high = self._reader.highwater()
+            self.lag_messages = None if high is None else max(high - self._reader.position, 0)
+        else:
+            sequences = self._reader.sequences()
+            self.lag_messages = len([s for s in sequences if s >= self._reader.next_sequence])
+
+    def _refuse(self, reason: str, detail: str) -> None:
+        self.refused[reason] += 1
+        now = time.time()
+        if now >= self._next_log.get(reason, 0.0):
+            log.error("refused an update message (%s): %s [%d so far]", reason, detail, self.refused[reason])
+            self._next_log[reason] = now + 10
+
+    def handle(self, data: bytes) -> bool:
+        """Checks and applies one raw message; True if it was applied."""
+        try:
+            message = decode_update(data)
+        except MalformedUpdateError as e:
+            self._refuse("malformed", str(e))
+            return False
+        header = message.header
+        if self.model_name and header.model_name != self.model_name:
+            return False  # another model's stream shares the topic
+        if header.sequence < self.next_sequence:
+            self.skipped += 1
+            return False
+        if header.sequence > self.next_sequence and not (header.full_sync and header.part == 0):
+            self._refuse("gap", f"expected sequence {self.next_sequence}, got {header.sequence}")
+            return False
+        try:
+            self.export.apply(message)
+        except ValueError as e:
+            self._refuse("inconsistent", str(e))
+            return False
+        self.next_sequence = header.sequence + 1
+        self.step = header.global_step
+        self.last_create_time = header.create_time
+        self.applied += 1
+        return True
