@@ -4,7 +4,9 @@ Exit codes: 0 exported, 2 bad config or flags, 3 no checkpoint or update stream 
 """
 import sys
 
-from absl import app, flags
+from absl import flags
+
+from easyonline.utils.cli import run_command
 
 from easyonline.utils.logs import setup_logging
 
@@ -50,5 +52,4 @@ def main(argv) -> int:
 
 
 def run() -> None:
-    define_flags()
-    app.run(lambda argv: sys.exit(main(argv)))
+    run_command(define_flags, main)

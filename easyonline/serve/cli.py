@@ -10,7 +10,9 @@ import signal
 import sys
 import threading
 
-from absl import app, flags
+from absl import flags
+
+from easyonline.utils.cli import run_command
 
 from easyonline.utils.logs import setup_logging
 
@@ -69,5 +71,4 @@ def main(argv) -> int:
 
 
 def run() -> None:
-    define_flags()
-    app.run(lambda argv: sys.exit(main(argv)))
+    run_command(define_flags, main)

@@ -15,7 +15,9 @@ import sys
 import tempfile
 from typing import Optional
 
-from absl import app, flags
+from absl import flags
+
+from easyonline.utils.cli import run_command
 
 from easyonline.train.callbacks import Callback
 
@@ -155,6 +157,9 @@ def main(argv) -> int:
     return 0 if recovered and not frozen_ok and updates_ok else 1
 
 
+def run() -> None:
+    run_command(define_flags, main)
+
+
 if __name__ == "__main__":
-    define_flags()
-    app.run(lambda argv: sys.exit(main(argv)))
+    run()

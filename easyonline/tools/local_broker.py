@@ -15,7 +15,9 @@ import sys
 import time
 from typing import Optional
 
-from absl import app, flags
+from absl import flags
+
+from easyonline.utils.cli import run_command
 
 from easyonline.utils.net import free_port, wait_for_port
 
@@ -128,8 +130,7 @@ def main(argv) -> None:
 
 
 def run() -> None:
-    define_flags()
-    app.run(main)
+    run_command(define_flags, main)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ import json
 import sys
 from typing import Dict, List, Tuple
 
-from absl import app, flags
+from absl import flags
+
+from easyonline.utils.cli import run_command
 
 from easyonline.publish.update_codec import MalformedUpdateError, decode_update, describe
 from easyonline.publish.update_stream import DirectoryUpdateReader, KafkaUpdateReader
@@ -106,8 +108,7 @@ def main(argv) -> int:
 
 
 def run() -> None:
-    define_flags()
-    app.run(lambda argv: sys.exit(main(argv)))
+    run_command(define_flags, main)
 
 
 if __name__ == "__main__":

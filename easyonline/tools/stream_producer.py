@@ -15,7 +15,9 @@ import time
 from typing import Iterator, List, Optional
 
 import numpy as np
-from absl import app, flags
+from absl import flags
+
+from easyonline.utils.cli import run_command
 
 log = logging.getLogger(__name__)
 NUM_NUMERIC = 13
@@ -155,8 +157,7 @@ def main(argv) -> None:
 
 
 def run() -> None:
-    define_flags()
-    app.run(main)
+    run_command(define_flags, main)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ the stream was malformed than data_config.max_bad_fraction allows.
 """
 import sys
 
-from absl import app, flags
+from absl import flags
+
+from easyonline.utils.cli import run_command
 
 from easyonline.utils.logs import setup_logging
 
@@ -62,5 +64,4 @@ def main(argv) -> int:
 
 
 def run() -> None:
-    define_flags()
-    app.run(lambda argv: sys.exit(main(argv)))
+    run_command(define_flags, main)
