@@ -5,11 +5,11 @@ from tests.conftest import PYTHON, python_env
 
 
 def test_demo_trains_online_and_beats_the_frozen_model():
-    proc = subprocess.run([PYTHON, "-m", "easyonline.tools.demo", "--samples=180000", "--drift_at=80000",
+    proc = subprocess.run([PYTHON, "-m", "easyonline.tools.demo", "--samples=160000", "--drift_at=60000",
                            "--max_seconds=240"], env=python_env(), capture_output=True, text=True, timeout=400)
     out = proc.stdout
     assert "easyonline demo" in out, proc.stderr[-3000:]
-    assert "samples          180000" in out
+    assert "samples          160000" in out
     values = {}
     for line in out.splitlines():
         for key in ("before the drift", "at the end, online model", "model frozen at the drift point"):
