@@ -58,6 +58,7 @@ class PublishDelays(Callback):
 def run_once(work, broker, topic, publish, index):
     config = config_for(os.path.join(work, f"run_{index}"), broker.bootstrap, topic)
     delays = PublishDelays()
+    config.train_config.ClearField("incr_save_config")  # the sample config publishes; "off" must not
     if publish:
         incr = config.train_config.incr_save_config
         incr.sparse_save_secs, incr.dense_save_secs = 1, 10
