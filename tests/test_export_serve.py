@@ -249,7 +249,7 @@ def test_bad_and_oversized_predict_requests_get_clear_errors(served_from_files):
     code, body = server.post(json.dumps({"rows": []}).encode())
     assert code == 400 and "instances" in body["error"]
     code, body = server.post(json.dumps({"instances": [row] * 200}).encode())
-    assert code == 413 and "max_request_bytes" in body["error"]
+    assert code == 413 and "max_request_bytes" in body["error"] and f"{len(json.dumps({'instances': [row] * 200}))} bytes" in body["error"]
     code, body = server.post(json.dumps({"inputs": {k: [v, v] for k, v in row.items()}}).encode())
     assert code == 200 and len(body["outputs"]["probs"]) == 2
     assert server.post(b"{}", name="other")[0] == 404

@@ -6,34 +6,29 @@ import sys
 
 from absl import flags
 
+from easyonline.config.command_flags import config_from_flags, define_config_flags
 from easyonline.utils.cli import run_command
-
 from easyonline.utils.logs import setup_logging
 
 
 def define_flags() -> None:
-    flags.DEFINE_string("config", None, "Pipeline config (protobuf text); model_dir/pipeline.config works.")
+    define_config_flags("Pipeline config (protobuf text); model_dir/pipeline.config works.",
+                        "Overrides model_dir of the config (where the parameter id maps are).")
     flags.DEFINE_string("export_dir", None, "Directory of versions: the export is written to <export_dir>/<unix time>.")
     flags.DEFINE_string("checkpoint_path", "", "A checkpoint prefix or a directory (its latest); default: the "
                         "latest checkpoint in model_dir.")
-    flags.DEFINE_string("model_dir", "", "Overrides model_dir of the config (where the parameter id maps are).")
-    flags.DEFINE_string("edit_config_json", "", "JSON object of config overrides, as for easyonline.train.")
-    flags.DEFINE_string("log_level", "INFO", "Python log level: DEBUG, INFO, WARNING, ERROR.")
 
 
 def main(argv) -> int:
     del argv
     FLAGS = flags.FLAGS
     setup_logging(FLAGS.log_level)
-    from easyonline.config import ConfigError, load_pipeline_config, validate_pipeline_config  # pylint: disable=g-import-not-at-top
-    if not FLAGS.config or not FLAGS.export_dir:
-        print("error: --config and --export_dir are required", file=sys.stderr)
+    from easyonline.config import ConfigError  # pylint: disable=g-import-not-at-top
+    if not FLAGS.export_dir:
+        print("error: --export_dir is required", file=sys.stderr)
         return 2
     try:
-        config = load_pipeline_config(FLAGS.config, FLAGS.edit_config_json)
-        if FLAGS.model_dir:
-            config.model_dir = FLAGS.model_dir
-        validate_pipeline_config(config, online=False)
+        config = config_from_flags(online=False)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

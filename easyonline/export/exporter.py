@@ -10,7 +10,6 @@ process-global, so export from a process that does not train.
 import json
 import logging
 import os
-import shutil
 import time
 from typing import Optional
 

@@ -18,6 +18,20 @@ class UpdateGapError(ValueError):
     """A message's sequence number is not the next one: something in between was lost."""
 
 
+# What to do with a message, given the stream's next expected sequence number.
+OTHER_MODEL, DUPLICATE, GAP, NEXT = "other_model", "duplicate", "gap", "next"
+
+
+def sequence_verdict(header: update_pb2.UpdateHeader, model_name: Optional[str], next_sequence: int) -> str:
+    """OTHER_MODEL (another stream shares the topic), DUPLICATE (already reflected), GAP (something in
+    between was lost) or NEXT (apply it)."""
+    if model_name and header.model_name != model_name:
+        return OTHER_MODEL
+    if header.sequence < next_sequence:
+        return DUPLICATE
+    return GAP if header.sequence > next_sequence else NEXT
+
+
 class ParameterReplica:
     def __init__(self, model_name: Optional[str] = None, next_sequence: int = 1):
         self.model_name = model_name
@@ -32,12 +46,13 @@ class ParameterReplica:
     def apply(self, message: update_pb2.UpdateMessage) -> bool:
         """Applies a decoded message; False if it was already reflected; UpdateGapError on a gap."""
         header = message.header
-        if self.model_name and header.model_name != self.model_name:
-            return False  # another model's stream shares the topic
-        if header.sequence < self.next_sequence:
+        verdict = sequence_verdict(header, self.model_name, self.next_sequence)
+        if verdict == OTHER_MODEL:
+            return False
+        if verdict == DUPLICATE:
             self.skipped += 1
             return False
-        if header.sequence > self.next_sequence:
+        if verdict == GAP:
             raise UpdateGapError(f"expected sequence {self.next_sequence}, got {header.sequence}: "
                                  f"{header.sequence - self.next_sequence} message(s) missing")
         for entry in message.sparse:

@@ -148,8 +148,12 @@ class Handler(BaseHTTPRequestHandler):
         if length > self.state.max_request_bytes:
             self.close_connection = True
             if length <= _DRAIN_LIMIT:  # read it, so the client gets the answer rather than a reset
-                while length > 0:
-                    length -= len(self.rfile.read(min(length, 1 << 16)) or b"\0" * length)
+                left = length
+                while left > 0:
+                    chunk = self.rfile.read(min(left, 1 << 16))
+                    if not chunk:
+                        break
+                    left -= len(chunk)
             self._error(413, "too_large", f"request of {length} bytes is over the limit of "
                                           f"{self.state.max_request_bytes} (--max_request_bytes)")
             return
@@ -158,7 +162,7 @@ class Handler(BaseHTTPRequestHandler):
             body = json.loads(self.rfile.read(length))
             inputs, rows = request_inputs(body)
             out = self.state.export.predict(inputs)
-        except (ValueError, BadRequest) as e:  # JSONDecodeError is a ValueError
+        except ValueError as e:  # BadRequest and JSONDecodeError are ValueErrors
             self._error(400, "bad_request", str(e))
             return
         except Exception as e:  # pylint: disable=broad-except

@@ -6,7 +6,7 @@ the tables are TFRA ops that stock TensorFlow does not know.
 import json
 import os
 import threading
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import numpy as np
 

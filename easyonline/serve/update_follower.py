@@ -1,6 +1,6 @@
 """Follows the update stream named in the export's incr_update.txt and applies it in order.
 
-Rules (the same as publish/replica.py, the reference reader): messages of
+Rules (``sequence_verdict`` of publish/replica.py, the reference reader): messages of
 other models are ignored; a sequence number at or below the last applied is
 a duplicate and skipped; one above the next expected is a gap and refused,
 unless it starts a full sync (which re-sends everything, so it heals the
@@ -15,6 +15,7 @@ import time
 from typing import Dict, Optional
 
 from easyonline.publish.update_codec import MalformedUpdateError, decode_update
+from easyonline.publish.replica import DUPLICATE, GAP, OTHER_MODEL, sequence_verdict
 from easyonline.publish.update_stream import DirectoryUpdateReader, KafkaUpdateReader
 from easyonline.serve.loaded_export import LoadedExport
 
@@ -116,12 +117,13 @@ class UpdateFollower:
             self._refuse("malformed", str(e))
             return False
         header = message.header
-        if self.model_name and header.model_name != self.model_name:
-            return False  # another model's stream shares the topic
-        if header.sequence < self.next_sequence:
+        verdict = sequence_verdict(header, self.model_name, self.next_sequence)
+        if verdict == OTHER_MODEL:
+            return False
+        if verdict == DUPLICATE:
             self.skipped += 1
             return False
-        if header.sequence > self.next_sequence and not (header.full_sync and header.part == 0):
+        if verdict == GAP and not (header.full_sync and header.part == 0):  # a full sync heals a gap
             self._refuse("gap", f"expected sequence {self.next_sequence}, got {header.sequence}")
             return False
         try:

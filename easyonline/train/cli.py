@@ -8,35 +8,25 @@ import sys
 
 from absl import flags
 
+from easyonline.config.command_flags import config_from_flags, define_config_flags
 from easyonline.utils.cli import run_command
-
 from easyonline.utils.logs import setup_logging
 
 
 def define_flags() -> None:
     """Defined on demand, so importing this module never clashes with other commands' flags."""
-    flags.DEFINE_string("config", None, "Path of the pipeline config (protobuf text format).")
+    define_config_flags()
     flags.DEFINE_bool("online", False, "Train from kafka_train_input until stopped (stop file, SIGTERM, SIGINT). "
                       "Without it, train until the input ends (files; or Kafka caught up) or num_steps.")
-    flags.DEFINE_string("edit_config_json", "", "JSON object of config overrides, EasyRec-style: "
-                        "'{\"train_config.num_steps\": 100, \"kafka_train_input.offset_info\": \"{\\\"0\\\": 5}\"}'.")
-    flags.DEFINE_string("model_dir", "", "Overrides model_dir of the config.")
-    flags.DEFINE_string("log_level", "INFO", "Python log level: DEBUG, INFO, WARNING, ERROR.")
 
 
 def main(argv) -> int:
     del argv
     FLAGS = flags.FLAGS
     setup_logging(FLAGS.log_level)
-    from easyonline.config import ConfigError, load_pipeline_config, validate_pipeline_config  # pylint: disable=g-import-not-at-top
-    if not FLAGS.config:
-        print("error: --config is required", file=sys.stderr)
-        return 2
+    from easyonline.config import ConfigError  # pylint: disable=g-import-not-at-top
     try:
-        config = load_pipeline_config(FLAGS.config, FLAGS.edit_config_json)
-        if FLAGS.model_dir:
-            config.model_dir = FLAGS.model_dir
-        validate_pipeline_config(config, online=FLAGS.online)
+        config = config_from_flags(online=FLAGS.online)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
