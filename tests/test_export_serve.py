@@ -5,11 +5,9 @@ mode, which export switches on, is process-global).
 """
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
-import urllib.error
 import urllib.request
 
 import numpy as np
@@ -19,10 +17,11 @@ from easyonline.publish.param_ids import read_parameter_ids
 from easyonline.publish.publish_callback import IncrementalPublish
 from easyonline.publish.update_codec import UpdateSnapshot, encode_update
 from easyonline.publish.update_stream import update_file_name
+from easyonline.serve.process import ServingProcess
+from easyonline.tools.local_broker import LocalBroker
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.train.callbacks import Callback
 from easyonline.train.trainer import OnlineTrainer
-from easyonline.utils.net import free_port
 from tests.conftest import PYTHON, online_config, python_env
 
 FIELDS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
@@ -43,64 +42,16 @@ def trainer_probs(trainer, lines):
     return tf.sigmoid(trainer.model(parsed.features, training=False)).numpy()
 
 
-def export(model_dir, export_dir):
+def export(model_dir, export_dir, *flags):
     proc = subprocess.run([PYTHON, "-m", "easyonline.export", f"--config={model_dir}/pipeline.config",
-                           f"--export_dir={export_dir}"], env=python_env(), capture_output=True, text=True,
+                           f"--export_dir={export_dir}", *flags], env=python_env(), capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()[-1]
 
 
-class Server:
-    def __init__(self, export_dir, log_path, *flags):
-        self.port = free_port()
-        self.log = open(log_path, "ab")
-        self.proc = subprocess.Popen([PYTHON, "-m", "easyonline.serve", f"--export_dir={export_dir}",
-                                      f"--port={self.port}", "--status_secs=1", *flags],
-                                     env=python_env(), stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            assert self.proc.poll() is None, open(log_path).read()[-3000:]
-            try:
-                self.status()
-                return
-            except OSError:
-                time.sleep(0.3)
-        raise AssertionError("the server did not answer within 120 s")
-
-    def url(self, path):
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def status(self, name="m"):
-        with urllib.request.urlopen(self.url(f"/v1/models/{name}"), timeout=10) as r:
-            return json.loads(r.read())
-
-    def post(self, body: bytes, name="m"):
-        request = urllib.request.Request(self.url(f"/v1/models/{name}:predict"), data=body, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=30) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
-
-    def predict(self, rows):
-        code, body = self.post(json.dumps({"instances": rows}).encode())
-        assert code == 200, body
-        return np.array([p["probs"] for p in body["predictions"]])
-
-    def wait_for(self, condition, timeout=90):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            status = self.status()
-            if condition(status):
-                return status
-            time.sleep(0.3)
-        raise AssertionError(f"condition not met; last status {status}")
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(30) == 0
-        self.log.close()
+def Server(export_dir, log_path, *flags):  # pylint: disable=invalid-name
+    return ServingProcess(str(export_dir), str(log_path), "--status_secs=1", *flags, model_name="m", env=python_env())
 
 
 class Count(Callback):
@@ -157,6 +108,10 @@ def test_served_predictions_follow_training_and_match_the_trainer(broker, topic,
         while np.allclose(server.predict(requests), before, atol=1e-6) and time.time() < deadline:
             time.sleep(0.5)
         assert not np.allclose(server.predict(requests), before, atol=1e-6)
+    except BaseException:
+        if server is not None:
+            server.stop()
+        raise
     finally:
         trainer.stop("test done")
         thread.join(120)
@@ -170,13 +125,59 @@ def test_served_predictions_follow_training_and_match_the_trainer(broker, topic,
         metrics = urllib.request.urlopen(server.url("/metrics"), timeout=10).read().decode()
         assert f"easyonline_serving_last_applied_sequence {last}" in metrics
         # A restart loads the same export, replays the stream from its recorded position: same state.
-        server.stop()
+        assert server.stop() == 0
         server = Server(export_dir, tmp_path / "serve2.log")
         server.wait_for(lambda s: s["last_applied_sequence"] == last)
         np.testing.assert_allclose(server.predict(requests), expected, atol=1e-5)
     finally:
-        if server is not None and server.proc.poll() is None:
-            server.stop()
+        server.stop()
+
+
+def one_row_update(trainer, ids, model_name, sequence, line):
+    """An update message that sets the C1 row of ``line``'s id to 0.5 everywhere."""
+    table_id, width = ids.tables["C1"]
+    key = int(trainer.parser.parse([line]).features["C1"].numpy()[0])
+    snapshot = UpdateSnapshot(trainer.step + 1, time.time(), {},
+                              rows={table_id: (np.array([key], np.int64), np.full((1, width), 0.5, np.float32))})
+    return encode_update(snapshot, model_name, sequence, 10**6 + sequence, 1 << 20, {table_id: width})[0]
+
+
+def test_serving_survives_an_update_broker_outage(tmp_path):
+    """A broker of its own, frozen with SIGSTOP (the tansu broker loses its data on a restart)."""
+    with LocalBroker(log_path=str(tmp_path / "broker.log")) as broker:
+        data = tmp_path / "train.csv"
+        data.write_bytes(b"\n".join(SyntheticCtrStream().lines(0, 2000)) + b"\n")
+        config = online_config(tmp_path / "m", **{
+            "data_config.batch_size": 500, "train_config.save_checkpoints_secs": 0,
+            "train_config.incr_save_config": {"sparse_save_steps": 2, "dense_save_steps": 2,
+                                              "kafka": {"server": broker.bootstrap, "topic": "updates"}}})
+        config.ClearField("kafka_train_input")
+        config.file_train_input.paths.append(str(data))
+        trainer = OnlineTrainer(config, online=False)
+        trainer.run()
+        export(tmp_path / "m", tmp_path / "export")
+        server = Server(tmp_path / "export", tmp_path / "serve.log")
+        try:
+            last = server.wait_for(lambda s: s["update_lag_messages"] == 0)["last_applied_sequence"]
+            line = SyntheticCtrStream().lines(0, 1)[0]
+            before = server.predict(instances([line]))
+            broker.pause()
+            try:
+                for _ in range(10):  # predictions keep being answered while the stream is unreachable
+                    np.testing.assert_allclose(server.predict(instances([line])), before, atol=1e-6)
+                    time.sleep(0.6)
+            finally:
+                broker.resume()
+            from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
+            producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+            producer.send("updates", one_row_update(trainer, read_parameter_ids(str(tmp_path / "m")), "m", last + 1,
+                                                    line), key=b"m", partition=0).get(timeout=30)
+            producer.close()
+            status = server.wait_for(lambda s: s["last_applied_sequence"] == last + 1, timeout=120)
+            assert status["refused_updates"] == {}
+            assert abs(server.predict(instances([line]))[0] - before[0]) > 1e-4
+        finally:
+            assert server.stop() == 0
 
 
 @pytest.fixture(scope="module")
@@ -194,14 +195,14 @@ def served_from_files(tmp_path_factory):
     config.file_train_input.paths.append(str(data))
     trainer = OnlineTrainer(config, online=False)
     trainer.run()
-    export(tmp_path / "m", tmp_path / "export")
+    export(tmp_path / "m", tmp_path / "export", f"--embedding_export_dir={tmp_path / 'vectors'}")
     server = Server(tmp_path / "export", tmp_path / "serve.log", "--max_request_bytes=20000")
-    yield trainer, server, updates, read_parameter_ids(str(tmp_path / "m"))
+    yield trainer, server, updates, read_parameter_ids(str(tmp_path / "m")), tmp_path / "vectors"
     server.stop()
 
 
 def test_file_updates_duplicates_gaps_and_garbage_are_handled(served_from_files):
-    trainer, server, updates, ids = served_from_files
+    trainer, server, updates, ids, _ = served_from_files
     requests = list(SyntheticCtrStream().lines(0, 5))
     expected = trainer_probs(trainer, requests)
     np.testing.assert_allclose(server.predict(instances(requests)), expected, atol=1e-5)
@@ -214,14 +215,8 @@ def test_file_updates_duplicates_gaps_and_garbage_are_handled(served_from_files)
         path.write_bytes(data)
         (updates / (update_file_name(sequence_in_name) + ".done")).write_bytes(b"")
 
-    table_name = "C1" if "C1" in ids.tables else sorted(ids.tables)[0]
-    table_id, width = ids.tables[table_name]
-    key = int(trainer.parser.parse(requests).features[table_name].numpy()[0])
-
     def message(sequence):
-        snapshot = UpdateSnapshot(trainer.step + 1, time.time(), {},
-                                  rows={table_id: (np.array([key], np.int64), np.full((1, width), 0.5, np.float32))})
-        return encode_update(snapshot, status["model_name"], sequence, 999, 1 << 20, {table_id: width})[0]
+        return one_row_update(trainer, ids, status["model_name"], sequence, requests[0])
 
     duplicate = (updates / update_file_name(last)).read_bytes()
     write(last + 1, duplicate)                      # an old sequence again: skipped
@@ -239,7 +234,7 @@ def test_file_updates_duplicates_gaps_and_garbage_are_handled(served_from_files)
 
 
 def test_bad_and_oversized_predict_requests_get_clear_errors(served_from_files):
-    _, server, _, _ = served_from_files
+    _, server, _, _, _ = served_from_files
     row = instances(SyntheticCtrStream().lines(0, 1))[0]
     assert server.post(b"{not json")[0] == 400
     code, body = server.post(json.dumps({"instances": [{k: v for k, v in row.items() if k != "C7"}]}).encode())
@@ -256,3 +251,18 @@ def test_bad_and_oversized_predict_requests_get_clear_errors(served_from_files):
     metrics = urllib.request.urlopen(server.url("/metrics"), timeout=10).read().decode()
     assert 'easyonline_serving_requests_total{outcome="bad_request"} 4' in metrics
     assert 'easyonline_serving_requests_total{outcome="too_large"} 1' in metrics
+
+
+def test_embedding_export_writes_every_table_exactly(served_from_files):
+    trainer, _, _, _, vectors = served_from_files
+    assert (vectors / "DONE").exists()
+    manifest = json.loads((vectors / "manifest.json").read_text())
+    assert sorted(manifest["tables"]) == sorted(trainer.model.tables.embeddings)
+    for name, layer in trainer.model.tables.embeddings.items():
+        keys, values = (t.numpy() for t in layer.params.export())
+        dim = trainer.model.tables.table_dim(name)
+        lines = (vectors / name / "part-00000.tsv").read_text().splitlines()
+        assert manifest["tables"][name] == {"rows": len(keys), "dim": dim} and len(lines) == len(keys)
+        got = {int(k): np.array(v.split(","), np.float32) for k, v in (line.split("\t") for line in lines)}
+        for key, row in zip(keys.tolist(), values):
+            np.testing.assert_array_equal(got[key], row[:dim])  # bit-exact float32, embedding columns only

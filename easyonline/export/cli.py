@@ -17,6 +17,8 @@ def define_flags() -> None:
     flags.DEFINE_string("export_dir", None, "Directory of versions: the export is written to <export_dir>/<unix time>.")
     flags.DEFINE_string("checkpoint_path", "", "A checkpoint prefix or a directory (its latest); default: the "
                         "latest checkpoint in model_dir.")
+    flags.DEFINE_string("embedding_export_dir", "", "Also write every embedding table's keys and vectors here "
+                        "(<table>/part-*.tsv, manifest.json, DONE), for external vector stores.")
 
 
 def main(argv) -> int:
@@ -35,7 +37,8 @@ def main(argv) -> int:
     from kafka.errors import KafkaError  # pylint: disable=g-import-not-at-top
     from easyonline.export.exporter import export_saved_model  # pylint: disable=g-import-not-at-top
     try:
-        path = export_saved_model(config, FLAGS.export_dir, FLAGS.checkpoint_path or None)
+        path = export_saved_model(config, FLAGS.export_dir, FLAGS.checkpoint_path or None,
+                                  FLAGS.embedding_export_dir or None)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 3

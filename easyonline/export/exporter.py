@@ -58,8 +58,11 @@ def update_stream_info(config: pipeline_pb2.PipelineConfig, step: int) -> dict:
 
 
 def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
-                       checkpoint_path: Optional[str] = None) -> str:
-    """Exports the checkpoint (default: the latest in model_dir); returns the new version's path."""
+                       checkpoint_path: Optional[str] = None, embedding_export_dir: Optional[str] = None) -> str:
+    """Exports the checkpoint (default: the latest in model_dir); returns the new version's path.
+
+    With ``embedding_export_dir``, also writes every table's keys and vectors there (embedding_files.py).
+    """
     from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
     from easyonline.export.serving_module import ServingModule, raw_input_specs  # pylint: disable=g-import-not-at-top
     path = latest_checkpoint(checkpoint_path or config.model_dir)
@@ -74,6 +77,10 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
     ids = ensure_parameter_ids(config.model_dir, model)
     module = ServingModule(model, specs, ids)
     step = checkpoint_step(path)
+    if embedding_export_dir:
+        from easyonline.export.embedding_files import export_embeddings  # pylint: disable=g-import-not-at-top
+        counts = export_embeddings(model, embedding_export_dir, path, step)
+        log.info("wrote %d embedding rows of %d tables to %s", sum(counts.values()), len(counts), embedding_export_dir)
     version = str(int(time.time()))
     while fileio.exists(os.path.join(export_dir, version)):
         version = str(int(version) + 1)

@@ -56,9 +56,10 @@ def main(argv) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    # Printed before answering (the socket already listens): whoever sees an answer can read this line.
+    print(f"serving {name} version {export.version} on http://{FLAGS.host}:{server.server_address[1]}", flush=True)
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
-    print(f"serving {name} version {export.version} on http://{FLAGS.host}:{server.server_address[1]}", flush=True)
     while not stopped.wait(FLAGS.status_secs):
         s = state.status()
         log.info("step=%s seq=%s applied=%d skipped=%d refused=%s lag=%s msgs/%ss requests=%s",

@@ -1,0 +1,158 @@
+"""Benchmark: how fresh served predictions are, and predict latency while updates are applied.
+
+One run, on the local broker: DeepFM from samples/online.config trains online
+(publishing with sparse_save_secs=1, dense_save_secs=1), is exported after a
+warm-up, and served by ``python -m easyonline.serve``. Then, one at a time,
+a sample carrying a never-seen C1 id is produced to the sample topic while a
+background producer keeps the usual traffic flowing; the client polls the
+served prediction for that sample until it changes (an unknown id looks up
+as zeros, a trained one does not). Freshness = produce time -> first changed
+prediction, p50/p99 over ``--ids`` ids (target p99 < 3 s on 2 cores). Then
+predict latency p50/p99 for batch 1 and batch 100, with training and update
+application running.
+
+    .venv/bin/python tools/bench/serving_freshness.py [--ids 40] [--latency_requests 300]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+import easyonline  # noqa: E402,F401
+from easyonline.serve.process import ServingProcess  # noqa: E402
+from easyonline.tools.local_broker import LocalBroker  # noqa: E402
+from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa: E402
+from easyonline.train.callbacks import Callback  # noqa: E402
+from easyonline.train.trainer import OnlineTrainer  # noqa: E402
+from easyonline.utils.logs import setup_logging  # noqa: E402
+from tools.bench.online_throughput import config_for  # noqa: E402
+
+FIELDS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
+
+
+def instance(line: bytes) -> dict:
+    values = line.decode().split(",")
+    return {n: (float(v) if n.startswith("I") else v) for n, v in zip(FIELDS, values) if n != "label"}
+
+
+class Count(Callback):
+    def __init__(self):
+        self.samples = 0
+
+    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
+        self.samples += parsed_batch.size
+
+
+def background_traffic(bootstrap, topic, stop, rate=2000):
+    """The usual stream, ~rate samples/s, so batches and updates keep flowing."""
+    from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    stream, start = SyntheticCtrStream(), 100000
+    while not stop.is_set():
+        produce(bootstrap, topic, [stream.lines(start, rate // 10)], partitions=2, producer=producer)
+        start += rate // 10
+        stop.wait(0.1)
+    producer.close()
+
+
+def percentiles(values):
+    return {"p50": round(float(np.percentile(values, 50)), 4), "p99": round(float(np.percentile(values, 99)), 4),
+            "n": len(values)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ids", type=int, default=40)
+    parser.add_argument("--latency_requests", type=int, default=300)
+    parser.add_argument("--warmup_samples", type=int, default=30000)
+    args = parser.parse_args()
+    setup_logging("WARNING")
+    work = tempfile.mkdtemp(prefix="easyonline-freshness-")
+    stream = SyntheticCtrStream()
+    with LocalBroker() as broker:
+        broker.create_topic("samples", 2)
+        produce(broker.bootstrap, "samples", stream.chunks(0, args.warmup_samples), partitions=2)
+        config = config_for(os.path.join(work, "model"), broker.bootstrap, "samples")
+        config.data_config.batch_size = 512
+        config.data_config.batch_timeout_ms = 100
+        config.train_config.save_checkpoints_steps = 20
+        incr = config.train_config.incr_save_config
+        incr.sparse_save_secs, incr.dense_save_secs = 1, 1
+        incr.kafka.server, incr.kafka.topic = broker.bootstrap, "updates"
+        count = Count()
+        trainer = OnlineTrainer(config, online=True, callbacks=[count])
+        thread = threading.Thread(target=trainer.run, daemon=True)
+        thread.start()
+        stop = threading.Event()
+        server = None
+        try:
+            while count.samples < args.warmup_samples or not trainer.last_checkpoint:
+                time.sleep(0.2)
+            subprocess.run([sys.executable, "-m", "easyonline.export", f"--config={work}/model/pipeline.config",
+                            f"--export_dir={work}/export", "--log_level=WARNING"], check=True)
+            server = ServingProcess(f"{work}/export", f"{work}/serve.log", "--log_level=WARNING",
+                                    model_name="model")
+            traffic = threading.Thread(target=background_traffic, args=(broker.bootstrap, "samples", stop),
+                                       daemon=True)
+            traffic.start()
+            from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
+            producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0)
+            freshness = []
+            base = stream.lines(90000, args.ids)
+            for k, line in enumerate(base):
+                fields = line.decode().split(",")
+                fields[FIELDS.index("C1")] = f"fresh_{k}_{time.time_ns()}"
+                fresh = ",".join(fields).encode()
+                request = [instance(fresh)]
+                before = server.predict(request)[0]
+                produced = time.time()
+                produce(broker.bootstrap, "samples", [[fresh]], partitions=2, producer=producer)
+                while time.time() - produced < 30:
+                    if abs(server.predict(request)[0] - before) > 1e-7:
+                        freshness.append(time.time() - produced)
+                        break
+                    time.sleep(0.02)
+                else:
+                    freshness.append(float("inf"))
+            producer.close()
+            rows = [instance(line) for line in stream.lines(95000, 100)]
+            latency = {}
+            for size in (1, 100):
+                times = []
+                for i in range(args.latency_requests if size == 1 else args.latency_requests // 3):
+                    started = time.perf_counter()
+                    server.predict(rows[:size] if size == 100 else [rows[i % 100]])
+                    times.append(time.perf_counter() - started)
+                latency[f"batch_{size}"] = percentiles(times)
+            status = server.status()
+        finally:
+            stop.set()
+            trainer.stop("benchmark done")
+            thread.join(120)
+            if server is not None:
+                server.stop()
+    result = {"ids": args.ids, "sparse_save_secs": 1, "freshness_secs": percentiles(freshness),
+              "never_changed": int(np.isinf(freshness).sum()),
+              "predict_latency_secs": latency, "updates_applied_by_server": status["applied_updates"],
+              "refused_updates": status["refused_updates"], "targets": {"freshness_p99_secs_below": 3.0}}
+    print(json.dumps(result))
+    print()
+    print(f"freshness (sample produced -> served prediction changed) over {len(freshness)} new ids: "
+          f"p50 {result['freshness_secs']['p50']:.3f} s, p99 {result['freshness_secs']['p99']:.3f} s (target p99 < 3 s)")
+    for size in (1, 100):
+        l = latency[f"batch_{size}"]
+        print(f"predict latency, batch {size:>3}, while updates apply: p50 {l['p50'] * 1000:.1f} ms, "
+              f"p99 {l['p99'] * 1000:.1f} ms over {l['n']} requests")
+    print(f"server applied {status['applied_updates']} update messages, refused {status['refused_updates']}")
+
+
+if __name__ == "__main__":
+    main()
