@@ -23,6 +23,7 @@ from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.train.callbacks import Callback
 from easyonline.train.trainer import OnlineTrainer
 from tests.conftest import PYTHON, online_config, python_env
+from tests.fake_oss import FakeOss
 
 FIELDS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
 
@@ -197,7 +198,7 @@ def served_from_files(tmp_path_factory):
     trainer.run()
     export(tmp_path / "m", tmp_path / "export", f"--embedding_export_dir={tmp_path / 'vectors'}")
     server = Server(tmp_path / "export", tmp_path / "serve.log", "--max_request_bytes=20000")
-    yield trainer, server, updates, read_parameter_ids(str(tmp_path / "m")), tmp_path / "vectors"
+    yield trainer, server, updates, read_parameter_ids(str(tmp_path / "m")), tmp_path
     server.stop()
 
 
@@ -254,7 +255,8 @@ def test_bad_and_oversized_predict_requests_get_clear_errors(served_from_files):
 
 
 def test_embedding_export_writes_every_table_exactly(served_from_files):
-    trainer, _, _, _, vectors = served_from_files
+    trainer, _, _, _, tmp_path = served_from_files
+    vectors = tmp_path / "vectors"
     assert (vectors / "DONE").exists()
     manifest = json.loads((vectors / "manifest.json").read_text())
     assert sorted(manifest["tables"]) == sorted(trainer.model.tables.embeddings)
@@ -266,3 +268,33 @@ def test_embedding_export_writes_every_table_exactly(served_from_files):
         got = {int(k): np.array(v.split(","), np.float32) for k, v in (line.split("\t") for line in lines)}
         for key, row in zip(keys.tolist(), values):
             np.testing.assert_array_equal(got[key], row[:dim])  # bit-exact float32, embedding columns only
+
+
+def test_export_and_embeddings_to_oss(served_from_files):
+    """oss:// export_dir and embedding_export_dir, against tests/fake_oss.py: no real OSS is reachable here."""
+    _, _, _, _, tmp_path = served_from_files
+    with FakeOss() as fake:
+        env = dict(python_env(), OSS_ENDPOINT=fake.endpoint, OSS_ACCESS_KEY_ID="test-id",
+                   OSS_ACCESS_KEY_SECRET="test-secret-never-printed")
+        proc = subprocess.run([PYTHON, "-m", "easyonline.export", f"--config={tmp_path}/m/pipeline.config",
+                               "--export_dir=oss://models/export", "--embedding_export_dir=oss://models/vectors"],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "test-secret-never-printed" not in proc.stdout + proc.stderr
+        objects = fake.objects["models"]
+        version = proc.stdout.strip().splitlines()[-1]
+        assert version.startswith("oss://models/export/")
+        prefix = version[len("oss://models/"):] + "/"
+        assert {prefix + "saved_model.pb", prefix + "assets/incr_update.txt",
+                prefix + "assets/embed_name_to_ids.txt"} <= set(objects)
+        local = tmp_path / "vectors"
+        for path in local.rglob("*"):
+            if path.is_file() and path.name != "manifest.json":  # the manifest names its checkpoint
+                assert objects["vectors/" + str(path.relative_to(local))] == path.read_bytes()
+        assert "vectors/DONE" in objects
+    no_credentials = subprocess.run([PYTHON, "-m", "easyonline.export", f"--config={tmp_path}/m/pipeline.config",
+                                     "--export_dir=oss://models/export"],
+                                    env={k: v for k, v in python_env().items() if not k.startswith("OSS_")},
+                                    capture_output=True,
+                                    text=True, timeout=300)
+    assert no_credentials.returncode == 2 and "OSS_ENDPOINT" in no_credentials.stderr

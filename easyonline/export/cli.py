@@ -1,6 +1,7 @@
 """``python -m easyonline.export --config X --export_dir D``: a SavedModel for serving.
 
-Exit codes: 0 exported, 2 bad config or flags, 3 no checkpoint or update stream unreachable.
+Exit codes: 0 exported, 2 bad config or flags (or oss:// without credentials), 3 no checkpoint or update
+stream unreachable. ``--export_dir`` and ``--embedding_export_dir`` may be ``oss://bucket/path``.
 """
 import sys
 
@@ -36,9 +37,13 @@ def main(argv) -> int:
         return 2
     from kafka.errors import KafkaError  # pylint: disable=g-import-not-at-top
     from easyonline.export.exporter import export_saved_model  # pylint: disable=g-import-not-at-top
+    from easyonline.utils.oss import OssConfigError  # pylint: disable=g-import-not-at-top
     try:
         path = export_saved_model(config, FLAGS.export_dir, FLAGS.checkpoint_path or None,
                                   FLAGS.embedding_export_dir or None)
+    except OssConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 3

@@ -10,6 +10,8 @@ process-global, so export from a process that does not train.
 import json
 import logging
 import os
+import shutil
+import tempfile
 import time
 from typing import Optional
 
@@ -22,7 +24,7 @@ from easyonline.publish.param_ids import ensure_parameter_ids
 from easyonline.publish.publish_callback import default_model_name
 from easyonline.publish.update_stream import DirectoryUpdateReader, KafkaUpdateReader
 from easyonline.train.checkpointing import latest_checkpoint
-from easyonline.utils import fileio
+from easyonline.utils import fileio, oss
 
 tf = ensure_legacy_keras()
 log = logging.getLogger(__name__)
@@ -82,9 +84,12 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
         counts = export_embeddings(model, embedding_export_dir, path, step)
         log.info("wrote %d embedding rows of %d tables to %s", sum(counts.values()), len(counts), embedding_export_dir)
     version = str(int(time.time()))
-    while fileio.exists(os.path.join(export_dir, version)):
+    while fileio.exists(fileio.join(export_dir, version)):
         version = str(int(version) + 1)
-    staging = os.path.join(export_dir, f".staging-{version}")
+    # TensorFlow writes SavedModels to local disk: an oss:// export is staged locally, then uploaded.
+    remote = fileio.is_oss(export_dir)
+    staging = tempfile.mkdtemp(prefix="easyonline-export-") if remote else \
+        os.path.join(export_dir, f".staging-{version}")
     tf.saved_model.save(module, staging,
                         signatures={"serving_default": module.serve.get_concrete_function(),
                                     "incr_update_sig": module.incr_update.get_concrete_function()},
@@ -97,7 +102,11 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
     info = update_stream_info(config, step)
     info.update(checkpoint=path, exported_at=time.time())
     fileio.write_text_atomic(os.path.join(assets, INCR_UPDATE_FILE), json.dumps(info, indent=1) + "\n")
-    final = os.path.join(export_dir, version)
-    os.rename(staging, final)
+    final = fileio.join(export_dir, version)
+    if remote:
+        oss.upload_tree(staging, final, last="saved_model.pb")  # a version is complete once it has this
+        shutil.rmtree(staging, ignore_errors=True)
+    else:
+        os.rename(staging, final)
     log.info("exported %s (step %d) to %s; updates from %s", path, step, final, info)
     return final

@@ -1,36 +1,33 @@
 """File access for model dirs and configs, local paths first.
 
-One place for every file operation the trainer does, so that ``oss://`` can
-be plugged in here (through oss2) without touching callers.
+One place for every file operation, so that ``oss://`` paths (through oss2,
+see oss.py) work wherever a local path does.
 """
 import os
 import shutil
 import tempfile
+
+from easyonline.utils import oss
 
 
 def is_oss(path: str) -> bool:
     return path.startswith("oss://")
 
 
-def _reject_oss(path: str) -> None:
-    if is_oss(path):
-        raise NotImplementedError(f"oss:// paths are not supported yet: {path}")
-
-
 def read_text(path: str) -> str:
-    _reject_oss(path)
-    with open(path, "r", encoding="utf-8") as f:
-        return f.read()
+    return read_bytes(path).decode("utf-8")
 
 
 def exists(path: str) -> bool:
-    _reject_oss(path)
+    if is_oss(path):
+        return oss.exists(path)
     return os.path.exists(path)
 
 
 def makedirs(path: str) -> None:
-    _reject_oss(path)
-    os.makedirs(path, exist_ok=True)
+    """Local: creates the directories. OSS has none: a nothing."""
+    if not is_oss(path):
+        os.makedirs(path, exist_ok=True)
 
 
 def write_text_atomic(path: str, text: str) -> None:
@@ -39,12 +36,16 @@ def write_text_atomic(path: str, text: str) -> None:
 
 
 def join(*parts: str) -> str:
+    if parts and is_oss(parts[0]):
+        return "/".join([parts[0].rstrip("/")] + [p.strip("/") for p in parts[1:]])
     return os.path.join(*parts)
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Writes via a temp file and rename, so readers never see half a file."""
-    _reject_oss(path)
+    """Writes via a temp file and rename (OSS: one put), so readers never see half a file."""
+    if is_oss(path):
+        oss.write(path, data)
+        return
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
@@ -54,20 +55,24 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
 
 
 def read_bytes(path: str) -> bytes:
-    _reject_oss(path)
+    if is_oss(path):
+        return oss.read(path)
     with open(path, "rb") as f:
         return f.read()
 
 
 def listdir(path: str) -> list:
     """Names in a directory (not paths); empty when it does not exist."""
-    _reject_oss(path)
+    if is_oss(path):
+        return oss.listdir(path)
     return sorted(os.listdir(path)) if os.path.isdir(path) else []
 
 
 def remove_tree(path: str) -> None:
     """Deletes a directory and everything in it; nothing if it does not exist."""
-    _reject_oss(path)
+    if is_oss(path):
+        oss.remove_tree(path)
+        return
     shutil.rmtree(path, ignore_errors=True)
 
 

@@ -1,0 +1,150 @@
+"""A small in-memory OSS for tests: the object calls easyonline makes through oss2, over real HTTP.
+
+No real OSS is reachable from this machine, so tests that use ``oss://``
+paths run against this: a ThreadingHTTPServer on 127.0.0.1 speaking the
+path-style OSS REST calls oss2 sends for an IP endpoint (PUT, GET, HEAD and
+DELETE of an object, GET bucket listing with prefix/delimiter/marker, POST
+?delete), returning the CRC64 oss2 checks. It does not check signatures.
+"""
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Dict
+from xml.sax.saxutils import escape
+
+from oss2.utils import Crc64
+
+
+def _crc(data: bytes) -> str:
+    crc = Crc64()
+    crc.update(data)
+    return str(crc.crc)
+
+
+class FakeOss:
+    def __init__(self):
+        self.objects: Dict[str, Dict[str, bytes]] = {}
+        self.requests = 0
+        store = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _parts(self):
+                parsed = urllib.parse.urlsplit(self.path)
+                bucket, _, key = parsed.path.lstrip("/").partition("/")
+                return bucket, urllib.parse.unquote(key), urllib.parse.parse_qs(parsed.query,
+                                                                                 keep_blank_values=True)
+
+            def _reply(self, code, body=b"", headers=None):
+                store.requests += 1
+                self.send_response(code)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("x-oss-request-id", f"fake-{store.requests}")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _missing(self, key):
+                body = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchKey</Code><Message>The "
+                        f"specified key does not exist.</Message><Key>{escape(key)}</Key></Error>").encode()
+                self._reply(404, body, {"Content-Type": "application/xml"})
+
+            def _body(self):
+                return self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
+
+            def do_PUT(self):  # noqa: N802
+                bucket, key, _ = self._parts()
+                data = self._body()
+                store.objects.setdefault(bucket, {})[key] = data
+                self._reply(200, headers={"ETag": '"fake"', "x-oss-hash-crc64ecma": _crc(data)})
+
+            def do_GET(self):  # noqa: N802
+                bucket, key, query = self._parts()
+                objects = store.objects.setdefault(bucket, {})
+                if key:
+                    if key not in objects:
+                        return self._missing(key)
+                    data = objects[key]
+                    return self._reply(200, data, {"ETag": '"fake"', "x-oss-hash-crc64ecma": _crc(data),
+                                                   "Content-Type": "application/octet-stream",
+                                                   "Last-Modified": "Sun, 22 Nov 2026 00:00:00 GMT"})
+                self._list(objects, query)
+
+            def do_HEAD(self):  # noqa: N802
+                bucket, key, _ = self._parts()
+                data = store.objects.setdefault(bucket, {}).get(key)
+                if data is None:
+                    return self._reply(404)
+                self._reply(200, headers={"ETag": '"fake"', "Content-Length-Real": str(len(data)),
+                                          "x-oss-hash-crc64ecma": _crc(data),
+                                          "Last-Modified": "Sun, 22 Nov 2026 00:00:00 GMT"})
+
+            def do_DELETE(self):  # noqa: N802
+                bucket, key, _ = self._parts()
+                store.objects.setdefault(bucket, {}).pop(key, None)
+                self._reply(204)
+
+            def do_POST(self):  # noqa: N802
+                bucket, _, query = self._parts()
+                body = self._body().decode()
+                deleted = []
+                if "delete" in query:
+                    for chunk in body.split("<Key>")[1:]:
+                        key = chunk.split("</Key>", 1)[0]
+                        key = key.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+                        store.objects.setdefault(bucket, {}).pop(key, None)
+                        deleted.append(key)
+                xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><DeleteResult>" + "".join(
+                    f"<Deleted><Key>{escape(k)}</Key></Deleted>" for k in deleted) + "</DeleteResult>"
+                self._reply(200, xml.encode(), {"Content-Type": "application/xml"})
+
+            def _list(self, objects, query):
+                prefix = query.get("prefix", [""])[0]
+                delimiter = query.get("delimiter", [""])[0]
+                marker = query.get("marker", [""])[0]
+                max_keys = int(query.get("max-keys", ["100"])[0] or 100)
+                contents, prefixes = [], []
+                for key in sorted(k for k in objects if k.startswith(prefix) and k > marker):
+                    rest = key[len(prefix):]
+                    if delimiter and delimiter in rest:
+                        common = prefix + rest.split(delimiter, 1)[0] + delimiter
+                        if common not in prefixes and common > marker:
+                            prefixes.append(common)
+                    else:
+                        contents.append(key)
+                entries = sorted([(k, "c") for k in contents] + [(p, "p") for p in prefixes])
+                truncated = len(entries) > max_keys
+                entries = entries[:max_keys]
+                xml = ["<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult>",
+                       f"<Prefix>{escape(prefix)}</Prefix><Marker>{escape(marker)}</Marker>",
+                       f"<MaxKeys>{max_keys}</MaxKeys><Delimiter>{escape(delimiter)}</Delimiter>",
+                       f"<IsTruncated>{'true' if truncated else 'false'}</IsTruncated>"]
+                if truncated:
+                    xml.append(f"<NextMarker>{escape(entries[-1][0])}</NextMarker>")
+                for name, kind in entries:
+                    if kind == "c":
+                        xml.append(f"<Contents><Key>{escape(name)}</Key><LastModified>2026-11-22T00:00:00.000Z"
+                                   f"</LastModified><ETag>\"fake\"</ETag><Type>Normal</Type>"
+                                   f"<Size>{len(objects[name])}</Size><StorageClass>Standard</StorageClass>"
+                                   f"</Contents>")
+                    else:
+                        xml.append(f"<CommonPrefixes><Prefix>{escape(name)}</Prefix></CommonPrefixes>")
+                xml.append("</ListBucketResult>")
+                self._reply(200, "".join(xml).encode(), {"Content-Type": "application/xml"})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "FakeOss":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
