@@ -1,0 +1,50 @@
+"""A trainer process for the fault test: trains from the config and records, durably, what it trained.
+
+    python -m tests.fault_trainer <pipeline.config> <record file>
+
+Every sample of the fault test's stream carries its number in C26 (``n<k>``).
+Per trained batch one ``T`` line (the step, then ``number:probability:label``
+per sample) and per checkpoint one ``C`` line are appended and fsynced before
+training goes on, so a SIGKILL loses at most the batch being recorded.
+"""
+import os
+import sys
+
+import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS first)
+from easyonline.config import load_pipeline_config
+from easyonline.train.builtin_callbacks import default_callbacks
+from easyonline.train.callbacks import Callback
+from easyonline.train.trainer import OnlineTrainer
+from easyonline.utils.logs import setup_logging
+
+
+class Recorder(Callback):
+    def __init__(self, path):
+        self._file = open(path, "a")
+
+    def _write(self, line):
+        self._file.write(line + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def on_train_begin(self, trainer):
+        self._write(f"S {trainer.step} {trainer.restored_from}")
+
+    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
+        numbers = [line.rsplit(b",", 1)[1].decode()[1:] for line in raw_batch.lines if line]
+        labels = parsed_batch.labels.numpy()
+        self._write(f"T {trainer.step} " + " ".join(f"{n}:{p:.6f}:{int(l)}" for n, p, l in zip(numbers, probs, labels)))
+
+    def on_checkpoint(self, trainer, path):
+        self._write(f"C {trainer.step} {path}")
+
+    def on_train_end(self, trainer, summary):
+        self._write(f"E {trainer.step} {summary.stop_reason}")
+
+
+if __name__ == "__main__":
+    setup_logging("WARNING")
+    config = load_pipeline_config(sys.argv[1])
+    # The recorder goes first: a batch's T line is written before the checkpoint that may follow it.
+    callbacks = [Recorder(sys.argv[2])] + default_callbacks(config)
+    OnlineTrainer(config, online=True, callbacks=callbacks, default_callbacks=False).run()
