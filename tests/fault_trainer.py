@@ -10,7 +10,7 @@ training goes on, so a SIGKILL loses at most the batch being recorded.
 import os
 import sys
 
-import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS first)
+import easyonline  # noqa: F401  pylint: disable=unused-import  (sets TF_USE_LEGACY_KERAS first)
 from easyonline.config import load_pipeline_config
 from easyonline.train.builtin_callbacks import default_callbacks
 from easyonline.train.callbacks import Callback
