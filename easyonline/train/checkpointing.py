@@ -7,10 +7,10 @@ checkpoint that is not named there is never restored.
 """
 import json
 import logging
-import os
 from typing import Dict, Optional
 
 from easyonline import ensure_legacy_keras
+from easyonline.train.checkpoint_mirror import CheckpointMirror
 from easyonline.utils import fileio
 
 tf = ensure_legacy_keras()
@@ -19,7 +19,12 @@ CHECKPOINT_NAME = "model.ckpt"
 
 
 def latest_checkpoint(path: str) -> Optional[str]:
-    """A checkpoint prefix from a directory (its latest) or a prefix itself; None if there is none."""
+    """A checkpoint prefix from a directory (its latest) or a prefix itself; None if there is none.
+
+    For an oss:// directory, its latest checkpoint is fetched into the local cache first.
+    """
+    if fileio.is_oss(path):
+        return CheckpointMirror(path).pull()
     if tf.io.gfile.isdir(path):
         return tf.train.latest_checkpoint(path)
     if tf.io.gfile.exists(path + ".index"):
@@ -28,17 +33,22 @@ def latest_checkpoint(path: str) -> Optional[str]:
 
 
 class Checkpointer:
-    """Saves and restores (model, optimizer, step, positions) under model_dir."""
+    """Saves and restores (model, optimizer, step, positions) under model_dir (local, or oss:// mirrored)."""
 
     def __init__(self, model_dir: str, model, optimizer, keep_checkpoint_max: int = 10):
         self.model_dir = model_dir
+        self.mirror = CheckpointMirror(model_dir) if fileio.is_oss(model_dir) else None
+        # Where TensorFlow reads and writes: model_dir itself, or the local cache of an oss:// one.
+        self.local_dir = self.mirror.local if self.mirror else model_dir
+        if self.mirror:
+            self.mirror.pull()
         self.model = model
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.samples = tf.Variable(0, dtype=tf.int64, trainable=False, name="samples_trained")
         self._positions = tf.Variable("{}", dtype=tf.string, trainable=False, name="stream_positions")
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=self.step,
                                               samples=self.samples, positions=self._positions)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, model_dir, max_to_keep=keep_checkpoint_max,
+        self.manager = tf.train.CheckpointManager(self.checkpoint, self.local_dir, max_to_keep=keep_checkpoint_max,
                                                   checkpoint_name=CHECKPOINT_NAME)
         self.last_saved_step = -1
 
@@ -49,6 +59,8 @@ class Checkpointer:
     def save(self, positions: Dict[int, int]) -> str:
         self._positions.assign(json.dumps({str(k): int(v) for k, v in sorted(positions.items())}))
         path = self.manager.save(checkpoint_number=int(self.step.numpy()))
+        if self.mirror:
+            path = self.mirror.push(path, self.manager.checkpoints)
         self.last_saved_step = int(self.step.numpy())
         return path
 
@@ -64,6 +76,8 @@ class Checkpointer:
         if int(saved_step) != int(self.step.numpy()):
             raise RuntimeError(f"restoring {path} failed: step {int(self.step.numpy())} != saved {int(saved_step)}")
         self.last_saved_step = int(self.step.numpy())
+        if self.mirror:
+            path = fileio.join(self.model_dir, path.rsplit("/", 1)[-1])
         log.info("restored %s (step %d, positions %s)", path, self.last_saved_step, self.positions)
         return path
 
@@ -78,4 +92,4 @@ class Checkpointer:
 
 
 def write_pipeline_config(model_dir: str, text: str) -> None:
-    fileio.write_text_atomic(os.path.join(model_dir, "pipeline.config"), text)
+    fileio.write_text_atomic(fileio.join(model_dir, "pipeline.config"), text)

@@ -246,7 +246,7 @@ class OnlineTrainer:
         source = self.source = self._source or self.make_source()
         prefetcher = Prefetcher(source, lambda raw: raw.parsed if raw.parsed is not None
                                 else self.parser.parse(raw.lines))
-        status = StatusReporter(train.log_step_count_secs, fileio.join(config.model_dir, "train"))
+        status = StatusReporter(train.log_step_count_secs, fileio.join(self.checkpointer.local_dir, "train"))
         start_time = time.time()
         start_samples = int(self.checkpointer.samples.numpy())
         self.positions = dict(getattr(source, "start_offsets", {}) or {})

@@ -68,6 +68,14 @@ def listdir(path: str) -> list:
     return sorted(os.listdir(path)) if os.path.isdir(path) else []
 
 
+def remove_file(path: str) -> None:
+    """Deletes one file (object); nothing if it does not exist."""
+    if is_oss(path):
+        oss.remove(path)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
 def remove_tree(path: str) -> None:
     """Deletes a directory and everything in it; nothing if it does not exist."""
     if is_oss(path):

@@ -102,6 +102,11 @@ def listdir(path: str) -> List[str]:
     return sorted(names)
 
 
+def remove(path: str) -> None:
+    b, key = _bucket_key(path)
+    b.delete_object(key)
+
+
 def remove_tree(path: str) -> None:
     import oss2  # pylint: disable=g-import-not-at-top
     b, key = _bucket_key(path)
