@@ -90,3 +90,19 @@ def test_export_from_an_oss_model_dir(fake_oss, tmp_path):
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "export").exists() and len(list((tmp_path / "export").iterdir())) == 1
+
+
+def test_oss_credentials_from_the_config_by_environment_reference_and_never_saved(tmp_path, monkeypatch):
+    monkeypatch.setenv("EASYONLINE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TEST_OSS_SECRET", "s3cr3t-from-env")
+    with FakeOss() as fake:
+        oss.configure("", "", "")
+        config = _config(tmp_path, 0, 500)
+        config.oss_config.endpoint = fake.endpoint
+        config.oss_config.access_key_id = "plain-key-id"
+        config.oss_config.access_key_secret = "${TEST_OSS_SECRET}"
+        OnlineTrainer(config, online=False).run()
+        saved = fileio.read_text(f"{MODEL_DIR}/pipeline.config")
+        assert "${TEST_OSS_SECRET}" in saved and "s3cr3t-from-env" not in saved
+        assert "plain-key-id" not in saved and "<redacted>" in saved
+        oss.configure("", "", "")

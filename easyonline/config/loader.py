@@ -63,7 +63,9 @@ def load_pipeline_config(path: str, edit_config_json: str = "") -> pipeline_pb2.
 
 
 def to_text(config: pipeline_pb2.PipelineConfig) -> str:
-    return text_format.MessageToString(config)
+    """The config as text to save or print: secrets redacted (see secrets.py)."""
+    from easyonline.config.secrets import redacted  # pylint: disable=g-import-not-at-top
+    return text_format.MessageToString(redacted(config))
 
 
 _SEGMENT = re.compile(r"^([A-Za-z_]\w*)(?:\[(\d+)\])?$")

@@ -17,6 +17,7 @@ from typing import Optional
 
 from easyonline import ensure_legacy_keras
 from easyonline.config.loader import to_text
+from easyonline.config.secrets import apply_oss_config
 from easyonline.features import build_feature_specs
 from easyonline.models import build_model
 from easyonline.protos import pipeline_pb2
@@ -67,6 +68,7 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
     """
     from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
     from easyonline.export.serving_module import ServingModule, raw_input_specs  # pylint: disable=g-import-not-at-top
+    apply_oss_config(config)
     path = latest_checkpoint(checkpoint_path or config.model_dir)
     if path is None:
         raise FileNotFoundError(f"no checkpoint at {checkpoint_path or config.model_dir}")

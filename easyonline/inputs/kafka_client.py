@@ -5,6 +5,7 @@ from kafka import KafkaConsumer
 from kafka.errors import KafkaError, NoBrokersAvailable
 
 from easyonline.config.errors import ConfigError
+from easyonline.config.secrets import resolve_env
 from easyonline.protos import pipeline_pb2
 
 
@@ -16,8 +17,10 @@ def bootstrap_servers(server: str):
     return [s.strip() for s in server.split(",") if s.strip()]
 
 
-def typed_setting(value: str) -> Any:
-    """A config-map string as the bool, int, float or str kafka-python expects."""
+def typed_setting(value: str, path: str = "") -> Any:
+    """A config-map string as the bool, int, float or str kafka-python expects (``${NAME}``: from the
+    environment)."""
+    value = resolve_env(value, path)
     lowered = value.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
@@ -35,7 +38,7 @@ def extra_consumer_config(kafka: pipeline_pb2.KafkaInput, path: str) -> Dict[str
     for key, value in kafka.config.items():
         if key not in KafkaConsumer.DEFAULT_CONFIG:
             raise ConfigError(f"{path}.config[{key}]", "is not a kafka-python consumer setting")
-        extra[key] = typed_setting(value)
+        extra[key] = typed_setting(value, f"{path}.config[{key}]")
     return extra
 
 

@@ -28,7 +28,8 @@ class KafkaSink:
         self._max_bytes = max_message_bytes
         self._timeout = send_timeout_secs
         self._producer: Optional[KafkaProducer] = None
-        self._extra: Dict = {key: typed_setting(value) for key, value in kafka.config.items()}
+        self._extra: Dict = {key: typed_setting(value, f"train_config.incr_save_config.kafka.config[{key}]")
+                             for key, value in kafka.config.items()}
 
     def _client_settings(self) -> Dict:
         settings = {k: v for k, v in self._extra.items() if k in KafkaAdminClient.DEFAULT_CONFIG}

@@ -13,6 +13,7 @@ import numpy as np
 
 from easyonline import ensure_legacy_keras
 from easyonline.config.loader import to_text
+from easyonline.config.secrets import apply_oss_config
 from easyonline.features import build_feature_specs
 from easyonline.features.record_parser import make_parser
 from easyonline.features.feature_spec import FeatureSpecs
@@ -89,6 +90,7 @@ class OnlineTrainer:
                  default_callbacks: bool = True):
         self.config = config
         self.online = online
+        apply_oss_config(config)
         apply_thread_config(config.train_config)
         self.specs = build_feature_specs(config)
         self.parser = make_parser(self.specs, config.data_config)
