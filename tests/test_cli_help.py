@@ -6,6 +6,7 @@ import pytest
 from tests.conftest import PYTHON, python_env
 
 COMMANDS = {"train": "easyonline.train.cli", "export": "easyonline.export.cli", "serve": "easyonline.serve.cli",
+            "eval": "easyonline.eval.cli", "predict": "easyonline.predict.cli",
             "tools.read_updates": "easyonline.tools.read_updates", "tools.demo": "easyonline.tools.demo",
             "tools.local_broker": "easyonline.tools.local_broker",
             "tools.stream_producer": "easyonline.tools.stream_producer"}

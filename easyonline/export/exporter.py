@@ -24,7 +24,7 @@ from easyonline.protos import pipeline_pb2
 from easyonline.publish.param_ids import ensure_parameter_ids
 from easyonline.publish.publish_callback import default_model_name
 from easyonline.publish.update_stream import DirectoryUpdateReader, KafkaUpdateReader
-from easyonline.train.checkpointing import latest_checkpoint
+from easyonline.train.checkpointing import checkpoint_step, latest_checkpoint
 from easyonline.utils import fileio, oss
 
 tf = ensure_legacy_keras()
@@ -32,10 +32,6 @@ log = logging.getLogger(__name__)
 
 INCR_UPDATE_FILE = "incr_update.txt"
 PIPELINE_FILE = "pipeline.config"
-
-
-def checkpoint_step(path: str) -> int:
-    return int(tf.train.load_checkpoint(path).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE"))
 
 
 def update_stream_info(config: pipeline_pb2.PipelineConfig, step: int) -> dict:

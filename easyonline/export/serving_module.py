@@ -17,6 +17,7 @@ from typing import Dict
 from easyonline import ensure_legacy_keras
 from easyonline.features.csv_parser import ids_of
 from easyonline.features.feature_spec import FeatureSpecs
+from easyonline.features.signature import feature_signature
 from easyonline.protos import pipeline_pb2
 from easyonline.publish.param_ids import ParameterIds, dense_variables
 
@@ -77,6 +78,9 @@ class ServingModule(tf.Module):
         self.serve = tf.function(self._serve, input_signature=[raw_input_specs(specs)], autograph=False)
         self.incr_update = tf.function(self._incr_update, input_signature=[update_input_specs(ids)],
                                        autograph=False)
+        # Parsed features in, for callers that parse with the config's parser (easyonline.predict).
+        self.score_features = tf.function(self._score_features, input_signature=[feature_signature(specs)],
+                                          autograph=False)
 
     @staticmethod
     def build_variables(model, specs: FeatureSpecs, empty_inputs) -> None:
@@ -95,6 +99,10 @@ class ServingModule(tf.Module):
 
     def _serve(self, inputs):
         logits = self.model(self.features_of(self._specs, inputs), training=False)
+        return {"probs": tf.sigmoid(logits), "logits": logits}
+
+    def _score_features(self, features):
+        logits = self.model(features, training=False)
         return {"probs": tf.sigmoid(logits), "logits": logits}
 
     def _incr_update(self, inputs):

@@ -8,7 +8,7 @@ so that only the bad lines are rejected, each with its reason.
 """
 import dataclasses
 import re
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from easyonline import ensure_legacy_keras
 from easyonline.inputs.rejections import BAD_LABEL, BAD_VALUE, FIELD_COUNT, INVALID_UTF8, rejection
@@ -24,11 +24,17 @@ HASH_BUCKETS = 2**63 - 1
 
 @dataclasses.dataclass
 class ParsedBatch:
-    """Features keyed by feature name, labels [B], and the lines that were rejected."""
+    """Features keyed by feature name, labels [B], and the lines that were rejected.
+
+    ``lines`` are the B samples as CSV lines in input_fields order (JSON and
+    custom records converted), when the batch came from lines; predictions
+    are written next to them.
+    """
     features: Dict[str, tf.Tensor]
     labels: tf.Tensor
     size: int
     rejected: List[Tuple[bytes, str]]
+    lines: Optional[List[bytes]] = None
 
 
 def _record_default(field_type: int, default: str):
@@ -155,7 +161,7 @@ class CsvParser:
                          for line, value, b in zip(lines, values, bad) if b]
             lines = [line for line, b in zip(lines, bad) if not b]
             features, labels = self._decode(tf.constant(lines, tf.string))
-        return ParsedBatch(features, labels, len(lines), rejected)
+        return ParsedBatch(features, labels, len(lines), rejected, lines)
 
     def _split_bad(self, lines: List[bytes]):
         good, rejected = [], []

@@ -71,6 +71,10 @@ class LoadedExport:
         out = self._serve(tensors)
         return {name: value.numpy() for name, value in out.items()}
 
+    def score_features(self, features) -> np.ndarray:
+        """Probabilities for already parsed features (the export's pipeline.config parser's output)."""
+        return self._module.score_features(features)["probs"].numpy()
+
     def apply(self, message: update_pb2.UpdateMessage) -> int:
         """Applies one decoded (and checked) update message; returns the number of entries applied."""
         args = {"dense_ids": [], "dense_offsets": [], "dense_lengths": [], "dense_values": []}

@@ -33,18 +33,14 @@ class DriftMonitor(Callback):
         self.pre_drift_auc: Optional[float] = None
         self.frozen_model = None
         self.frozen_metrics = None
-        self._score = None
 
     def _freeze(self, trainer) -> None:
         import tensorflow as tf  # pylint: disable=g-import-not-at-top
-        from easyonline.models import build_model  # pylint: disable=g-import-not-at-top
+        from easyonline.scoring.checkpoint_model import CheckpointModel  # pylint: disable=g-import-not-at-top
         from easyonline.train.metrics import PrequentialMetrics  # pylint: disable=g-import-not-at-top
         path = tf.train.Checkpoint(model=trainer.model).write(os.path.join(self.frozen_dir, "frozen"))
-        self.frozen_model = build_model(trainer.config, trainer.specs)
-        features, _ = trainer._empty_batch()  # pylint: disable=protected-access
-        self.frozen_model(features)
-        tf.train.Checkpoint(model=self.frozen_model).read(path).expect_partial()
-        self._score = tf.function(lambda f: tf.sigmoid(self.frozen_model(f, training=False)), autograph=False)
+        self.frozen_model = CheckpointModel(trainer.config)
+        self.frozen_model.restore(path)
         self.frozen_metrics = PrequentialMetrics(trainer.metrics.window_samples)
         self.pre_drift_auc = trainer.metrics.auc()
         logging.info("drift point reached: online window AUC %.4f; model frozen for comparison", self.pre_drift_auc)
@@ -54,7 +50,7 @@ class DriftMonitor(Callback):
         if self.frozen_model is None and trained >= self.drift_at:
             self._freeze(trainer)
         elif self.frozen_model is not None:
-            self.frozen_metrics.update(parsed_batch.labels.numpy(), self._score(parsed_batch.features).numpy())
+            self.frozen_metrics.update(parsed_batch.labels.numpy(), self.frozen_model.score(parsed_batch.features))
         if trained >= self.stop_after:
             trainer.stop_signal.request(f"the demo stream's {self.stop_after} samples were trained")
 

@@ -32,6 +32,11 @@ def latest_checkpoint(path: str) -> Optional[str]:
     return None
 
 
+def checkpoint_step(path: str) -> int:
+    """The training step a checkpoint (prefix) was saved at."""
+    return int(tf.train.load_checkpoint(path).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
 class Checkpointer:
     """Saves and restores (model, optimizer, step, positions) under model_dir (local, or oss:// mirrored)."""
 
@@ -72,8 +77,8 @@ class Checkpointer:
         # TFRA's per-batch "shadow" buffers are deliberately not saved, so the strict
         # assert_existing_objects_matched() cannot hold; check the step instead.
         self.checkpoint.restore(path).expect_partial()
-        saved_step = tf.train.load_checkpoint(path).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE")
-        if int(saved_step) != int(self.step.numpy()):
+        saved_step = checkpoint_step(path)
+        if saved_step != int(self.step.numpy()):
             raise RuntimeError(f"restoring {path} failed: step {int(self.step.numpy())} != saved {int(saved_step)}")
         self.last_saved_step = int(self.step.numpy())
         if self.mirror:

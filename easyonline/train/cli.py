@@ -10,6 +10,7 @@ from absl import flags
 
 from easyonline.config.command_flags import config_from_flags, define_config_flags
 from easyonline.utils.cli import run_command
+from easyonline.utils.exit_codes import run_job
 from easyonline.utils.logs import setup_logging
 
 
@@ -24,29 +25,16 @@ def main(argv) -> int:
     del argv
     FLAGS = flags.FLAGS
     setup_logging(FLAGS.log_level)
-    from easyonline.config import ConfigError  # pylint: disable=g-import-not-at-top
-    try:
-        config = config_from_flags(online=FLAGS.online)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return run_job(_train)
+
+
+def _train() -> int:
+    FLAGS = flags.FLAGS
+    config = config_from_flags(online=FLAGS.online)
     from easyonline.train.threading_config import apply_thread_config  # pylint: disable=g-import-not-at-top
     apply_thread_config(config.train_config)
-    from easyonline.inputs.kafka_client import BrokerUnreachableError  # pylint: disable=g-import-not-at-top
-    from easyonline.train.bad_input import BadInputError  # pylint: disable=g-import-not-at-top
-    from easyonline.train.trainer import OnlineTrainer  # pylint: disable=g-import-not-at-top
-    try:
-        trainer = OnlineTrainer(config, online=FLAGS.online)
-        summary = trainer.run()
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except (BrokerUnreachableError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 3
-    except BadInputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 4
+    from easyonline.train.online_train import online_train  # pylint: disable=g-import-not-at-top
+    summary = online_train(config, online=FLAGS.online)
     print("training summary")
     for line in summary.lines():
         print("  " + line)

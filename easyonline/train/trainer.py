@@ -16,7 +16,7 @@ from easyonline.config.loader import to_text
 from easyonline.config.secrets import apply_oss_config
 from easyonline.features import build_feature_specs
 from easyonline.features.record_parser import make_parser
-from easyonline.features.feature_spec import FeatureSpecs
+from easyonline.features.signature import empty_features, feature_signature
 from easyonline.inputs import FileInput, Prefetcher
 from easyonline.inputs.dead_letter import DeadLetterSink
 from easyonline.inputs.reader_process import KafkaReaderProcess
@@ -67,19 +67,6 @@ class TrainSummary:
                 f"positions        {self.positions}",
                 f"checkpoint       {self.checkpoint}",
                 f"stopped because  {self.stop_reason}"]
-
-
-def feature_signature(specs: FeatureSpecs):
-    signature = {}
-    for feature in specs.id_features:
-        if feature.multi_value:
-            signature[feature.name] = tf.RaggedTensorSpec([None, None], tf.int64, ragged_rank=1,
-                                                          row_splits_dtype=tf.int64)
-        else:
-            signature[feature.name] = tf.TensorSpec([None], tf.int64)
-    for feature in specs.raw_features:
-        signature[feature.name] = tf.TensorSpec([None], tf.float32)
-    return signature
 
 
 class OnlineTrainer:
@@ -143,20 +130,10 @@ class OnlineTrainer:
     def _score_impl(self, features):
         return self.model(features, training=False)
 
-    def _empty_batch(self):
-        features = {}
-        for feature in self.specs.id_features:
-            empty = tf.zeros([0], tf.int64)
-            features[feature.name] = (tf.RaggedTensor.from_row_splits(empty, tf.zeros([1], tf.int64))
-                                      if feature.multi_value else empty)
-        for feature in self.specs.raw_features:
-            features[feature.name] = tf.zeros([0], tf.float32)
-        return features, tf.zeros([0], tf.float32)
-
     def _build_variables(self) -> None:
         """Creates every variable and optimizer slot (an empty batch changes nothing) so restore is exact."""
-        features, labels = self._empty_batch()
-        self._train_step_impl(features, labels, self._now())  # eagerly: the traced step is then traced once
+        self._train_step_impl(empty_features(self.specs), tf.zeros([0], tf.float32), self._now())
+        # (eagerly: the traced step is then traced once)
         self.model.tables.release_names()  # the optimizer's slot tables now exist
 
     def _restore(self) -> Optional[str]:

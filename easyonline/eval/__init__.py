@@ -1,0 +1,1 @@
+"""``python -m easyonline.eval``: evaluates every new checkpoint of a model_dir on the eval input."""

@@ -1,0 +1,156 @@
+"""Evaluates checkpoints on the eval input: AUC, logloss and CTR per checkpoint, to TensorBoard and JSON lines.
+
+Every checkpoint is scored on a fresh pass over the same input (the files,
+or kafka_eval_input from its configured start to where the topic stands,
+at most ``max_samples``), so results of successive checkpoints compare.
+"""
+import dataclasses
+import json
+import logging
+import os
+import time
+from typing import Callable, Optional
+
+from easyonline import ensure_legacy_keras
+from easyonline.config.errors import ConfigError
+from easyonline.eval.checkpoint_follower import CheckpointFollower
+from easyonline.features.record_parser import make_parser
+from easyonline.inputs import FileInput, KafkaInput
+from easyonline.inputs.raw_batch import BatchSource
+from easyonline.protos import pipeline_pb2
+from easyonline.scoring.checkpoint_model import CheckpointModel
+from easyonline.scoring.passes import parsed_batches
+from easyonline.train.bad_input import BadInputMonitor
+from easyonline.train.metrics import PrequentialMetrics
+from easyonline.train.stop_signal import STOP_SIGNAL_FILE, StopSignal
+from easyonline.utils import fileio
+
+tf = ensure_legacy_keras()
+log = logging.getLogger(__name__)
+RESULTS_FILE = "results.jsonl"
+
+
+@dataclasses.dataclass
+class EvalResult:
+    checkpoint: str
+    step: int
+    samples: int
+    auc: Optional[float]
+    logloss: Optional[float]
+    ctr: Optional[float]
+    rejected: int
+    seconds: float
+    evaluated_at: float
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+
+def check_eval_input(config: pipeline_pb2.PipelineConfig) -> None:
+    if not config.HasField("kafka_eval_input") and not config.file_eval_input.paths:
+        raise ConfigError("kafka_eval_input", "the eval job needs kafka_eval_input (server, topic) or "
+                          "file_eval_input (paths)")
+    if config.HasField("kafka_eval_input") and not (config.kafka_eval_input.server and config.kafka_eval_input.topic):
+        raise ConfigError("kafka_eval_input", "needs server and topic")
+
+
+def eval_source(config: pipeline_pb2.PipelineConfig) -> BatchSource:
+    """kafka_eval_input (from its offset_info / offset_time / earliest), else file_eval_input."""
+    check_eval_input(config)
+    data = config.data_config
+    if config.HasField("kafka_eval_input"):
+        return KafkaInput(config.kafka_eval_input, data.batch_size, data.batch_timeout_ms, path="kafka_eval_input",
+                          max_message_bytes=data.max_message_bytes)
+    return FileInput(config.file_eval_input.paths, data.batch_size)
+
+
+class Evaluator:
+    """Scores checkpoints of ``config.model_dir`` on the eval input; results go to ``eval_dir``."""
+
+    def __init__(self, config: pipeline_pb2.PipelineConfig, eval_dir: str, max_samples: int = 0,
+                 make_source: Optional[Callable[[], BatchSource]] = None):
+        self.config = config
+        self.eval_dir = eval_dir
+        self.max_samples = max_samples
+        if make_source is None:
+            check_eval_input(config)
+        self._make_source = make_source or (lambda: eval_source(config))
+        self.model = CheckpointModel(config)
+        self.parser = make_parser(self.model.specs, config.data_config)
+        os.makedirs(eval_dir, exist_ok=True)
+        self.results_path = os.path.join(eval_dir, RESULTS_FILE)
+        self._writer = tf.summary.create_file_writer(eval_dir)
+        self.stop_signal = StopSignal()
+
+    def evaluate(self, checkpoint: str) -> EvalResult:
+        started = time.time()
+        step = self.model.restore(checkpoint)
+        metrics = PrequentialMetrics(window_samples=2**62)  # one window: the whole pass
+        bad_input = BadInputMonitor(self.config.data_config)
+        source = self._make_source()
+        try:
+            for batch in parsed_batches(source, self.parser, bad_input, self.max_samples,
+                                        should_stop=self.stop_signal.should_stop):
+                metrics.update(batch.labels.numpy(), self.model.score(batch.features))
+        finally:
+            source.close()
+            bad_input.close()
+        result = EvalResult(checkpoint, step, metrics.total_samples, metrics.auc(), metrics.logloss(), metrics.ctr(),
+                            bad_input.total, time.time() - started, time.time())
+        self._write(result)
+        return result
+
+    def _write(self, result: EvalResult) -> None:
+        with self._writer.as_default(step=result.step):
+            for name in ("auc", "logloss", "ctr"):
+                value = getattr(result, name)
+                if value is not None:
+                    tf.summary.scalar(f"eval_{name}", value)
+            tf.summary.scalar("eval_samples", result.samples)
+        self._writer.flush()
+        with open(self.results_path, "a") as f:
+            f.write(result.to_json() + "\n")
+        fmt = lambda v: "-" if v is None else f"{v:.4f}"
+        log.info("evaluated step %d: auc=%s logloss=%s ctr=%s samples=%d rejected=%d in %.1fs (%s)", result.step,
+                 fmt(result.auc), fmt(result.logloss), fmt(result.ctr), result.samples, result.rejected,
+                 result.seconds, result.checkpoint)
+
+    def follow(self, poll_secs: float = 5.0, max_evaluations: int = 0, idle_timeout_secs: float = 0,
+               stop_grace_secs: float = 30.0, on_result: Callable[[EvalResult], None] = lambda r: None) -> str:
+        """Evaluates each new checkpoint until stopped; returns why it stopped.
+
+        Stops on SIGTERM/SIGINT, after ``max_evaluations``, after ``idle_timeout_secs`` without a new
+        checkpoint, or once the trainer's stop file is in model_dir and no new checkpoint (the trainer's
+        final save) came for ``stop_grace_secs``.
+        """
+        self.stop_signal.install_signal_handlers()
+        follower = CheckpointFollower(self.config.model_dir)
+        stop_file = fileio.join(self.config.model_dir, STOP_SIGNAL_FILE)
+        evaluations, last_new = 0, time.time()
+        stop_seen = None
+        while not self.stop_signal.should_stop():
+            if stop_seen is None and fileio.exists(stop_file):
+                stop_seen = time.time()
+            for path in follower.new_checkpoints():
+                if self.stop_signal.should_stop():
+                    break
+                try:
+                    on_result(self.evaluate(path))
+                except (tf.errors.NotFoundError, FileNotFoundError) as e:
+                    log.warning("checkpoint %s disappeared before it was evaluated: %s", path, e)
+                    continue
+                evaluations += 1
+                last_new = time.time()
+                if max_evaluations and evaluations >= max_evaluations:
+                    return f"evaluated {evaluations} checkpoint(s)"
+            if stop_seen is not None and time.time() - max(stop_seen, last_new) > stop_grace_secs:
+                return f"found stop signal {stop_file} and no newer checkpoint"
+            if idle_timeout_secs and time.time() - last_new > idle_timeout_secs:
+                return f"no new checkpoint for {idle_timeout_secs:.0f}s"
+            deadline = time.time() + poll_secs
+            while time.time() < deadline and not self.stop_signal.should_stop():
+                time.sleep(0.2)
+        return self.stop_signal.reason
+
+    def close(self) -> None:
+        self._writer.close()

@@ -1,0 +1,33 @@
+"""The TensorSpecs of parsed features: what the train step, scoring and exports are traced with."""
+from typing import Dict, Union
+
+from easyonline import ensure_legacy_keras
+from easyonline.features.feature_spec import FeatureSpecs
+
+tf = ensure_legacy_keras()
+
+
+def feature_signature(specs: FeatureSpecs) -> Dict[str, Union[tf.TensorSpec, tf.RaggedTensorSpec]]:
+    """int64 ids per id feature ([B], or ragged [B, None] for tag features) and float32 [B] per raw feature."""
+    signature = {}
+    for feature in specs.id_features:
+        if feature.multi_value:
+            signature[feature.name] = tf.RaggedTensorSpec([None, None], tf.int64, ragged_rank=1,
+                                                          row_splits_dtype=tf.int64)
+        else:
+            signature[feature.name] = tf.TensorSpec([None], tf.int64)
+    for feature in specs.raw_features:
+        signature[feature.name] = tf.TensorSpec([None], tf.float32)
+    return signature
+
+
+def empty_features(specs: FeatureSpecs):
+    """A batch of zero samples in ``feature_signature(specs)``: calling a model on it creates its variables."""
+    features = {}
+    for feature in specs.id_features:
+        empty = tf.zeros([0], tf.int64)
+        features[feature.name] = (tf.RaggedTensor.from_row_splits(empty, tf.zeros([1], tf.int64))
+                                  if feature.multi_value else empty)
+    for feature in specs.raw_features:
+        features[feature.name] = tf.zeros([0], tf.float32)
+    return features

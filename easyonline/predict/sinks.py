@@ -1,0 +1,87 @@
+"""Where predictions go: a file, or a Kafka topic. One line per scored sample: ``<probability>\\t<sample>``.
+
+The sample is the input line as the parser read it (CSV in input_fields
+order; a JSON or custom record is shown in that CSV form), so a prediction
+can be joined back to its input.
+"""
+import abc
+import os
+import tempfile
+from typing import List, Optional
+
+import numpy as np
+from kafka import KafkaProducer
+
+from easyonline.inputs.kafka_client import bootstrap_servers
+from easyonline.utils import fileio
+
+
+def prediction_lines(probs: np.ndarray, lines: Optional[List[bytes]]) -> List[bytes]:
+    if lines is None:
+        return [b"%.6f" % p for p in probs]
+    return [b"%.6f\t%s" % (p, line) for p, line in zip(probs, lines)]
+
+
+class PredictionSink(abc.ABC):
+    @abc.abstractmethod
+    def write(self, lines: List[bytes]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class FileSink(PredictionSink):
+    """Writes to a local file; an ``oss://`` path is written locally, then uploaded whole at close."""
+
+    def __init__(self, path: str):
+        self.path = path
+        if fileio.is_oss(path):
+            fd, self._local = tempfile.mkstemp(prefix="easyonline-predict-")
+            self._file = os.fdopen(fd, "wb")
+        else:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._local = None
+            self._file = open(path, "wb")
+
+    def write(self, lines: List[bytes]) -> None:
+        for line in lines:
+            self._file.write(line + b"\n")
+
+    def close(self) -> None:
+        self._file.close()
+        if self._local is not None:
+            with open(self._local, "rb") as f:
+                fileio.write_bytes_atomic(self.path, f.read())
+            os.remove(self._local)
+
+
+class TopicSink(PredictionSink):
+    """One message per prediction; ``close`` waits until the broker acknowledged every one, or raises."""
+
+    def __init__(self, server: str, topic: str):
+        self.topic = topic
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers(server), acks=1, linger_ms=20,
+                                       api_version_auto_timeout_ms=10000, client_id="easyonline-predict")
+        self._futures = []
+        self.sent = 0
+
+    def write(self, lines: List[bytes]) -> None:
+        self._futures.extend(self._producer.send(self.topic, value=line) for line in lines)
+        if len(self._futures) > 100000:
+            self._settle()
+
+    def _settle(self) -> None:
+        self._producer.flush(timeout=60)
+        failed = [f.exception for f in self._futures if f.failed()]
+        if failed or any(not f.is_done for f in self._futures):
+            raise RuntimeError(f"{len(failed) or 'some'} prediction(s) could not be sent to topic {self.topic}: "
+                               f"{failed[0] if failed else 'timed out'}")
+        self.sent += len(self._futures)
+        self._futures = []
+
+    def close(self) -> None:
+        try:
+            self._settle()
+        finally:
+            self._producer.close(timeout=10)
