@@ -27,6 +27,15 @@ SHOW, CLICK, LAST_SEEN = 0, 1, 2
 STATS_EPOCH = 1.7e9
 
 
+def shard_devices() -> Optional[List[str]]:
+    """One device per ``ps`` task when built under a ParameterServerStrategy (keys are sharded by id mod the
+    number of ps); None otherwise (one table in this process)."""
+    if not tf.distribute.has_strategy():
+        return None
+    num_ps = getattr(tf.distribute.get_strategy().extended, "_num_ps", 0)  # ParameterServerStrategyV2's
+    return [f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(num_ps)] or None
+
+
 def table_variable_name(table: str) -> str:
     """TFRA names must be valid op names; the config's names may not be."""
     return "emb_" + re.sub(r"[^A-Za-z0-9_.\-]", "_", table)
@@ -41,17 +50,19 @@ class DynamicTables(tf.keras.layers.Layer):
         self.extra_dims = extra_dims
         self.embeddings: Dict[str, de.keras.layers.Embedding] = {}
         self.statistics: Dict[str, de.Variable] = {}
+        self.devices = shard_devices()
         for i, (name, table) in enumerate(sorted(specs.tables.items())):
             self.embeddings[name] = de.keras.layers.Embedding(
                 table.dim + extra_dims,
                 key_dtype=tf.int64,
                 value_dtype=tf.float32,
                 initializer=tf.keras.initializers.RandomNormal(0.0, table.initializer_stddev, seed=seed + i),
+                devices=self.devices,
                 name=table_variable_name(name))
             if table.keeps_statistics:
                 self.statistics[name] = de.get_variable(table_variable_name(name) + "-parameter-stats",
                                                         key_dtype=tf.int64, value_dtype=tf.float32, dim=3,
-                                                        initializer=0.0, trainable=False)
+                                                        initializer=0.0, trainable=False, devices=self.devices)
         self.release_names()
 
     def release_names(self) -> None:

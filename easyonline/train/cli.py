@@ -1,8 +1,11 @@
 """``python -m easyonline.train --config online.config --online``: the trainer's command line.
 
+With TF_CONFIG set, runs this process's role of a parameter-server cluster: ``ps`` and
+``worker`` serve until stopped, ``chief`` trains (docs/distributed.md).
+
 Exit codes: 0 after a clean stop (input ended, num_steps, stop file, SIGTERM),
-2 for a bad config, 3 when the broker or an input file cannot be reached, 4 when more of
-the stream was malformed than data_config.max_bad_fraction allows.
+2 for a bad config (or TF_CONFIG), 3 when the broker or an input file cannot be reached, 4 when more of
+the stream was malformed than data_config.max_bad_fraction allows, 5 when a parameter server was lost.
 """
 import sys
 
@@ -31,6 +34,11 @@ def main(argv) -> int:
 def _train() -> int:
     FLAGS = flags.FLAGS
     config = config_from_flags(online=FLAGS.online)
+    from easyonline.distributed.cluster_config import cluster_from_env  # pylint: disable=g-import-not-at-top
+    cluster = cluster_from_env()
+    if cluster is not None and cluster.task_type != "chief":
+        from easyonline.distributed.server import run_server  # pylint: disable=g-import-not-at-top
+        return run_server(cluster)
     from easyonline.train.threading_config import apply_thread_config  # pylint: disable=g-import-not-at-top
     apply_thread_config(config.train_config)
     from easyonline.train.online_train import online_train  # pylint: disable=g-import-not-at-top

@@ -9,6 +9,8 @@ from typing import Any, Iterable, Optional, Sequence, Union
 import numpy as np
 
 from easyonline import ensure_legacy_keras
+from easyonline.config.errors import ConfigError
+from easyonline.distributed.cluster_config import cluster_from_env
 from easyonline.features.csv_parser import ParsedBatch
 from easyonline.inputs.raw_batch import BatchSource, RawBatch
 from easyonline.protos import pipeline_pb2
@@ -49,11 +51,20 @@ def online_train(config: pipeline_pb2.PipelineConfig, source: Union[BatchSource,
                  default_callbacks: bool = True) -> TrainSummary:
     """Trains until the source ends (or, online, until stopped); returns the TrainSummary.
 
+    With ``TF_CONFIG`` naming this process the chief of a cluster, trains on its ps and workers
+    (docs/distributed.md); otherwise in this process.
+
     ``default_callbacks=False`` drops the config's checkpoint / shrink / stop-file
     schedules so that ``callbacks`` replace them.
     """
     if source is not None and not isinstance(source, BatchSource):
         source = IterableSource(source)
-    trainer = OnlineTrainer(config, online=online, source=source, callbacks=callbacks,
-                            default_callbacks=default_callbacks)
-    return trainer.run()
+    kwargs = dict(online=online, source=source, callbacks=callbacks, default_callbacks=default_callbacks)
+    cluster = cluster_from_env()
+    if cluster is None:
+        return OnlineTrainer(config, **kwargs).run()
+    if cluster.task_type != "chief":
+        raise ConfigError("TF_CONFIG.task.type", f"online_train runs the chief, not a {cluster.task_type} (start "
+                          "those with python -m easyonline.train: they serve until stopped)")
+    from easyonline.distributed.cluster_trainer import ClusterTrainer  # pylint: disable=g-import-not-at-top
+    return ClusterTrainer(config, cluster, **kwargs).run()

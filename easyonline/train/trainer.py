@@ -4,6 +4,7 @@ The loop is plain Python around one ``tf.function`` step; reading and
 parsing run ahead on the Prefetcher's thread. Every batch is scored before
 it is trained on, so the windowed AUC and logloss are out-of-sample.
 """
+import contextlib
 import dataclasses
 import logging
 import time
@@ -82,8 +83,9 @@ class OnlineTrainer:
         self.specs = build_feature_specs(config)
         self.parser = make_parser(self.specs, config.data_config)
         tf.keras.utils.set_random_seed(config.train_config.seed)
-        self.model = build_model(config, self.specs)
-        self.optimizer = build_optimizer(config.train_config.optimizer_config)
+        with self._variable_scope():
+            self.model = build_model(config, self.specs)
+            self.optimizer = build_optimizer(config.train_config.optimizer_config)
         self.callbacks = (builtin_callbacks.default_callbacks(config) if default_callbacks else []) + list(callbacks)
         train = config.train_config
         fileio.makedirs(config.model_dir)
@@ -94,10 +96,11 @@ class OnlineTrainer:
         label_spec = tf.TensorSpec([None], tf.float32)
         # autograph=False: the step has no tensor-dependent Python control flow, and autograph
         # converting TFRA's optimizer code takes ~2 s per table at every trace.
-        self._train_step = tf.function(self._train_step_impl,
+        self._train_step = tf.function(self._distribute(self._train_step_impl),
                                        input_signature=[signature, label_spec, tf.TensorSpec([], tf.float64)],
                                        autograph=False)
-        self._score_step = tf.function(self._score_impl, input_signature=[signature], autograph=False)
+        self._score_step = tf.function(self._distribute(self._score_impl), input_signature=[signature],
+                                       autograph=False)
         self.clock = time.time
         self._build_variables()
         self.restored_from = self._restore()
@@ -113,7 +116,21 @@ class OnlineTrainer:
                                          fileio.basename(config.model_dir))
         self.bad_input = BadInputMonitor(config.data_config, dead_letter)
         self.input_wait_seconds = 0.0  # time the loop waited for the next batch: high = input-bound
+        self.can_checkpoint = True  # False once the parameters are lost (a parameter server died)
         self.evicted: Dict[str, np.ndarray] = {}  # keys evicted since start, per table (for publishing deletes)
+
+    # --- where the step runs (overridden by distributed.ClusterTrainer) ------------
+    def _variable_scope(self):
+        """The context the model and optimizer are built in."""
+        return contextlib.nullcontext()
+
+    def _distribute(self, step_fn):
+        """Wraps a step function for how steps run (here: as it is, in this process)."""
+        return step_fn
+
+    def _run(self, step, *args) -> np.ndarray:
+        """Runs a traced step; returns its output as numpy."""
+        return step(*args).numpy()
 
     # --- the step -----------------------------------------------------------------
     def _train_step_impl(self, features, labels, now):
@@ -177,10 +194,10 @@ class OnlineTrainer:
     def train_batch(self, features, labels) -> np.ndarray:
         """Scores then trains one parsed batch; returns the pre-update probabilities."""
         if self.model.scores_differ_in_training:
-            logits = self._score_step(features)
-            self._train_step(features, labels, self._now())
+            logits = self._run(self._score_step, features)
+            self._run(self._train_step, features, labels, self._now())
         else:
-            logits = self._train_step(features, labels, self._now())
+            logits = self._run(self._train_step, features, labels, self._now())
         return tf.sigmoid(logits).numpy()
 
     def save_checkpoint(self) -> str:
@@ -263,7 +280,7 @@ class OnlineTrainer:
             status.close()
             self.bad_input.close()
             try:
-                if self.step != self.checkpointer.last_saved_step:
+                if self.step != self.checkpointer.last_saved_step and self.can_checkpoint:
                     self.save_checkpoint()
             finally:
                 source.close()

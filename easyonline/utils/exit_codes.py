@@ -2,12 +2,13 @@
 
 2: a bad config or flag. 3: something to read from is missing or unreachable
 (a checkpoint, a file, the broker). 4: more bad input than
-data_config.max_bad_fraction allows.
+data_config.max_bad_fraction allows. 5: the cluster lost a parameter server
+(restart it: training resumes from the last checkpoint).
 """
 import sys
 from typing import Callable
 
-BAD_CONFIG, UNREACHABLE, BAD_INPUT = 2, 3, 4
+BAD_CONFIG, UNREACHABLE, BAD_INPUT, CLUSTER_FAILURE = 2, 3, 4, 5
 
 
 def exit_code_of(error: BaseException) -> int:
@@ -21,6 +22,8 @@ def exit_code_of(error: BaseException) -> int:
         return UNREACHABLE
     if isinstance(error, BadInputError):
         return BAD_INPUT
+    if type(error).__name__ == "ClusterFailure":  # not imported: that would load TensorFlow for every job
+        return CLUSTER_FAILURE
     return 0
 
 
