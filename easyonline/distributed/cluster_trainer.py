@@ -76,21 +76,31 @@ class ClusterTrainer(OnlineTrainer):
     def _distribute(self, step_fn):
         return lambda *args: self.strategy.run(step_fn, args=args)
 
+    def _guarded(self, action, *args):
+        """Runs ``action``; an error that means the cluster lost a ps becomes ClusterFailure."""
+        try:
+            return action(*args)
+        except Exception as e:  # pylint: disable=broad-except
+            if not _is_cluster_failure(e):
+                raise
+            self.can_checkpoint = False
+            first = str(e).strip().split("\n")[0][:300]
+            raise ClusterFailure(f"lost a parameter server ({type(e).__name__}: {first}); the parameters since "
+                                 f"the last checkpoint are gone: restart the cluster to resume from "
+                                 f"{self.last_checkpoint or 'the start'}") from None
+
     def _run(self, step, *args) -> np.ndarray:
         started = time.perf_counter()
         try:
-            result = self.coordinator.schedule(step, args=args).fetch()
-        except Exception as e:  # pylint: disable=broad-except
-            if _is_cluster_failure(e):
-                self.can_checkpoint = False
-                first = str(e).strip().split("\n")[0][:300]
-                raise ClusterFailure(f"lost a parameter server ({type(e).__name__}: {first}); the parameters since "
-                                     f"the last checkpoint are gone: restart the cluster to resume from "
-                                     f"{self.last_checkpoint or 'the start'}") from None
-            raise
+            return np.asarray(self._guarded(lambda: self.coordinator.schedule(step, args=args).fetch()))
         finally:
             self.remote_seconds += time.perf_counter() - started
-        return np.asarray(result)
+
+    def save_checkpoint(self) -> str:
+        return self._guarded(super().save_checkpoint)
+
+    def table_sizes(self):
+        return self._guarded(super().table_sizes)
 
     def _build_variables(self) -> None:
         from easyonline.features.signature import empty_features  # pylint: disable=g-import-not-at-top

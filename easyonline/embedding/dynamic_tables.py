@@ -11,6 +11,7 @@ admitted ids are looked up through the trainable layer, so the others get
 no row and no optimizer slot; they, unknown ids outside training, and
 padding ids (negative) look up as zeros.
 """
+import contextlib
 import re
 from typing import Dict, List, Optional
 
@@ -27,13 +28,41 @@ SHOW, CLICK, LAST_SEEN = 0, 1, 2
 STATS_EPOCH = 1.7e9
 
 
+_local_shards = [1]
+_SHARD = re.compile(r"/tables_of_(.+)-parameter/(\d+)/\.ATTRIBUTES/table-keys$")
+
+
 def shard_devices() -> Optional[List[str]]:
-    """One device per ``ps`` task when built under a ParameterServerStrategy (keys are sharded by id mod the
-    number of ps); None otherwise (one table in this process)."""
-    if not tf.distribute.has_strategy():
-        return None
-    num_ps = getattr(tf.distribute.get_strategy().extended, "_num_ps", 0)  # ParameterServerStrategyV2's
-    return [f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(num_ps)] or None
+    """Where a table's shards live; keys go to shard ``id mod len(devices)``.
+
+    Under a ParameterServerStrategy: one shard per ``ps`` task. Otherwise one
+    table in this process, or, inside ``local_shards(n)``, n shards in this
+    process (to load a cluster's checkpoint for export or evaluation).
+    """
+    if tf.distribute.has_strategy():
+        num_ps = getattr(tf.distribute.get_strategy().extended, "_num_ps", 0)  # ParameterServerStrategyV2's
+        if num_ps:
+            return [f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(num_ps)]
+    if _local_shards[-1] > 1:
+        return ["/device:CPU:0"] * _local_shards[-1]
+    return None
+
+
+@contextlib.contextmanager
+def local_shards(count: int):
+    """Tables built inside have ``count`` shards in this process, like a checkpoint written by ``count`` ps."""
+    _local_shards.append(max(count, 1))
+    try:
+        yield
+    finally:
+        _local_shards.pop()
+
+
+def checkpoint_shards(path: str) -> int:
+    """How many shards per table a checkpoint holds (the number of ps that wrote it; 1 for a single process)."""
+    shards = [int(m.group(2)) + 1 for name in tf.train.load_checkpoint(path).get_variable_to_shape_map()
+              for m in [_SHARD.search(name)] if m]
+    return max(shards, default=1)
 
 
 def table_variable_name(table: str) -> str:

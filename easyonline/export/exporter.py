@@ -18,6 +18,7 @@ from typing import Optional
 from easyonline import ensure_legacy_keras
 from easyonline.config.loader import to_text
 from easyonline.config.secrets import apply_oss_config
+from easyonline.embedding.dynamic_tables import checkpoint_shards, local_shards
 from easyonline.features import build_feature_specs
 from easyonline.models import build_model
 from easyonline.protos import pipeline_pb2
@@ -70,7 +71,8 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
         raise FileNotFoundError(f"no checkpoint at {checkpoint_path or config.model_dir}")
     de.enable_inference_mode()
     specs = build_feature_specs(config)
-    model = build_model(config, specs)
+    with local_shards(checkpoint_shards(path)):  # a cluster's checkpoint: its shards, gathered here
+        model = build_model(config, specs)
     empty = {name: tf.zeros([0], spec.dtype) for name, spec in raw_input_specs(specs).items()}
     ServingModule.build_variables(model, specs, empty)
     tf.train.Checkpoint(model=model).restore(path).expect_partial()

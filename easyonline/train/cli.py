@@ -7,6 +7,7 @@ Exit codes: 0 after a clean stop (input ended, num_steps, stop file, SIGTERM),
 2 for a bad config (or TF_CONFIG), 3 when the broker or an input file cannot be reached, 4 when more of
 the stream was malformed than data_config.max_bad_fraction allows, 5 when a parameter server was lost.
 """
+import os
 import sys
 
 from absl import flags
@@ -28,7 +29,14 @@ def main(argv) -> int:
     del argv
     FLAGS = flags.FLAGS
     setup_logging(FLAGS.log_level)
-    return run_job(_train)
+    code = run_job(_train)
+    if os.environ.get("TF_CONFIG", "").strip():
+        # A cluster's chief: the ClusterCoordinator's threads keep reconnecting to lost tasks and can hold
+        # the interpreter's exit forever; everything is saved and printed by now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # pylint: disable=protected-access
+    return code
 
 
 def _train() -> int:

@@ -24,7 +24,8 @@ from easyonline.inputs.reader_process import KafkaReaderProcess
 from easyonline.inputs.raw_batch import BatchSource
 from easyonline.models import build_model
 from easyonline.protos import pipeline_pb2
-from easyonline.embedding.dynamic_tables import STATS_EPOCH
+from easyonline.config.errors import ConfigError
+from easyonline.embedding.dynamic_tables import STATS_EPOCH, checkpoint_shards, local_shards
 from easyonline.embedding.eviction import shrink_tables
 from easyonline.train.bad_input import BadInputMonitor
 from easyonline.train.callbacks import Callback
@@ -83,9 +84,15 @@ class OnlineTrainer:
         self.specs = build_feature_specs(config)
         self.parser = make_parser(self.specs, config.data_config)
         tf.keras.utils.set_random_seed(config.train_config.seed)
-        with self._variable_scope():
+        saved_shards = self._saved_shards()
+        with self._variable_scope(), local_shards(saved_shards or 1):
             self.model = build_model(config, self.specs)
             self.optimizer = build_optimizer(config.train_config.optimizer_config)
+        shards = len(self.model.tables.devices or [None])
+        if saved_shards and shards != saved_shards:
+            raise ConfigError("TF_CONFIG.cluster.ps", f"the checkpoint in {config.model_dir} has {saved_shards} "
+                              f"shard(s) per table (written by {saved_shards} ps), this cluster has {shards} ps: "
+                              "restart with as many ps as wrote it")
         self.callbacks = (builtin_callbacks.default_callbacks(config) if default_callbacks else []) + list(callbacks)
         train = config.train_config
         fileio.makedirs(config.model_dir)
@@ -120,6 +127,13 @@ class OnlineTrainer:
         self.evicted: Dict[str, np.ndarray] = {}  # keys evicted since start, per table (for publishing deletes)
 
     # --- where the step runs (overridden by distributed.ClusterTrainer) ------------
+    def _saved_shards(self) -> Optional[int]:
+        """Shards per table of the checkpoint this run will restore (a local model_dir's latest), else None."""
+        if fileio.is_oss(self.config.model_dir) or not tf.io.gfile.isdir(self.config.model_dir):
+            return None
+        latest = tf.train.latest_checkpoint(self.config.model_dir)
+        return checkpoint_shards(latest) if latest else None
+
     def _variable_scope(self):
         """The context the model and optimizer are built in."""
         return contextlib.nullcontext()

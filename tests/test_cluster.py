@@ -1,0 +1,173 @@
+"""Parameter-server training on loopback: real ps, worker and chief processes (TF_CONFIG), a real broker.
+
+Each cluster is started by easyonline.tools.local_cluster.LocalCluster, as
+``python -m easyonline.tools.local_cluster`` does.
+"""
+import json
+import re
+import threading
+import time
+
+import pytest
+import tensorflow as tf
+
+import easyonline
+from easyonline.config.loader import to_text
+from easyonline.distributed.cluster_config import parse_tf_config
+from easyonline.config import ConfigError
+from easyonline.tools.local_cluster import LocalCluster
+from easyonline.tools.stream_producer import SyntheticCtrStream, produce
+from tests.conftest import online_config, python_env
+
+FAST = {"data_config.batch_size": 500, "data_config.batch_timeout_ms": 300, "train_config.log_step_count_secs": 1,
+        "train_config.stop_signal_poll_secs": 0.2, "train_config.save_checkpoints_secs": 0}
+
+
+def _config_file(tmp_path, config, name="cluster.config"):
+    path = tmp_path / name
+    path.write_text(to_text(config))
+    return str(path)
+
+
+def _summary(output):
+    """The chief's printed training summary as {name: text}."""
+    lines = output.split("training summary", 1)[1].split("\n")
+    return {m.group(1).strip(): m.group(2).strip() for line in lines
+            for m in [re.match(r"\s+([a-zA-Z/ ]+?)\s{2,}(.*)$", line)] if m}
+
+
+def _wait_for(cluster, pattern, timeout=180):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        match = re.findall(pattern, cluster.chief_output())
+        if match:
+            return match
+        if cluster.processes["chief"].poll() is not None:
+            break
+        time.sleep(0.3)
+    raise AssertionError(f"chief never logged {pattern!r}:\n" + cluster.chief_output()[-4000:])
+
+
+def _shard_keys(checkpoint, table="C1"):
+    reader = tf.train.load_checkpoint(checkpoint)
+    shapes = reader.get_variable_to_shape_map()
+    keys = sorted((name, shape[0]) for name, shape in shapes.items()
+                  if f"tables_of_emb_{table}-parameter/" in name and name.endswith("table-keys"))
+    return [count for _, count in keys]
+
+
+def test_tf_config_errors_name_the_field():
+    assert parse_tf_config("") is None
+    good = {"cluster": {"chief": ["h:1"], "ps": ["h:2", "h:3"], "worker": ["h:4"]}, "task": {"type": "ps", "index": 1}}
+    parsed = parse_tf_config(json.dumps(good))
+    assert (parsed.task_type, parsed.task_index, parsed.num_ps, parsed.address) == ("ps", 1, 2, "h:3")
+    for broken, field in [("{", "TF_CONFIG"), (dict(good, task={"type": "boss"}), "TF_CONFIG.task.type"),
+                          (dict(good, task={"type": "worker", "index": 3}), "TF_CONFIG.task.index"),
+                          ({"cluster": {"chief": ["h:1"], "worker": ["h:4"]}, "task": {"type": "chief"}},
+                           "TF_CONFIG.cluster.ps"),
+                          ({"cluster": dict(good["cluster"], ps=["nohost"]), "task": {"type": "chief"}},
+                           "TF_CONFIG.cluster.ps")]:
+        with pytest.raises(ConfigError, match=re.escape(field)):
+            parse_tf_config(broken if isinstance(broken, str) else json.dumps(broken))
+
+
+def test_two_ps_two_workers_match_single_process_auc_and_balance_shards(broker, topic, tmp_path):
+    broker.create_topic(topic, 2)
+    produce(broker.bootstrap, topic, SyntheticCtrStream().chunks(0, 60000), partitions=2)
+    single = easyonline.online_train(online_config(tmp_path / "single", broker.bootstrap, topic, **FAST),
+                                     online=False)
+    config = online_config(tmp_path / "cluster", broker.bootstrap, topic, **FAST)
+    with LocalCluster(2, 2, [f"--config={_config_file(tmp_path, config)}"], env=python_env()) as cluster:
+        assert cluster.wait(300) == 0, cluster.chief_output()[-4000:]
+    output = cluster.chief_output()
+    summary = _summary(output)
+    assert summary["samples"] == "60000" and summary["positions"] == "{0: 30000, 1: 30000}"
+    cluster_auc = float(summary["window AUC"])
+    assert abs(cluster_auc - single.auc) < 0.01, (cluster_auc, single.auc)
+    checkpoint = summary["checkpoint"]
+    for table in ("C1", "C7", "C20"):
+        shards = _shard_keys(checkpoint, table)
+        assert len(shards) == 2
+        assert all(0.4 <= s / sum(shards) <= 0.6 for s in shards), (table, shards)
+    # the cluster's checkpoint gathers into one model: same keys as its shards, scores like the single process
+    from easyonline.scoring.checkpoint_model import CheckpointModel
+    model = CheckpointModel(config)
+    model.restore(checkpoint)
+    assert model.model.tables.sizes()["C1"] == sum(_shard_keys(checkpoint, "C1"))
+
+
+def test_worker_killed_mid_stream_then_restart_with_fewer_workers_resumes(broker, topic, tmp_path):
+    broker.create_topic(topic, 2)
+    config = online_config(tmp_path / "m", broker.bootstrap, topic, **FAST,
+                           **{"train_config.save_checkpoints_steps": 10})
+    config_path = _config_file(tmp_path, config)
+    producer = threading.Thread(target=produce, args=(broker.bootstrap, topic, SyntheticCtrStream().chunks(0, 24000)),
+                                kwargs={"rate": 3000, "partitions": 2})
+    with LocalCluster(2, 2, [f"--config={config_path}", "--online"], env=python_env()) as cluster:
+        _wait_for(cluster, r"step=\d+ samples=")
+        producer.start()
+        _wait_for(cluster, r"step=(?:[3-9]|\d\d+) samples=")
+        cluster.kill("worker1")  # SIGKILL, mid-stream
+        _wait_for(cluster, r"samples=24000 ", timeout=240)  # every sample trained regardless
+        producer.join()
+        cluster.stop()
+        assert cluster.processes["chief"].returncode == 0, cluster.chief_output()[-4000:]
+    first = _summary(cluster.chief_output())
+    assert first["positions"] == "{0: 12000, 1: 12000}"
+    steps = int(first["steps"])
+
+    produce(broker.bootstrap, topic, SyntheticCtrStream().chunks(24000, 6000), partitions=2)
+    with LocalCluster(2, 1, [f"--config={config_path}"], env=python_env()) as cluster:  # offline: to the end
+        assert cluster.wait(300) == 0, cluster.chief_output()[-4000:]
+    output = cluster.chief_output()
+    assert f"(step {steps}, positions {{0: 12000, 1: 12000}})" in output  # restored exactly
+    second = _summary(output)
+    assert second["samples"] == "6000" and second["positions"] == "{0: 15000, 1: 15000}"
+
+
+def test_killed_ps_stops_the_chief_and_a_restart_loses_no_sample(broker, topic, tmp_path):
+    broker.create_topic(topic, 2)
+    config = online_config(tmp_path / "m", broker.bootstrap, topic, **FAST,
+                           **{"train_config.save_checkpoints_steps": 5})
+    config_path = _config_file(tmp_path, config)
+    producer = threading.Thread(target=produce, args=(broker.bootstrap, topic, SyntheticCtrStream().chunks(0, 20000)),
+                                kwargs={"rate": 2500, "partitions": 2})
+    with LocalCluster(2, 1, [f"--config={config_path}", "--online"], env=python_env()) as cluster:
+        _wait_for(cluster, r"step=\d+ samples=")
+        producer.start()
+        _wait_for(cluster, r"saved checkpoint .*model\.ckpt-(?:1[0-9]|[2-9][0-9])\b")
+        cluster.kill("ps1")
+        code = cluster.wait(120)
+        output = cluster.chief_output()
+        producer.join()
+    assert code == 5, output[-4000:]
+    assert "lost a parameter server" in output
+    state = tf.train.get_checkpoint_state(str(tmp_path / "m"))
+    last = state.model_checkpoint_path
+    positions = json.loads(tf.train.load_checkpoint(last).get_tensor(
+        "positions/.ATTRIBUTES/VARIABLE_VALUE").decode())
+    done = sum(positions.values())
+    assert 0 < done < 20000
+
+    with LocalCluster(2, 1, [f"--config={config_path}"], env=python_env()) as cluster:
+        assert cluster.wait(300) == 0, cluster.chief_output()[-4000:]
+    summary = _summary(cluster.chief_output())
+    assert summary["positions"] == "{0: 10000, 1: 10000}"
+    assert int(summary["samples"]) == 20000 - done  # resumed exactly where the last checkpoint was
+
+
+def test_a_cluster_checkpoint_needs_as_many_ps(tmp_path):
+    """Restoring a 2-ps checkpoint into a 1-ps cluster is refused with the reason (no broker needed: files)."""
+    data = tmp_path / "train.csv"
+    data.write_bytes(b"\n".join(SyntheticCtrStream().lines(0, 2000)) + b"\n")
+    config = online_config(tmp_path / "m", **FAST)
+    config.ClearField("kafka_train_input")
+    config.file_train_input.paths.append(str(data))
+    config_path = _config_file(tmp_path, config)
+    with LocalCluster(2, 1, [f"--config={config_path}"], env=python_env()) as cluster:
+        assert cluster.wait(300) == 0, cluster.chief_output()[-4000:]
+    with LocalCluster(1, 1, [f"--config={config_path}"], env=python_env()) as cluster:
+        assert cluster.wait(300) == 2
+    assert "has 2 shard(s) per table" in cluster.chief_output()
+    single = easyonline.online_train(config, online=False)  # a single process gathers the shards and goes on
+    assert single.steps == 8  # restored at step 4, then the file once more
