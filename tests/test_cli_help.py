@@ -9,6 +9,7 @@ COMMANDS = {"train": "easyonline.train.cli", "export": "easyonline.export.cli", 
             "eval": "easyonline.eval.cli", "predict": "easyonline.predict.cli",
             "tools.read_updates": "easyonline.tools.read_updates", "tools.demo": "easyonline.tools.demo",
             "tools.local_broker": "easyonline.tools.local_broker",
+            "tools.local_cluster": "easyonline.tools.local_cluster",
             "tools.stream_producer": "easyonline.tools.stream_producer"}
 
 

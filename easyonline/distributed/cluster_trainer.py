@@ -96,6 +96,17 @@ class ClusterTrainer(OnlineTrainer):
         finally:
             self.remote_seconds += time.perf_counter() - started
 
+    def run(self):
+        self.remote_seconds = 0.0  # the split covers this run, not building the variables
+        summary = super().run()
+        other = max(summary.seconds - self.remote_seconds - self.input_wait_seconds, 0.0)
+        log.info("time split: steps on workers/ps %.1fs (%.0f%%), chief waiting for input %.1fs (%.0f%%), "
+                 "chief other work %.1fs (%.0f%%)", self.remote_seconds,
+                 100 * self.remote_seconds / max(summary.seconds, 1e-9), self.input_wait_seconds,
+                 100 * self.input_wait_seconds / max(summary.seconds, 1e-9), other,
+                 100 * other / max(summary.seconds, 1e-9))
+        return summary
+
     def save_checkpoint(self) -> str:
         return self._guarded(super().save_checkpoint)
 
