@@ -96,14 +96,13 @@ def test_two_ps_two_workers_match_single_process_auc_and_balance_shards(broker, 
     assert model.model.tables.sizes()["C1"] == sum(_shard_keys(checkpoint, "C1"))
 
 
-def test_worker_killed_mid_stream_then_restart_with_fewer_workers_resumes(broker, topic, tmp_path):
+def test_worker_killed_mid_stream_training_continues(broker, topic, tmp_path):
     broker.create_topic(topic, 2)
     config = online_config(tmp_path / "m", broker.bootstrap, topic, **FAST,
                            **{"train_config.save_checkpoints_steps": 10})
-    config_path = _config_file(tmp_path, config)
     producer = threading.Thread(target=produce, args=(broker.bootstrap, topic, SyntheticCtrStream().chunks(0, 24000)),
                                 kwargs={"rate": 3000, "partitions": 2})
-    with LocalCluster(2, 2, [f"--config={config_path}", "--online"], env=python_env()) as cluster:
+    with LocalCluster(2, 2, [f"--config={_config_file(tmp_path, config)}", "--online"], env=python_env()) as cluster:
         _wait_for(cluster, r"step=\d+ samples=")
         producer.start()
         _wait_for(cluster, r"step=(?:[3-9]|\d\d+) samples=")
@@ -112,17 +111,8 @@ def test_worker_killed_mid_stream_then_restart_with_fewer_workers_resumes(broker
         producer.join()
         cluster.stop()
         assert cluster.processes["chief"].returncode == 0, cluster.chief_output()[-4000:]
-    first = _summary(cluster.chief_output())
-    assert first["positions"] == "{0: 12000, 1: 12000}"
-    steps = int(first["steps"])
-
-    produce(broker.bootstrap, topic, SyntheticCtrStream().chunks(24000, 6000), partitions=2)
-    with LocalCluster(2, 1, [f"--config={config_path}"], env=python_env()) as cluster:  # offline: to the end
-        assert cluster.wait(300) == 0, cluster.chief_output()[-4000:]
-    output = cluster.chief_output()
-    assert f"(step {steps}, positions {{0: 12000, 1: 12000}})" in output  # restored exactly
-    second = _summary(output)
-    assert second["samples"] == "6000" and second["positions"] == "{0: 15000, 1: 15000}"
+    summary = _summary(cluster.chief_output())
+    assert summary["samples"] == "24000" and summary["positions"] == "{0: 12000, 1: 12000}"
 
 
 def test_killed_ps_stops_the_chief_and_a_restart_loses_no_sample(broker, topic, tmp_path):
@@ -149,25 +139,52 @@ def test_killed_ps_stops_the_chief_and_a_restart_loses_no_sample(broker, topic, 
     done = sum(positions.values())
     assert 0 < done < 20000
 
-    with LocalCluster(2, 1, [f"--config={config_path}"], env=python_env()) as cluster:
+    step = int(last.rsplit("-", 1)[1])
+
+    # restart with another number of workers (2 instead of 1), offline: to the end of the topic
+    with LocalCluster(2, 2, [f"--config={config_path}"], env=python_env()) as cluster:
         assert cluster.wait(300) == 0, cluster.chief_output()[-4000:]
-    summary = _summary(cluster.chief_output())
+    output = cluster.chief_output()
+    assert f"(step {step}, positions {json.dumps(positions).replace(chr(34), '')})" in output  # restored exactly
+    summary = _summary(output)
     assert summary["positions"] == "{0: 10000, 1: 10000}"
     assert int(summary["samples"]) == 20000 - done  # resumed exactly where the last checkpoint was
 
 
-def test_a_cluster_checkpoint_needs_as_many_ps(tmp_path):
-    """Restoring a 2-ps checkpoint into a 1-ps cluster is refused with the reason (no broker needed: files)."""
+def test_cluster_publishes_exact_updates_and_its_checkpoint_needs_as_many_ps(tmp_path):
+    """The chief's incremental publishing replays into the trained model; a restart with fewer ps is refused.
+
+    Files and a directory transport instead of Kafka: this test is about the cluster, not the broker."""
+    from easyonline.publish.param_ids import read_parameter_ids
+    from easyonline.publish.replica import ParameterReplica, differences_from_model
+    from easyonline.publish.update_codec import decode_update
+    from easyonline.scoring.checkpoint_model import CheckpointModel
+    from easyonline.tools.read_updates import read_all
     data = tmp_path / "train.csv"
-    data.write_bytes(b"\n".join(SyntheticCtrStream().lines(0, 2000)) + b"\n")
-    config = online_config(tmp_path / "m", **FAST)
+    data.write_bytes(b"\n".join(SyntheticCtrStream().lines(0, 6000)) + b"\n")
+    config = online_config(tmp_path / "m", **FAST, **{
+        "train_config.incr_save_config.sparse_save_secs": 1, "train_config.incr_save_config.dense_save_secs": 1,
+        "train_config.incr_save_config.fs.incr_save_dir": str(tmp_path / "updates")})
     config.ClearField("kafka_train_input")
     config.file_train_input.paths.append(str(data))
     config_path = _config_file(tmp_path, config)
     with LocalCluster(2, 1, [f"--config={config_path}"], env=python_env()) as cluster:
         assert cluster.wait(300) == 0, cluster.chief_output()[-4000:]
+    summary = _summary(cluster.chief_output())
+    assert summary["steps"] == "12" and "published the final update" in cluster.chief_output()
+
+    records = read_all(directory=str(tmp_path / "updates"))
+    replica = ParameterReplica()
+    for _, message in records:
+        assert replica.apply(decode_update(message))
+    model = CheckpointModel(config)
+    model.restore(summary["checkpoint"])
+    assert model.shards == 2 and sum(model.model.tables.sizes().values()) == int(summary["table keys"])
+    assert differences_from_model(replica, model.model, read_parameter_ids(config.model_dir)) == []
+
     with LocalCluster(1, 1, [f"--config={config_path}"], env=python_env()) as cluster:
         assert cluster.wait(300) == 2
     assert "has 2 shard(s) per table" in cluster.chief_output()
+    config.train_config.ClearField("incr_save_config")
     single = easyonline.online_train(config, online=False)  # a single process gathers the shards and goes on
-    assert single.steps == 8  # restored at step 4, then the file once more
+    assert single.steps == 24  # restored at step 12, then the file once more
