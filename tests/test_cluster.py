@@ -164,7 +164,11 @@ def test_cluster_publishes_exact_updates_and_its_checkpoint_needs_as_many_ps(tmp
     data.write_bytes(b"\n".join(SyntheticCtrStream().lines(0, 6000)) + b"\n")
     config = online_config(tmp_path / "m", **FAST, **{
         "train_config.incr_save_config.sparse_save_secs": 1, "train_config.incr_save_config.dense_save_secs": 1,
-        "train_config.incr_save_config.fs.incr_save_dir": str(tmp_path / "updates")})
+        "train_config.incr_save_config.fs.incr_save_dir": str(tmp_path / "updates"),
+        "train_config.shrink_every_secs": 1e-6})
+    c1 = next(f for f in config.feature_configs if list(f.input_names) == ["C1"])
+    c1.admission.count_filter.min_count = 2  # statistics and admission, per shard on the ps
+    c1.eviction.max_size = 120  # evictions run from the chief over both shards, and are published as deletes
     config.ClearField("kafka_train_input")
     config.file_train_input.paths.append(str(data))
     config_path = _config_file(tmp_path, config)
@@ -180,6 +184,12 @@ def test_cluster_publishes_exact_updates_and_its_checkpoint_needs_as_many_ps(tmp
     model = CheckpointModel(config)
     model.restore(summary["checkpoint"])
     assert model.shards == 2 and sum(model.model.tables.sizes().values()) == int(summary["table keys"])
+    assert "shrink evicted" in cluster.chief_output(), cluster.chief_output()[-3000:]
+    assert 0 < model.model.tables.sizes()["C1"] <= 120 < model.model.tables.sizes()["C2"]
+    assert len(_shard_keys(summary["checkpoint"], "C1")) == 2
+    stats = [n for n in tf.train.load_checkpoint(summary["checkpoint"]).get_variable_to_shape_map()
+             if "emb_C1-parameter-stats" in n and n.endswith("table-keys")]
+    assert len(stats) == 2  # the statistics table is sharded too
     assert differences_from_model(replica, model.model, read_parameter_ids(config.model_dir)) == []
 
     with LocalCluster(1, 1, [f"--config={config_path}"], env=python_env()) as cluster:
