@@ -25,8 +25,6 @@ Failures:
 """
 import logging
 import time
-from typing import Optional
-
 import numpy as np
 
 from easyonline import ensure_legacy_keras
@@ -118,12 +116,6 @@ class ClusterTrainer(OnlineTrainer):
         # Tracing the scheduled step creates the model's variables and the optimizer's slots on the ps.
         self._run(self._train_step, empty_features(self.specs), tf.zeros([0], tf.float32), self._now())
         self.model.tables.release_names()
-
-    def shard_sizes(self, table: Optional[str] = None):
-        """Keys per ps shard: {table: [keys on ps 0, keys on ps 1, ...]}."""
-        tables = self.model.tables.embeddings
-        return {name: [int(t.size()) for t in layer.params._tables]  # pylint: disable=protected-access
-                for name, layer in tables.items() if table is None or name == table}
 
 
 def _is_cluster_failure(error: Exception) -> bool:

@@ -9,6 +9,7 @@ from absl import flags
 
 from easyonline.config.command_flags import config_from_flags, define_config_flags
 from easyonline.utils.cli import run_command
+from easyonline.utils.exit_codes import run_job
 from easyonline.utils.logs import setup_logging
 
 
@@ -24,32 +25,24 @@ def define_flags() -> None:
 
 def main(argv) -> int:
     del argv
-    FLAGS = flags.FLAGS
-    setup_logging(FLAGS.log_level)
-    from easyonline.config import ConfigError  # pylint: disable=g-import-not-at-top
-    if not FLAGS.export_dir:
+    setup_logging(flags.FLAGS.log_level)
+    if not flags.FLAGS.export_dir:
         print("error: --export_dir is required", file=sys.stderr)
         return 2
-    try:
-        config = config_from_flags(online=False)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return run_job(_export)
+
+
+def _export() -> int:
+    FLAGS = flags.FLAGS
+    config = config_from_flags(online=False)
     from kafka.errors import KafkaError  # pylint: disable=g-import-not-at-top
     from easyonline.export.exporter import export_saved_model  # pylint: disable=g-import-not-at-top
-    from easyonline.utils.oss import OssConfigError  # pylint: disable=g-import-not-at-top
+    from easyonline.inputs.kafka_client import BrokerUnreachableError  # pylint: disable=g-import-not-at-top
     try:
         path = export_saved_model(config, FLAGS.export_dir, FLAGS.checkpoint_path or None,
                                   FLAGS.embedding_export_dir or None)
-    except OssConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 3
     except KafkaError as e:
-        print(f"error: cannot read the update stream to find where this export starts: {e}", file=sys.stderr)
-        return 3
+        raise BrokerUnreachableError(f"cannot read the update stream to find where this export starts: {e}") from None
     print(path)
     return 0
 

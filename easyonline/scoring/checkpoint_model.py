@@ -44,16 +44,20 @@ class CheckpointModel:
 
     def restore(self, path: str) -> int:
         """Loads the checkpoint prefix ``path``; returns its training step (-1 for a model-only checkpoint)."""
-        if checkpoint_shards(path) != self.shards:  # written by a cluster with another number of ps
-            self._build(checkpoint_shards(path))
+        shards = checkpoint_shards(path)
+        if shards != self.shards:  # written by a cluster with another number of ps
+            self._build(shards)
         tables = self.model.tables
         for layer in tables.embeddings.values():
             layer.params.clear()
         for statistics in tables.statistics.values():
             statistics.clear()
         tf.train.Checkpoint(model=self.model).restore(path).expect_partial()
-        has_step = "step/.ATTRIBUTES/VARIABLE_VALUE" in tf.train.load_checkpoint(path).get_variable_to_shape_map()
-        self.checkpoint, self.step = path, checkpoint_step(path) if has_step else -1
+        try:
+            self.step = checkpoint_step(path)
+        except tf.errors.NotFoundError:  # a model-only checkpoint (tf.train.Checkpoint(model=...).write)
+            self.step = -1
+        self.checkpoint = path
         log.info("loaded %s (step %d, %d keys)", path, self.step, sum(tables.sizes().values()))
         return self.step
 

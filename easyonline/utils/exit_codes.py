@@ -16,7 +16,8 @@ def exit_code_of(error: BaseException) -> int:
     from easyonline.config.errors import ConfigError  # pylint: disable=g-import-not-at-top
     from easyonline.inputs.kafka_client import BrokerUnreachableError  # pylint: disable=g-import-not-at-top
     from easyonline.train.bad_input import BadInputError  # pylint: disable=g-import-not-at-top
-    if isinstance(error, ConfigError):
+    from easyonline.utils.oss import OssConfigError  # pylint: disable=g-import-not-at-top
+    if isinstance(error, (ConfigError, OssConfigError)):
         return BAD_CONFIG
     if isinstance(error, (BrokerUnreachableError, FileNotFoundError, TimeoutError)):
         return UNREACHABLE
