@@ -6,6 +6,7 @@ The consumer is not thread-safe: everything, commits included, runs on the
 thread that calls ``next_batch`` (the Prefetcher's).
 """
 import logging
+import operator
 import queue
 import time
 from typing import Dict, Optional, Tuple
@@ -13,12 +14,13 @@ from typing import Dict, Optional, Tuple
 from kafka import TopicPartition
 
 from easyonline.inputs.rejections import OVERSIZED_MESSAGE, rejection
-from easyonline.inputs import kafka_client
+from easyonline.inputs import fast_records, kafka_client
 from easyonline.inputs.raw_batch import BatchSource, RawBatch
 from easyonline.inputs.start_position import resolve_start_offsets
 from easyonline.protos import pipeline_pb2
 
 log = logging.getLogger(__name__)
+_value = operator.attrgetter("value")
 
 
 class KafkaInput(BatchSource):
@@ -33,6 +35,7 @@ class KafkaInput(BatchSource):
         self._batch_timeout = batch_timeout_ms / 1000.0
         self._consumer = kafka_client.make_consumer(kafka, path, max_poll_records=max(batch_size, 500),
                                                     fetch_max_wait_ms=min(100, max(batch_timeout_ms, 1)))
+        fast_records.install(self._consumer)
         self.partitions = self._discover(path, partition_wait_secs)
         probe = kafka_client.make_consumer(kafka, path + ".probe", group_id=None, fetch_max_wait_ms=50)
         try:
@@ -93,22 +96,24 @@ class KafkaInput(BatchSource):
                 wanted = min(wanted, 16)
             records = self._consumer.poll(timeout_ms=max(int(remaining * 1000), 1), max_records=wanted)
             got = 0
-            for tp, batch in records.items():
-                for record in batch:
-                    got += 1
-                    self._positions[tp.partition] = record.offset + 1
-                    if not record.value:
-                        empty += 1
-                        continue
-                    if self._max_message_bytes and len(record.value) > self._max_message_bytes:
-                        refused.append((record.value[:200], rejection(
-                            OVERSIZED_MESSAGE, f"{len(record.value)} bytes at partition {tp.partition} offset "
-                            f"{record.offset} (max_message_bytes {self._max_message_bytes})")))
-                        continue
-                    split = record.value.split(b"\n")
-                    lines.extend(split)
-                    self._lines_per_message = 0.9 * self._lines_per_message + 0.1 * len(split) \
-                        if self._lines_per_message else float(len(split))
+            for tp, chunk in records.items():
+                got += len(chunk)
+                self._positions[tp.partition] = chunk[-1].offset + 1
+                values = list(map(_value, chunk))
+                if self._max_message_bytes and max(map(len, filter(None, values)), default=0) \
+                        > self._max_message_bytes:
+                    values = self._refuse_oversized(tp, chunk, refused)
+                empties = values.count(b"") + values.count(None)
+                if empties:  # an empty message is counted, not a sample
+                    empty += empties
+                    values = [value for value in values if value]
+                if not values:
+                    continue
+                added = len(lines)
+                lines.extend(b"\n".join(values).split(b"\n"))  # several lines per message are allowed
+                per_message = (len(lines) - added) / len(values)
+                self._lines_per_message = 0.9 * self._lines_per_message + 0.1 * per_message \
+                    if self._lines_per_message else per_message
             messages += got
             if lines and first_at is None:
                 first_at = time.time()
@@ -118,6 +123,18 @@ class KafkaInput(BatchSource):
         self.idle_lag = None
         return RawBatch(lines, dict(self._positions), lag=self.lag(), messages=messages, empty_messages=empty,
                         rejected=refused)
+
+    def _refuse_oversized(self, tp: TopicPartition, chunk, refused: list) -> list:
+        """The values of ``chunk`` without the messages over max_message_bytes, which go to ``refused``."""
+        values = []
+        for record in chunk:
+            if record.value and len(record.value) > self._max_message_bytes:
+                refused.append((record.value[:200], rejection(
+                    OVERSIZED_MESSAGE, f"{len(record.value)} bytes at partition {tp.partition} offset "
+                    f"{record.offset} (max_message_bytes {self._max_message_bytes})")))
+            else:
+                values.append(record.value)
+        return values
 
     def commit(self, positions: Dict[int, int]) -> None:
         """Queued; done by the reading thread on its next call (the consumer is single-threaded)."""

@@ -1,0 +1,141 @@
+"""The fast record decoder gives exactly what kafka-python's own decoder gives.
+
+Unit tests build record batches with kafka-python's own builder (keys,
+headers, null values, multi-byte varints, offset gaps as after compaction)
+and compare offsets and values with kafka-python's DefaultRecordBatch;
+the broker tests read the same topics with and without the fast decoder.
+"""
+import struct
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import CorruptRecordException
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from easyonline.inputs import KafkaInput, fast_records
+from easyonline.protos import pipeline_pb2
+
+
+def _batch(records, base_offset=100):
+    """A v2 batch from (offset_delta, timestamp, key, value, headers) tuples, as bytes."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    for delta, timestamp, key, value, headers in records:
+        builder.append(delta, timestamp=timestamp, key=key, value=value, headers=headers)
+    data = bytes(builder.build())
+    return data[:0] + struct.pack(">q", base_offset) + data[8:]
+
+
+def _stock(data):
+    return [(r.offset, r.value or b"") for r in DefaultRecordBatch(data)]
+
+
+def _fast(data):
+    batch = DefaultRecordBatch(data)
+    offsets, values = fast_records.decode_batch(data, batch.base_offset, batch._num_records,  # pylint: disable=protected-access
+                                                batch.last_offset_delta)
+    return list(zip(offsets, values))
+
+
+_record = st.tuples(
+    st.integers(0, 2**40),  # timestamp: multi-byte varint deltas
+    st.one_of(st.none(), st.binary(max_size=300)),  # key
+    st.one_of(st.none(), st.binary(max_size=20000)),  # value: up to 3-byte lengths; None is a tombstone
+    st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=50))), max_size=3),
+    st.integers(1, 3),  # gap before the next offset (1: none)
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_record, min_size=1, max_size=40), st.booleans())
+def test_decode_batch_equals_kafka_python(records, gapless):
+    built, delta = [], 0
+    for timestamp, key, value, headers, gap in records:
+        built.append((delta, timestamp, key, value, headers))
+        delta += 1 if gapless else gap
+    data = _batch(built)
+    assert _fast(data) == _stock(data)
+
+
+def test_gapless_batches_use_consecutive_offsets_and_gaps_keep_theirs():
+    plain = _batch([(i, 1000 + i, None, b"v%d" % i, []) for i in range(300)])
+    assert _fast(plain) == [(100 + i, b"v%d" % i) for i in range(300)]
+    compacted = _batch([(d, 1000, None, b"x", []) for d in (0, 2, 3, 9)])
+    assert [o for o, _ in _fast(compacted)] == [100, 102, 103, 109]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "length", "trailing"])
+def test_damaged_batches_raise_instead_of_returning_garbage(damage):
+    data = bytearray(_batch([(i, 1000, None, b"value-%d" % i, []) for i in range(5)]))
+    header = DefaultRecordBatch.HEADER_STRUCT.size
+    if damage == "truncated":
+        data = data[:-7]
+    elif damage == "length":
+        data[header] += 6  # the first record claims 3 more bytes than it has
+    else:
+        data += b"\x00\x00"
+    batch = DefaultRecordBatch(bytes(data))
+    with pytest.raises(CorruptRecordException):
+        fast_records.decode_batch(bytes(data), batch.base_offset, batch._num_records,  # pylint: disable=protected-access
+                                  batch.last_offset_delta)
+
+
+def _read_all(consumer, tp, expected):
+    got = []
+    while len(got) < expected:
+        for records in consumer.poll(timeout_ms=1000).values():
+            got.extend((r.offset, r.value) for r in records)
+    return got
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_consumer_with_fast_decoder_reads_what_the_stock_consumer_reads(broker, topic, compression):
+    """Keys, headers, tombstones and empty values; gzip batches go through kafka-python's decoder."""
+    broker.create_topic(topic, 1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20, compression_type=compression)
+    for i in range(500):
+        value = None if i % 97 == 5 else (b"" if i % 50 == 7 else b"line-%d," % i * (i % 40))
+        producer.send(topic, value, key=b"k%d" % i if i % 3 == 0 or value is None else None,
+                      headers=[("h", b"%d" % i)] if i % 5 == 0 else None, partition=0)
+    producer.flush()
+    producer.close()
+    tp = TopicPartition(topic, 0)
+    results = []
+    for fast in (False, True):
+        consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, auto_offset_reset="earliest")
+        assert not fast or fast_records.install(consumer)
+        consumer.assign([tp])
+        consumer.seek(tp, 123)  # in the middle of a batch: earlier records of that batch are skipped
+        results.append([(o, v or b"") for o, v in _read_all(consumer, tp, 500 - 123)])
+        consumer.close()
+    assert results[1] == results[0]
+    assert [o for o, _ in results[1]] == list(range(123, 500))
+
+
+def test_kafka_input_positions_and_lines_with_the_fast_decoder(broker, topic):
+    """Several lines per message, empty messages and a start inside a batch, on two partitions."""
+    broker.create_topic(topic, 2)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20)
+    for p in range(2):
+        for i in range(300):
+            value = b"" if i % 100 == 42 else b"\n".join(b"p%d_%d_%d" % (p, i, j) for j in range(1 + i % 3))
+            producer.send(topic, value, partition=p)
+    producer.flush()
+    producer.close()
+    source = KafkaInput(pipeline_pb2.KafkaInput(server=broker.bootstrap, topic=topic, offset_info='{"0": 10, "1": 150}'),
+                        batch_size=64, batch_timeout_ms=200)
+    lines, empty, last = [], 0, None
+    while True:
+        batch = source.next_batch(1.0)
+        if batch is None:
+            break
+        lines.extend(batch.lines)
+        empty += batch.empty_messages
+        last = batch
+    source.close()
+    expected = [b"p%d_%d_%d" % (p, i, j) for p, start in ((0, 10), (1, 150)) for i in range(start, 300)
+                if i % 100 != 42 for j in range(1 + i % 3)]
+    assert sorted(lines) == sorted(expected)
+    assert empty == 3 + 1  # offsets 42, 142, 242 of partition 0; 242 of partition 1
+    assert last.positions == {0: 300, 1: 300}
