@@ -1,3 +1,13 @@
-"""From config to feature specs, and from CSV lines to feature tensors."""
+"""From config to feature specs, and from CSV lines to feature tensors.
+
+``CsvParser`` and ``ParsedBatch`` load TensorFlow, so they are imported on
+first use: the Kafka reader process uses the specs and ``vector_csv`` only.
+"""
 from easyonline.features.feature_spec import FeatureSpecs, IdFeature, RawFeature, TableSpec, build_feature_specs
-from easyonline.features.csv_parser import CsvParser, ParsedBatch
+
+
+def __getattr__(name: str):
+    if name in ("CsvParser", "ParsedBatch"):
+        from easyonline.features import csv_parser  # pylint: disable=g-import-not-at-top
+        return getattr(csv_parser, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

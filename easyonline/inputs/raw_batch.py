@@ -1,7 +1,29 @@
 """What every source hands to the trainer: lines plus where the stream stands."""
 import abc
+import collections.abc
 import dataclasses
-from typing import Dict, List, Optional, Tuple
+import functools
+from typing import Dict, List, Optional, Sequence, Tuple
+
+
+class BlobLines(collections.abc.Sequence):
+    """The lines of a newline-joined blob, split only if someone looks (a parsed batch seldom needs them)."""
+
+    def __init__(self, blob: bytes):
+        self._blob = blob
+
+    @functools.cached_property
+    def _lines(self) -> List[bytes]:
+        return self._blob.split(b"\n") if self._blob else []
+
+    def __getitem__(self, index):
+        return self._lines[index]
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other)
 
 
 @dataclasses.dataclass
@@ -12,7 +34,7 @@ class RawBatch:
     trained, for every assigned partition (not only those in this batch), so
     that saving the positions of the last trained batch is exact.
     """
-    lines: List[bytes]
+    lines: Sequence[bytes]
     positions: Dict[int, int]
     lag: Optional[int] = None
     messages: int = 0

@@ -7,18 +7,24 @@ without contention. The child sends each batch as one joined bytes blob plus
 its positions; commits go the other way. The child is started with "spawn"
 (forking a process that runs TensorFlow threads is unsafe) and imports no
 TensorFlow.
+
+Given a ``VectorCsvParser`` the child also parses each batch with numpy
+(features, not lines, cross over), so the trainer's process spends its CPU on
+training; a batch that parser declines goes over as lines, for CsvParser.
 """
 import multiprocessing
 import queue
 import time
 from typing import Dict, Optional
 
-from easyonline.inputs.raw_batch import BatchSource, RawBatch
+from easyonline.features.vector_csv import VectorCsvParser
+from easyonline.inputs.raw_batch import BatchSource, BlobLines, RawBatch
 from easyonline.protos import pipeline_pb2
 
 
 def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoint_positions, path: str,
-           max_message_bytes: int, batches: "multiprocessing.Queue", commands: "multiprocessing.Queue") -> None:
+           max_message_bytes: int, vector_parser, batches: "multiprocessing.Queue",
+           commands: "multiprocessing.Queue") -> None:
     from easyonline.inputs.kafka_input import KafkaInput  # pylint: disable=g-import-not-at-top
     kafka = pipeline_pb2.KafkaInput.FromString(kafka_bytes)
     try:
@@ -48,7 +54,8 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
                     except queue.Full:
                         pass
                 continue
-            item = ("batch", b"\n".join(batch.lines), batch.positions, batch.lag, batch.messages,
+            vectors = vector_parser.parse(batch.lines) if vector_parser is not None else None
+            item = ("batch", b"\n".join(batch.lines), vectors, batch.positions, batch.lag, batch.messages,
                     batch.empty_messages, batch.rejected)
             while True:
                 try:
@@ -73,14 +80,15 @@ class KafkaReaderProcess(BatchSource):
 
     def __init__(self, kafka: pipeline_pb2.KafkaInput, batch_size: int, batch_timeout_ms: int,
                  checkpoint_positions: Optional[Dict[int, int]] = None, path: str = "kafka_train_input",
-                 depth: int = 4, start_timeout: float = 120.0, max_message_bytes: int = 0):
+                 depth: int = 4, start_timeout: float = 120.0, max_message_bytes: int = 0,
+                 vector_parser: Optional["VectorCsvParser"] = None):
         context = multiprocessing.get_context("spawn")
         self._batches = context.Queue(maxsize=depth)
         self._commands = context.Queue()
         self._process = context.Process(
             target=_child, name="easyonline-kafka-reader", daemon=True,
             args=(kafka.SerializeToString(), batch_size, batch_timeout_ms, checkpoint_positions, path,
-                  max_message_bytes, self._batches, self._commands))
+                  max_message_bytes, vector_parser, self._batches, self._commands))
         self._process.start()
         try:
             first = self._batches.get(timeout=start_timeout)
@@ -106,9 +114,13 @@ class KafkaReaderProcess(BatchSource):
             self.idle_lag = item[1]
             return None
         self.idle_lag = None
-        _, blob, positions, lag, messages, empty, rejected = item
-        return RawBatch(blob.split(b"\n") if blob else [], positions, lag=lag, messages=messages,
-                        empty_messages=empty, rejected=rejected)
+        _, blob, vectors, positions, lag, messages, empty, rejected = item
+        parsed = None
+        if vectors is not None:
+            from easyonline.features.csv_parser import ParsedBatch  # pylint: disable=g-import-not-at-top
+            parsed = ParsedBatch.from_vectors(vectors)
+        return RawBatch(BlobLines(blob), positions, lag=lag, messages=messages, empty_messages=empty,
+                        rejected=rejected, parsed=parsed)
 
     def commit(self, positions: Dict[int, int]) -> None:
         self._commands.put(("commit", dict(positions)))

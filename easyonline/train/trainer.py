@@ -18,6 +18,7 @@ from easyonline.config.secrets import apply_oss_config
 from easyonline.features import build_feature_specs
 from easyonline.features.record_parser import make_parser
 from easyonline.features.signature import empty_features, feature_signature
+from easyonline.features.vector_csv import VectorCsvParser, supports
 from easyonline.inputs import FileInput, Prefetcher
 from easyonline.inputs.dead_letter import DeadLetterSink
 from easyonline.inputs.reader_process import KafkaReaderProcess
@@ -199,7 +200,8 @@ class OnlineTrainer:
         if self.config.HasField("kafka_train_input"):
             start = self.checkpointer.positions if self.checkpointer.manager.latest_checkpoint else None
             return KafkaReaderProcess(self.config.kafka_train_input, data.batch_size, data.batch_timeout_ms,
-                                      checkpoint_positions=start or None, max_message_bytes=data.max_message_bytes)
+                                      checkpoint_positions=start or None, max_message_bytes=data.max_message_bytes,
+                                      vector_parser=VectorCsvParser(self.specs) if supports(self.specs, data) else None)
         return FileInput(self.config.file_train_input.paths, data.batch_size)
 
     def table_sizes(self) -> Dict[str, int]:

@@ -1,0 +1,147 @@
+"""The numpy CSV path gives bit-identical features to CsvParser, or declines the batch.
+
+Random batches (ids of every length up to 70 bytes, empty fields, padding
+values, signed and fractional numbers, int ids, malformed lines) are parsed
+both ways; whenever the numpy path accepts a batch its ids, floats and
+labels must equal TensorFlow's exactly, and it must decline every batch
+CsvParser would reject a line of.
+"""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from easyonline.features import build_feature_specs
+from easyonline.features.csv_parser import CsvParser
+from easyonline.features.fingerprint import fingerprint64, hash_bucket
+from easyonline.features.vector_csv import VectorCsvParser, supports
+from easyonline.protos import pipeline_pb2
+from tests.conftest import online_config
+
+import tensorflow as tf
+
+
+def _config(tmp_path_factory=None):
+    from easyonline.config import load_pipeline_config  # pylint: disable=g-import-not-at-top
+    config = pipeline_pb2.PipelineConfig()
+    from google.protobuf import text_format  # pylint: disable=g-import-not-at-top
+    text_format.Parse("""
+      data_config {
+        input_fields { input_name: "label" input_type: INT32 }
+        input_fields { input_name: "price" input_type: FLOAT default_val: "1.5" }
+        input_fields { input_name: "count" input_type: INT64 }
+        input_fields { input_name: "user" input_type: STRING default_val: "anon" }
+        input_fields { input_name: "item" input_type: STRING }
+        input_fields { input_name: "shop" input_type: INT64 default_val: "7" }
+        label_fields: "label" separator: "," batch_size: 64
+      }
+      feature_configs { input_names: "price" feature_type: RawFeature }
+      feature_configs { input_names: "count" feature_type: RawFeature }
+      feature_configs { input_names: "user" feature_type: IdFeature embedding_dim: 4 padding: "-" }
+      feature_configs { input_names: "item" feature_type: IdFeature embedding_dim: 4 }
+      feature_configs { input_names: "shop" feature_type: IdFeature embedding_dim: 4 padding: "0" }
+    """, config)
+    return config
+
+
+CONFIG = _config()
+SPECS = build_feature_specs(CONFIG)
+TF_PARSER = CsvParser(SPECS)
+NP_PARSER = VectorCsvParser(SPECS)
+
+_token = st.text(alphabet="abcxyz_-0123456789é", max_size=70)
+_decimal = st.one_of(
+    st.floats(-1e6, 1e6, allow_nan=False).map(lambda v: repr(round(v, 6))),
+    st.integers(-10**9, 10**9).map(str),
+    st.sampled_from(["", "0", "-0", "0.1", ".5", "5.", "-.25", "1e3", "nan", "+1", "-", ".", "1.2.3",
+                     "0.30000001192092896", "123456789012345678", "16777217", "0.1000000000000000055"]))
+_int = st.one_of(st.integers(-10**18, 10**18).map(str), st.sampled_from(["", "0", "-3", "1.0", "x", "99999999999999999999"]))
+_label = st.sampled_from(["0", "1", "1", "0", "2", "", "1.0"])
+
+
+@st.composite
+def _lines(draw):
+    rows = draw(st.lists(st.tuples(_label, _decimal, _int, _token, _token, _int), min_size=1, max_size=30))
+    lines = [",".join(row).encode() for row in rows]
+    if draw(st.booleans()):  # sometimes a malformed line
+        i = draw(st.integers(0, len(lines) - 1))
+        lines[i] = draw(st.sampled_from([lines[i] + b",extra", lines[i].rsplit(b",", 1)[0], b'1,"2",3,a,b,4',
+                                         b"1,2,3,\xff,b,4", b""]))
+    return lines
+
+
+def _assert_same(vector, parsed):
+    assert vector.size == parsed.size
+    np.testing.assert_array_equal(vector.labels, parsed.labels.numpy())
+    assert set(vector.features) == set(parsed.features)
+    for name, values in vector.features.items():
+        expected = parsed.features[name].numpy()
+        assert values.dtype == expected.dtype, name
+        # bit-identical, -0.0 included
+        assert values.tobytes() == expected.tobytes(), (name, values, expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_lines())
+def test_numpy_path_equals_tensorflow_or_declines(lines):
+    parsed = TF_PARSER.parse(lines)
+    vector = NP_PARSER.parse(lines)
+    if vector is None:
+        return
+    assert not parsed.rejected, f"numpy path accepted a batch CsvParser rejects: {parsed.rejected}"
+    _assert_same(vector, parsed)
+
+
+_valid_rows = st.lists(st.tuples(
+    st.sampled_from(["0", "1"]),
+    st.one_of(st.floats(-1e6, 1e6, allow_nan=False).map(lambda v: f"{v:.{abs(hash(v)) % 7}f}"), st.just("")),
+    st.one_of(st.integers(-10**18 + 1, 10**18 - 1).map(str), st.just("")),  # up to 18 digits
+    st.text(alphabet="abcxyz_-0123456789é", max_size=64), st.text(alphabet="0123456789abcdef", max_size=20),
+    st.integers(-10**12, 10**12).map(str)), min_size=1, max_size=50)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_valid_rows)
+def test_numpy_path_accepts_valid_batches_with_identical_features(rows):
+    lines = [",".join(row).encode() for row in rows]
+    vector = NP_PARSER.parse(lines)
+    assert vector is not None
+    _assert_same(vector, TF_PARSER.parse(lines))
+
+
+def test_the_numpy_path_takes_the_common_batches():
+    """Declining is always safe, so check that ordinary batches are in fact accepted."""
+    lines = [b"1,0.25,3,u1,i9,12", b"0,-7,,,item_long_name_" + b"x" * 40 + b",", b"0,,-4,-,i,0", b"1,5.,0,u,,3"]
+    vector = NP_PARSER.parse(lines)
+    assert vector is not None
+    _assert_same(vector, TF_PARSER.parse(lines))
+    assert vector.features["user"][2] == -1 and vector.features["shop"][2] == -1  # padding values
+    assert vector.features["price"][1] == -7.0 and vector.features["price"][2] == 1.5  # default
+
+
+@pytest.mark.parametrize("lines", [
+    [b"1,0.25,3,u1,i9,12", b"1,0.25,3,u1,i9"],  # a short line
+    [b"2,0.25,3,u1,i9,12"],  # label not 0/1
+    [b'1,0.25,3,"u,1",i9,12'],  # quoted field
+    [b"1,1e5,3,u1,i9,12"],  # exponent: TensorFlow reads it
+    [b"1,0.25,3," + b"u" * 65 + b",i9,12"],  # an id longer than the numpy hash covers
+])
+def test_declines_what_it_does_not_cover(lines):
+    assert NP_PARSER.parse(lines) is None
+
+
+def test_fingerprint_equals_tensorflow_for_every_length():
+    rng = np.random.default_rng(3)
+    strings = [bytes(rng.integers(0, 256, n, dtype=np.uint8)) for n in list(range(0, 65)) * 20]
+    blob = b"".join(strings)
+    starts = np.cumsum([0] + [len(s) for s in strings[:-1]])
+    fingerprints, too_long = fingerprint64(blob, starts, [len(s) for s in strings])
+    assert not too_long.any()
+    expected = tf.strings.to_hash_bucket_fast(tf.constant(strings), 2**63 - 1).numpy()
+    np.testing.assert_array_equal(hash_bucket(fingerprints, 2**63 - 1), expected)
+
+
+def test_supports_only_plain_csv_configs(tmp_path):
+    config = online_config(tmp_path)
+    assert supports(build_feature_specs(config), config.data_config)
+    config.data_config.input_format = pipeline_pb2.DataConfig.JSON
+    assert not supports(build_feature_specs(config), config.data_config)
