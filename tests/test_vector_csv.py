@@ -145,3 +145,36 @@ def test_supports_only_plain_csv_configs(tmp_path):
     assert supports(build_feature_specs(config), config.data_config)
     config.data_config.input_format = pipeline_pb2.DataConfig.JSON
     assert not supports(build_feature_specs(config), config.data_config)
+
+
+def test_reader_process_sends_parsed_batches_and_lines_for_the_rest(broker, topic, tmp_path):
+    """Clean batches arrive parsed (equal to CsvParser's); a batch with a bad line arrives as lines only."""
+    from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
+    from easyonline.inputs.reader_process import KafkaReaderProcess  # pylint: disable=g-import-not-at-top
+    from easyonline.tools.stream_producer import SyntheticCtrStream  # pylint: disable=g-import-not-at-top
+    config = online_config(tmp_path, broker.bootstrap, topic)
+    specs = build_feature_specs(config)
+    lines = SyntheticCtrStream().lines(0, 200)
+    lines[150] = b"1,not,enough,fields"
+    broker.create_topic(topic, 1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+    for line in lines:
+        producer.send(topic, line, partition=0)
+    producer.flush()
+    producer.close()
+    source = KafkaReaderProcess(config.kafka_train_input, 100, 200, vector_parser=VectorCsvParser(specs))
+    try:
+        batches = []
+        while sum(len(b.lines) for b in batches) < 200:
+            batch = source.next_batch(5.0)
+            assert batch is not None
+            batches.append(batch)
+    finally:
+        source.close()
+    assert [list(b.lines) for b in batches] == [lines[:100], lines[100:]]
+    assert batches[0].parsed is not None and batches[1].parsed is None
+    expected = CsvParser(specs).parse(lines[:100])
+    for name, values in batches[0].parsed.features.items():
+        assert values.numpy().tobytes() == expected.features[name].numpy().tobytes(), name
+    assert batches[0].parsed.labels.numpy().tobytes() == expected.labels.numpy().tobytes()
+    assert batches[1].positions == {0: 200}

@@ -7,7 +7,6 @@ non-numeric number, an id out of int64 range) the batch is split line by line
 so that only the bad lines are rejected, each with its reason.
 """
 import dataclasses
-import functools
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -41,23 +40,13 @@ class ParsedBatch:
     def from_vectors(cls, vectors, lines: Optional[Sequence[bytes]] = None) -> "ParsedBatch":
         """The batch ``vector_csv.VectorCsvParser`` parsed, as tensors.
 
-        Three conversions and one traced split instead of a conversion per
-        feature (~30 us each, holding the GIL the training loop needs).
+        Three conversions and two unstacks (~0.3 ms) instead of a conversion
+        per feature (~30 us each, holding the GIL the training loop needs).
         """
-        split = _column_splitter(vectors.id_names, vectors.dense_names)
-        features = split(tf.constant(vectors.ids), tf.constant(vectors.dense))
+        features = dict(zip(vectors.id_names, tf.unstack(tf.constant(vectors.ids), len(vectors.id_names), axis=1)))
+        features.update(zip(vectors.dense_names,
+                            tf.unstack(tf.constant(vectors.dense), len(vectors.dense_names), axis=1)))
         return cls(features, tf.constant(vectors.labels), vectors.size, [], lines)
-
-
-@functools.lru_cache(maxsize=8)
-def _column_splitter(id_names: Tuple[str, ...], dense_names: Tuple[str, ...]):
-    """A traced function from the [B, ids] and [B, dense] matrices to {feature name: column}."""
-    def split(ids, dense):
-        features = {name: ids[:, i] for i, name in enumerate(id_names)}
-        features.update((name, dense[:, i]) for i, name in enumerate(dense_names))
-        return features
-    return tf.function(split, autograph=False, input_signature=[
-        tf.TensorSpec([None, len(id_names)], tf.int64), tf.TensorSpec([None, len(dense_names)], tf.float32)])
 
 
 def _record_default(field_type: int, default: str):
