@@ -260,17 +260,20 @@ def _defaults(shape, defaults: Sequence[bytes], convert, dtype) -> np.ndarray:
     return np.tile(np.array([convert(d) if d else 0 for d in defaults], dtype), (shape[0], 1))
 
 
-def _floats(blob: bytes, starts: np.ndarray, lengths: np.ndarray, defaults: Sequence[bytes]) -> Optional[np.ndarray]:
-    """float32 of plain decimals as strtof rounds them; None if one is not plain or rounding is ambiguous."""
-    out = _defaults(starts.shape, defaults, float, np.float32)
+def _present_decimals(blob: bytes, starts: np.ndarray, lengths: np.ndarray, max_digits: int, allow_dot: bool):
+    """(flat index of the non-empty fields, their (mantissa, fraction, negative)), the latter None unless every
+    one is a plain decimal."""
     starts, lengths = starts.ravel(), lengths.ravel()
     present = slice(None) if lengths.all() else np.flatnonzero(lengths)
     if not lengths[present].size:
-        return out
-    matrix = _chars(blob, starts[present], lengths[present], _MAX_FLOAT_DIGITS)
-    if matrix is None:
-        return None
-    parsed = _digits(matrix, _MAX_FLOAT_DIGITS, allow_dot=True)
+        return present, (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
+    matrix = _chars(blob, starts[present], lengths[present], max_digits)
+    return present, None if matrix is None else _digits(matrix, max_digits, allow_dot)
+
+
+def _floats(blob: bytes, starts: np.ndarray, lengths: np.ndarray, defaults: Sequence[bytes]) -> Optional[np.ndarray]:
+    """float32 of plain decimals as strtof rounds them; None if one is not plain or rounding is ambiguous."""
+    present, parsed = _present_decimals(blob, starts, lengths, _MAX_FLOAT_DIGITS, allow_dot=True)
     if parsed is None:
         return None
     mantissa, fraction, negative = parsed
@@ -279,22 +282,16 @@ def _floats(blob: bytes, starts: np.ndarray, lengths: np.ndarray, defaults: Sequ
     # halfway between two float32 values; then the decimal might be on either side: let TF decide.
     if np.any((exact.view(np.uint64) & _LOW_29_BITS) == _FLOAT32_HALF_ULP_BITS):
         return None
+    out = _defaults(starts.shape, defaults, float, np.float32)
     out.ravel()[present] = np.where(negative, -exact, exact).astype(np.float32)  # out is contiguous: a view
     return out
 
 
 def _ints(blob: bytes, starts: np.ndarray, lengths: np.ndarray, defaults: Sequence[bytes]) -> Optional[np.ndarray]:
-    out = _defaults(starts.shape, defaults, lambda d: int(float(d)), np.int64)
-    starts, lengths = starts.ravel(), lengths.ravel()
-    present = slice(None) if lengths.all() else np.flatnonzero(lengths)
-    if not lengths[present].size:
-        return out
-    matrix = _chars(blob, starts[present], lengths[present], _MAX_INT_DIGITS)
-    if matrix is None:
-        return None
-    parsed = _digits(matrix, _MAX_INT_DIGITS, allow_dot=False)
+    present, parsed = _present_decimals(blob, starts, lengths, _MAX_INT_DIGITS, allow_dot=False)
     if parsed is None:
         return None
     mantissa, _, negative = parsed
+    out = _defaults(starts.shape, defaults, lambda d: int(float(d)), np.int64)
     out.ravel()[present] = np.where(negative, -mantissa, mantissa)
     return out
