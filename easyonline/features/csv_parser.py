@@ -12,14 +12,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from easyonline import ensure_legacy_keras
 from easyonline.inputs.rejections import BAD_LABEL, BAD_VALUE, FIELD_COUNT, INVALID_UTF8, rejection
-from easyonline.features.feature_spec import FeatureSpecs, IdFeature
+from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID, FeatureSpecs, IdFeature
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()
 
 _FT = pipeline_pb2.DataConfig.FieldType
-# Fingerprint64 modulo 2^63 - 1: string ids land in the same [0, 2^63) space as int ids.
-HASH_BUCKETS = 2**63 - 1
 
 
 @dataclasses.dataclass
@@ -55,9 +53,6 @@ def _record_default(field_type: int, default: str):
     if field_type in (_FT.FLOAT, _FT.DOUBLE, _FT.BOOL):
         return tf.constant([float(default) if default else 0.0], tf.float32)
     return tf.constant([default], tf.string)
-
-
-PADDING_ID = -1
 
 
 def ids_of(feature: IdFeature, column: tf.Tensor):

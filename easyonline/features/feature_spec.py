@@ -9,6 +9,10 @@ from typing import Dict, List, Optional, Tuple
 from easyonline.protos import pipeline_pb2
 
 _FT = pipeline_pb2.DataConfig.FieldType
+# String ids hash to Fingerprint64 modulo 2^63 - 1, the same [0, 2^63) space as int ids.
+HASH_BUCKETS = 2**63 - 1
+# Padding values and negative int ids become this id, which always looks up as zeros.
+PADDING_ID = -1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,13 +20,11 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from easyonline.features.feature_spec import FeatureSpecs
+from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID, FeatureSpecs
 from easyonline.features.fingerprint import MAX_LENGTH, fingerprint64, hash_bucket
 from easyonline.protos import pipeline_pb2
 
 _FT = pipeline_pb2.DataConfig.FieldType
-HASH_BUCKETS = 2**63 - 1  # as csv_parser.HASH_BUCKETS (not imported: that module loads TensorFlow)
-PADDING_ID = -1
 _MAX_FLOAT_DIGITS = 15  # below 2**53: a decimal's digits are exact in float64
 _MAX_INT_DIGITS = 18  # below 2**63
 _POW10 = 10.0 ** np.arange(23)
@@ -112,12 +110,13 @@ class VectorCsvParser:
         """Lines without their newline; empty lines are skipped as CsvParser skips them."""
         if b"" in lines:
             lines = [line for line in lines if line]
-        if not lines:
-            return None
-        blob = b"\n".join(lines)
+        return self.parse_blob(b"\n".join(lines), len(lines)) if lines else None
+
+    def parse_blob(self, blob: bytes, count: int) -> Optional[VectorBatch]:
+        """``count`` non-empty lines joined by newlines (a caller that already joined them saves a copy)."""
         if b'"' in blob or b"\r" in blob or not _valid_utf8(blob):
             return None
-        bounds = self._field_bounds(blob, len(lines))
+        bounds = self._field_bounds(blob, count)
         if bounds is None:
             return None
         starts, lengths = bounds
@@ -136,7 +135,6 @@ class VectorCsvParser:
         labels = values.pop(self._label)
         if not np.all((labels == 0) | (labels == 1)):
             return None
-        count = len(lines)
         ids = np.empty((count, len(self._id_columns)), np.int64)
         for i, column in enumerate(self._id_columns):
             ids[:, i] = _int_ids(values[column], column.padding) if column.kind == "int_id" else values[column]

@@ -22,9 +22,6 @@ class BlobLines(collections.abc.Sequence):
     def __len__(self) -> int:
         return len(self._lines)
 
-    def __eq__(self, other) -> bool:
-        return list(self) == list(other)
-
 
 @dataclasses.dataclass
 class RawBatch:

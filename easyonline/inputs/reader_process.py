@@ -54,8 +54,12 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
                     except queue.Full:
                         pass
                 continue
-            vectors = vector_parser.parse(batch.lines) if vector_parser is not None else None
-            item = ("batch", b"\n".join(batch.lines), vectors, batch.positions, batch.lag, batch.messages,
+            blob = b"\n".join(batch.lines)
+            vectors = None
+            if vector_parser is not None:  # empty lines are skipped, so only a batch without them reuses the blob
+                vectors = vector_parser.parse(batch.lines) if b"" in batch.lines \
+                    else vector_parser.parse_blob(blob, len(batch.lines))
+            item = ("batch", blob, vectors, batch.positions, batch.lag, batch.messages,
                     batch.empty_messages, batch.rejected)
             while True:
                 try:
