@@ -1,7 +1,7 @@
 """easyonline: online training of recommendation models from Kafka on TFRA."""
 import os
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -18,6 +18,12 @@ setup(
     packages=find_packages(include=["easyonline", "easyonline.*"]),
     python_requires=">=3.9,<3.12",
     install_requires=_requirements(),
+    # The input hot path in C (docs/operations.md, "The input path"). optional: without a C
+    # compiler the install still succeeds and the same work runs in Python/numpy, slower.
+    ext_modules=[
+        Extension("easyonline.features._csv_decoder", ["easyonline/features/_csv_decoder.c"],
+                  extra_compile_args=["-O3"], optional=True),
+    ],
     entry_points={
         "console_scripts": [
             "easyonline-train=easyonline.train.cli:run",

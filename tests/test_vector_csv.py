@@ -1,10 +1,10 @@
-"""The numpy CSV path gives bit-identical features to CsvParser, or declines the batch.
+"""VectorCsvParser (compiled and numpy) gives bit-identical features to CsvParser, or declines the batch.
 
 Random batches (ids of every length up to 70 bytes, empty fields, padding
 values, signed and fractional numbers, int ids, malformed lines) are parsed
-both ways; whenever the numpy path accepts a batch its ids, floats and
-labels must equal TensorFlow's exactly, and it must decline every batch
-CsvParser would reject a line of.
+by TensorFlow and by both VectorCsvParser backends; whenever a backend
+accepts a batch its ids, floats and labels must equal TensorFlow's exactly,
+and it must decline every batch CsvParser would reject a line of.
 """
 import numpy as np
 import pytest
@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from easyonline.features import build_feature_specs
 from easyonline.features.csv_parser import CsvParser
 from easyonline.features.fingerprint import fingerprint64, hash_bucket
-from easyonline.features.vector_csv import VectorCsvParser, supports
+from easyonline.features.vector_csv import VectorCsvParser, native_available, supports
 from easyonline.protos import pipeline_pb2
 from tests.conftest import online_config
 
@@ -46,7 +46,9 @@ def _config(tmp_path_factory=None):
 CONFIG = _config()
 SPECS = build_feature_specs(CONFIG)
 TF_PARSER = CsvParser(SPECS)
-NP_PARSER = VectorCsvParser(SPECS)
+PARSERS = {"compiled": VectorCsvParser(SPECS, native=native_available() or None),
+           "numpy": VectorCsvParser(SPECS, native=False)}
+BACKENDS = pytest.mark.parametrize("backend", sorted(PARSERS))
 
 _token = st.text(alphabet="abcxyz_-0123456789é", max_size=70)
 _decimal = st.one_of(
@@ -80,14 +82,21 @@ def _assert_same(vector, parsed):
         assert values.tobytes() == expected.tobytes(), (name, values, expected)
 
 
+def test_the_compiled_decoder_is_built():
+    """setup.py builds it (tools/setup_env.sh installs with a C compiler); the rest of this file tests it."""
+    assert native_available(), "easyonline/features/_csv_decoder.c was not compiled: see setup.py"
+    assert PARSERS["compiled"].native and not PARSERS["numpy"].native
+
+
+@BACKENDS
 @settings(max_examples=300, deadline=None)
-@given(_lines())
-def test_numpy_path_equals_tensorflow_or_declines(lines):
+@given(lines=_lines())
+def test_equals_tensorflow_or_declines(backend, lines):
     parsed = TF_PARSER.parse(lines)
-    vector = NP_PARSER.parse(lines)
+    vector = PARSERS[backend].parse(lines)
     if vector is None:
         return
-    assert not parsed.rejected, f"numpy path accepted a batch CsvParser rejects: {parsed.rejected}"
+    assert not parsed.rejected, f"{backend} path accepted a batch CsvParser rejects: {parsed.rejected}"
     _assert_same(vector, parsed)
 
 
@@ -99,34 +108,48 @@ _valid_rows = st.lists(st.tuples(
     st.integers(-10**12, 10**12).map(str)), min_size=1, max_size=50)
 
 
+@BACKENDS
 @settings(max_examples=200, deadline=None)
-@given(_valid_rows)
-def test_numpy_path_accepts_valid_batches_with_identical_features(rows):
+@given(rows=_valid_rows)
+def test_accepts_valid_batches_with_identical_features(backend, rows):
     lines = [",".join(row).encode() for row in rows]
-    vector = NP_PARSER.parse(lines)
+    vector = PARSERS[backend].parse(lines)
     assert vector is not None
     _assert_same(vector, TF_PARSER.parse(lines))
 
 
-def test_the_numpy_path_takes_the_common_batches():
+@BACKENDS
+def test_takes_the_common_batches(backend):
     """Declining is always safe, so check that ordinary batches are in fact accepted."""
     lines = [b"1,0.25,3,u1,i9,12", b"0,-7,,,item_long_name_" + b"x" * 40 + b",", b"0,,-4,-,i,0", b"1,5.,0,u,,3"]
-    vector = NP_PARSER.parse(lines)
+    vector = PARSERS[backend].parse(lines)
     assert vector is not None
     _assert_same(vector, TF_PARSER.parse(lines))
     assert vector.features["user"][2] == -1 and vector.features["shop"][2] == -1  # padding values
     assert vector.features["price"][1] == -7.0 and vector.features["price"][2] == 1.5  # default
 
 
+@BACKENDS
 @pytest.mark.parametrize("lines", [
     [b"1,0.25,3,u1,i9,12", b"1,0.25,3,u1,i9"],  # a short line
+    [b"1,0.25,3,u1,i9,12,", b"1,0.25,3,u1,i9,12"],  # a long line
     [b"2,0.25,3,u1,i9,12"],  # label not 0/1
+    [b"1.0,0.25,3,u1,i9,12"],  # an INT32 label written as a float: TensorFlow rejects it
     [b'1,0.25,3,"u,1",i9,12'],  # quoted field
     [b"1,1e5,3,u1,i9,12"],  # exponent: TensorFlow reads it
-    [b"1,0.25,3," + b"u" * 65 + b",i9,12"],  # an id longer than the numpy hash covers
+    [b"1,0.25,3.5,u1,i9,12"],  # a fraction in an int field
+    [b"1,0.25,3,u1,i9,1234567890123456789"],  # 19 digits
+    [b"1,1234567890.1234567,3,u1,i9,12"],  # 17 digits in a float
+    [b"1,0.25,3,u1\r,i9,12"],  # a carriage return
 ])
-def test_declines_what_it_does_not_cover(lines):
-    assert NP_PARSER.parse(lines) is None
+def test_declines_what_it_does_not_cover(backend, lines):
+    assert PARSERS[backend].parse(lines) is None
+
+
+def test_only_numpy_declines_ids_over_64_bytes():
+    lines = [b"1,0.25,3," + b"u" * n + b",i" * 1 + b"9" * n + b",12" for n in (65, 100, 200, 1000)]
+    assert PARSERS["numpy"].parse(lines) is None
+    _assert_same(PARSERS["compiled"].parse(lines), TF_PARSER.parse(lines))
 
 
 def test_fingerprint_equals_tensorflow_for_every_length():
@@ -138,6 +161,15 @@ def test_fingerprint_equals_tensorflow_for_every_length():
     assert not too_long.any()
     expected = tf.strings.to_hash_bucket_fast(tf.constant(strings), 2**63 - 1).numpy()
     np.testing.assert_array_equal(hash_bucket(fingerprints, 2**63 - 1), expected)
+
+
+def test_compiled_fingerprint_equals_tensorflow_for_every_length():
+    """Including FarmHash's loop over 64-byte blocks, which the numpy port leaves out."""
+    from easyonline.features import _csv_decoder  # pylint: disable=g-import-not-at-top
+    rng = np.random.default_rng(4)
+    strings = [bytes(rng.integers(0, 256, n, dtype=np.uint8)) for n in list(range(0, 300)) * 3 + [1000, 4097]]
+    expected = tf.strings.to_hash_bucket_fast(tf.constant(strings), 2**63 - 1).numpy()
+    np.testing.assert_array_equal([_csv_decoder.fingerprint64(s) % (2**63 - 1) for s in strings], expected)
 
 
 def test_supports_only_plain_csv_configs(tmp_path):

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv (Python 3.11) with the pinned stack and easyonline installed in it.
-# Idempotent: reinstalls only when requirements*.txt or setup.py changed.
+# Idempotent: reinstalls only when requirements*.txt, setup.py or the C sources changed.
+# The install compiles easyonline's C input decoders (needs gcc and Python's headers);
+# without them it still succeeds and the same work runs in Python, slower.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-}
@@ -18,10 +20,13 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.easyonline-installed
-want=$(cat requirements.txt requirements-dev.txt setup.py | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt requirements-dev.txt setup.py easyonline/*/*.c | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r requirements-dev.txt
   .venv/bin/python -m pip install -q --no-deps -e .
   echo "$want" > "$stamp"
+  .venv/bin/python -c "import easyonline.features._csv_decoder" 2>/dev/null \
+    || echo "setup_env: easyonline's C input decoders were not compiled (is gcc installed?);" \
+            "training works, with more input CPU per sample (docs/operations.md, 'The input path')" >&2
 fi
