@@ -21,6 +21,8 @@ setup(
     # The input hot path in C (docs/operations.md, "The input path"). optional: without a C
     # compiler the install still succeeds and the same work runs in Python/numpy, slower.
     ext_modules=[
+        Extension("easyonline.inputs._record_decoder", ["easyonline/inputs/_record_decoder.c"],
+                  extra_compile_args=["-O3"], optional=True),
         Extension("easyonline.features._csv_decoder", ["easyonline/features/_csv_decoder.c"],
                   extra_compile_args=["-O3"], optional=True),
     ],

@@ -5,6 +5,7 @@ headers, null values, multi-byte varints, offset gaps as after compaction)
 and compare offsets and values with kafka-python's DefaultRecordBatch;
 the broker tests read the same topics with and without the fast decoder.
 """
+import functools
 import struct
 
 import pytest
@@ -31,11 +32,21 @@ def _stock(data):
     return [(r.offset, r.value or b"") for r in DefaultRecordBatch(data)]
 
 
-def _fast(data):
+DECODERS = {"compiled": fast_records.decode_batch,
+            "python": functools.partial(fast_records.decode_batch, compiled=False)}
+BOTH = pytest.mark.parametrize("decoder", sorted(DECODERS))
+
+
+def _fast(data, decoder="compiled"):
     batch = DefaultRecordBatch(data)
-    offsets, values = fast_records.decode_batch(data, batch.base_offset, batch._num_records,  # pylint: disable=protected-access
-                                                batch.last_offset_delta)
+    offsets, values = DECODERS[decoder](data, batch.base_offset, batch._num_records,  # pylint: disable=protected-access
+                                        batch.last_offset_delta)
     return list(zip(offsets, values))
+
+
+def test_the_compiled_decoder_is_built():
+    """setup.py builds it (tools/setup_env.sh installs with a C compiler); "compiled" below tests it."""
+    assert fast_records._record_decoder is not None  # pylint: disable=protected-access
 
 
 _record = st.tuples(
@@ -47,38 +58,48 @@ _record = st.tuples(
 )
 
 
+@BOTH
 @settings(max_examples=150, deadline=None)
-@given(st.lists(_record, min_size=1, max_size=40), st.booleans())
-def test_decode_batch_equals_kafka_python(records, gapless):
+@given(records=st.lists(_record, min_size=1, max_size=40), gapless=st.booleans())
+def test_decode_batch_equals_kafka_python(decoder, records, gapless):
     built, delta = [], 0
     for timestamp, key, value, headers, gap in records:
         built.append((delta, timestamp, key, value, headers))
         delta += 1 if gapless else gap
     data = _batch(built)
-    assert _fast(data) == _stock(data)
+    assert _fast(data, decoder) == _stock(data)
 
 
-def test_gapless_batches_use_consecutive_offsets_and_gaps_keep_theirs():
+@BOTH
+def test_gapless_batches_use_consecutive_offsets_and_gaps_keep_theirs(decoder):
     plain = _batch([(i, 1000 + i, None, b"v%d" % i, []) for i in range(300)])
-    assert _fast(plain) == [(100 + i, b"v%d" % i) for i in range(300)]
+    assert _fast(plain, decoder) == [(100 + i, b"v%d" % i) for i in range(300)]
     compacted = _batch([(d, 1000, None, b"x", []) for d in (0, 2, 3, 9)])
-    assert [o for o, _ in _fast(compacted)] == [100, 102, 103, 109]
+    assert [o for o, _ in _fast(compacted, decoder)] == [100, 102, 103, 109]
 
 
-@pytest.mark.parametrize("damage", ["truncated", "length", "trailing"])
-def test_damaged_batches_raise_instead_of_returning_garbage(damage):
+@BOTH
+@pytest.mark.parametrize("damage", ["truncated", "length", "trailing", "key", "value", "header"])
+def test_damaged_batches_raise_instead_of_returning_garbage(decoder, damage):
     data = bytearray(_batch([(i, 1000, None, b"value-%d" % i, []) for i in range(5)]))
     header = DefaultRecordBatch.HEADER_STRUCT.size
+    # first record: length, attributes, timestamp delta, offset delta, key length, value length, value, headers
     if damage == "truncated":
         data = data[:-7]
     elif damage == "length":
         data[header] += 6  # the first record claims 3 more bytes than it has
+    elif damage == "key":
+        data[header + 4] = 0x7e  # a 63-byte key in a 12-byte record
+    elif damage == "value":
+        data[header + 5] = 0x7e  # a 63-byte value
+    elif damage == "header":
+        data[header + 13] = 0x02  # one header, whose bytes would be the next record's
     else:
         data += b"\x00\x00"
     batch = DefaultRecordBatch(bytes(data))
     with pytest.raises(CorruptRecordException):
-        fast_records.decode_batch(bytes(data), batch.base_offset, batch._num_records,  # pylint: disable=protected-access
-                                  batch.last_offset_delta)
+        DECODERS[decoder](bytes(data), batch.base_offset, batch._num_records,  # pylint: disable=protected-access
+                          batch.last_offset_delta)
 
 
 def _read_all(consumer, tp, expected):

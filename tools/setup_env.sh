@@ -26,7 +26,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q -r requirements-dev.txt
   .venv/bin/python -m pip install -q --no-deps -e .
   echo "$want" > "$stamp"
-  .venv/bin/python -c "import easyonline.features._csv_decoder" 2>/dev/null \
+  .venv/bin/python -c "import easyonline.features._csv_decoder, easyonline.inputs._record_decoder" 2>/dev/null \
     || echo "setup_env: easyonline's C input decoders were not compiled (is gcc installed?);" \
             "training works, with more input CPU per sample (docs/operations.md, 'The input path')" >&2
 fi
