@@ -110,9 +110,16 @@ def _read_all(consumer, tp, expected):
     return got
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("compression", [None, "gzip"])
-def test_consumer_with_fast_decoder_reads_what_the_stock_consumer_reads(broker, topic, compression):
-    """Keys, headers, tombstones and empty values; gzip batches go through kafka-python's decoder."""
+def test_consumer_with_fast_decoder_reads_what_the_stock_consumer_reads(broker, topic, compression, compiled,
+                                                                       monkeypatch):
+    """Keys, headers, tombstones and empty values; gzip batches go through kafka-python's decoder.
+
+    ``compiled=False`` runs the Python fallback (as where no C compiler built the decoder).
+    """
+    if not compiled:
+        monkeypatch.setattr(fast_records, "_record_decoder", None)
     broker.create_topic(topic, 1)
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20, compression_type=compression)
     for i in range(500):

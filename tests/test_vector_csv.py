@@ -179,7 +179,8 @@ def test_supports_only_plain_csv_configs(tmp_path):
     assert not supports(build_feature_specs(config), config.data_config)
 
 
-def test_reader_process_sends_parsed_batches_and_lines_for_the_rest(broker, topic, tmp_path):
+@BACKENDS
+def test_reader_process_sends_parsed_batches_and_lines_for_the_rest(broker, topic, tmp_path, backend):
     """Clean batches arrive parsed (equal to CsvParser's); a batch with a bad line arrives as lines only."""
     from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
     from easyonline.inputs.reader_process import KafkaReaderProcess  # pylint: disable=g-import-not-at-top
@@ -194,7 +195,8 @@ def test_reader_process_sends_parsed_batches_and_lines_for_the_rest(broker, topi
         producer.send(topic, line, partition=0)
     producer.flush()
     producer.close()
-    source = KafkaReaderProcess(config.kafka_train_input, 100, 200, vector_parser=VectorCsvParser(specs))
+    parser = VectorCsvParser(specs, native=backend == "compiled")
+    source = KafkaReaderProcess(config.kafka_train_input, 100, 200, vector_parser=parser)
     try:
         batches = []
         while sum(len(b.lines) for b in batches) < 200:

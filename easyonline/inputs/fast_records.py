@@ -69,6 +69,11 @@ def _varint(buffer, pos):
     return (raw >> 1) ^ -(raw & 1), pos
 
 
+def native_available() -> bool:
+    """True when the compiled decoder was built (setup.py; needs a C compiler at install time)."""
+    return _record_decoder is not None
+
+
 def decode_batch(buffer, base_offset: int, count: int, last_offset_delta: int, pos: int = _HEADER_SIZE,
                  compiled: bool = True):
     """(offsets, values) of the ``count`` uncompressed v2 records of ``buffer`` (bytes or bytearray) from ``pos``.

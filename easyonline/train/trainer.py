@@ -19,7 +19,7 @@ from easyonline.features import build_feature_specs
 from easyonline.features.record_parser import make_parser
 from easyonline.features.signature import empty_features, feature_signature
 from easyonline.features.vector_csv import VectorCsvParser, supports
-from easyonline.inputs import FileInput, Prefetcher
+from easyonline.inputs import FileInput, Prefetcher, fast_records
 from easyonline.inputs.dead_letter import DeadLetterSink
 from easyonline.inputs.reader_process import KafkaReaderProcess
 from easyonline.inputs.raw_batch import BatchSource
@@ -199,9 +199,14 @@ class OnlineTrainer:
         data = self.config.data_config
         if self.config.HasField("kafka_train_input"):
             start = self.checkpointer.positions if self.checkpointer.manager.latest_checkpoint else None
+            parser = VectorCsvParser(self.specs) if supports(self.specs, data) else None
+            log.info("input: a reader process decodes Kafka records %s and parses %s",
+                     "in C" if fast_records.native_available() else "in Python (C decoder not built)",
+                     "in TensorFlow on the trainer (not plain CSV)" if parser is None else
+                     "in C" if parser.native else "with numpy (C decoder not built)")
             return KafkaReaderProcess(self.config.kafka_train_input, data.batch_size, data.batch_timeout_ms,
                                       checkpoint_positions=start or None, max_message_bytes=data.max_message_bytes,
-                                      vector_parser=VectorCsvParser(self.specs) if supports(self.specs, data) else None)
+                                      vector_parser=parser)
         return FileInput(self.config.file_train_input.paths, data.batch_size)
 
     def table_sizes(self) -> Dict[str, int]:
