@@ -112,14 +112,11 @@ def _read_all(consumer, tp, expected):
 
 @pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("compression", [None, "gzip"])
-def test_consumer_with_fast_decoder_reads_what_the_stock_consumer_reads(broker, topic, compression, compiled,
-                                                                       monkeypatch):
+def test_consumer_with_fast_decoder_reads_what_the_stock_consumer_reads(broker, topic, compression, compiled):
     """Keys, headers, tombstones and empty values; gzip batches go through kafka-python's decoder.
 
     ``compiled=False`` runs the Python fallback (as where no C compiler built the decoder).
     """
-    if not compiled:
-        monkeypatch.setattr(fast_records, "_record_decoder", None)
     broker.create_topic(topic, 1)
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20, compression_type=compression)
     for i in range(500):
@@ -132,7 +129,7 @@ def test_consumer_with_fast_decoder_reads_what_the_stock_consumer_reads(broker, 
     results = []
     for fast in (False, True):
         consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, auto_offset_reset="earliest")
-        assert not fast or fast_records.install(consumer)
+        assert not fast or fast_records.install(consumer, compiled=compiled)
         consumer.assign([tp])
         consumer.seek(tp, 123)  # in the middle of a batch: earlier records of that batch are skipped
         results.append([(o, v or b"") for o, v in _read_all(consumer, tp, 500 - 123)])

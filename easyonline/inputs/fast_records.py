@@ -16,6 +16,7 @@ through kafka-python's own decoder, so nothing is decoded differently.
 (fetching, positions, errors, retries) stays kafka-python's.
 """
 import collections
+import functools
 import itertools
 import logging
 import types
@@ -169,7 +170,7 @@ def decode_batch_python(buffer: bytes, base_offset: int, count: int, last_offset
     return offsets, values
 
 
-def _unpack_message_set(self, tp, records) -> List:
+def _unpack_message_set(self, tp, records, compiled: bool = True) -> List:
     """Drop-in for Fetcher._unpack_message_set (its caller makes a list of it) with FastRecords for plain v2
     batches; a list, not a generator: a yield per record costs more than decoding it."""
     unpacked = []
@@ -182,7 +183,8 @@ def _unpack_message_set(self, tp, records) -> List:
             self._subscriptions.assignment[tp].last_offset_from_message_batch = base_offset + batch.last_offset_delta
             try:
                 offsets, values = decode_batch(batch._buffer, base_offset,  # pylint: disable=protected-access
-                                               batch._num_records, batch.last_offset_delta)  # pylint: disable=protected-access
+                                               batch._num_records, batch.last_offset_delta,  # pylint: disable=protected-access
+                                               compiled=compiled)
             except CorruptRecordException as e:
                 raise CorruptRecordException(f"{tp}: invalid record batch at offset {base_offset}: {e}") from e
             unpacked.extend(map(tuple.__new__, itertools.repeat(FastRecord), zip(offsets, values)))
@@ -190,11 +192,15 @@ def _unpack_message_set(self, tp, records) -> List:
     return unpacked
 
 
-def install(consumer) -> bool:
-    """Makes ``consumer.poll`` return FastRecords (offset, value) for plain batches; False if not possible."""
+def install(consumer, compiled: bool = True) -> bool:
+    """Makes ``consumer.poll`` return FastRecords (offset, value) for plain batches; False if not possible.
+
+    ``compiled`` False keeps to the Python decoder even where the compiled one was built (tests, benchmarks).
+    """
     fetcher = getattr(consumer, "_fetcher", None)
     if not isinstance(fetcher, Fetcher) or not hasattr(Fetcher, "_unpack_message_set"):
         log.info("kafka-python's fetcher is not the one the fast record decoder knows; using its own decoder")
         return False
-    fetcher._unpack_message_set = types.MethodType(_unpack_message_set, fetcher)  # pylint: disable=protected-access
+    unpack = functools.partial(_unpack_message_set, compiled=compiled)
+    fetcher._unpack_message_set = types.MethodType(unpack, fetcher)  # pylint: disable=protected-access
     return True

@@ -28,14 +28,14 @@ class KafkaInput(BatchSource):
 
     def __init__(self, kafka: pipeline_pb2.KafkaInput, batch_size: int, batch_timeout_ms: int,
                  checkpoint_positions: Optional[Dict[int, int]] = None, path: str = "kafka_train_input",
-                 partition_wait_secs: float = 30.0, max_message_bytes: int = 0):
+                 partition_wait_secs: float = 30.0, max_message_bytes: int = 0, compiled_decoder: bool = True):
         self._kafka = kafka
         self._max_message_bytes = max_message_bytes
         self._batch_size = batch_size
         self._batch_timeout = batch_timeout_ms / 1000.0
         self._consumer = kafka_client.make_consumer(kafka, path, max_poll_records=max(batch_size, 500),
                                                     fetch_max_wait_ms=min(100, max(batch_timeout_ms, 1)))
-        fast_records.install(self._consumer)
+        fast_records.install(self._consumer, compiled=compiled_decoder)  # False: Python's (benchmarks, tests)
         self.partitions = self._discover(path, partition_wait_secs)
         probe = kafka_client.make_consumer(kafka, path + ".probe", group_id=None, fetch_max_wait_ms=50)
         try:

@@ -1,0 +1,88 @@
+"""Benchmark: CPU per sample of the Kafka reader's work, compiled decoders against Python/numpy, same run.
+
+What the trainer's reader process does for every batch, in this process and
+nothing else running: fetch from the local broker and decode the records
+(``KafkaInput``), then parse the CSV lines into id/dense/label arrays
+(``VectorCsvParser``). Measured once with the compiled decoders
+(``_record_decoder.c``, ``_csv_decoder.c``) and once with the Python record
+decoder and the numpy parser, which run where no C compiler built them.
+On two cores this CPU comes out of the training step (online_throughput.py).
+
+    .venv/bin/python tools/bench/input_path.py [--samples 102400] [--lines_per_message 1]
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+from easyonline.config import load_pipeline_config  # noqa: E402
+from easyonline.features.feature_spec import build_feature_specs  # noqa: E402
+from easyonline.features.vector_csv import VectorCsvParser, native_available  # noqa: E402
+from easyonline.inputs import fast_records  # noqa: E402
+from easyonline.inputs.kafka_input import KafkaInput  # noqa: E402
+from easyonline.protos import pipeline_pb2  # noqa: E402
+from easyonline.tools.local_broker import LocalBroker  # noqa: E402
+from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+BATCH_SIZE = 1024
+
+
+def read_and_parse(kafka: pipeline_pb2.KafkaInput, parser: VectorCsvParser, samples: int, compiled: bool):
+    """(reading us/sample, parsing us/sample) of process CPU time over the whole topic."""
+    source = KafkaInput(kafka, BATCH_SIZE, 500, compiled_decoder=compiled)
+    read = parse = 0.0
+    got = 0
+    try:
+        while got < samples:
+            start = time.process_time()
+            batch = source.next_batch(2.0)
+            middle = time.process_time()
+            if batch is None:
+                raise RuntimeError(f"the topic ended after {got} of {samples} samples")
+            blob = b"\n".join(batch.lines)  # as the reader process joins them
+            if parser.parse_blob(blob, len(batch.lines)) is None:
+                raise RuntimeError("the parser declined a batch of the synthetic stream")
+            read += middle - start
+            parse += time.process_time() - middle
+            got += len(batch.lines)
+    finally:
+        source.close()
+    return read / got * 1e6, parse / got * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--samples", type=int, default=102400)
+    parser.add_argument("--lines_per_message", type=int, default=1)
+    args = parser.parse_args()
+    if not (native_available() and fast_records.native_available()):
+        sys.exit("the compiled decoders were not built (see setup.py); nothing to compare")
+    specs = build_feature_specs(load_pipeline_config(os.path.join(ROOT, "samples", "online.config")))
+    lines = SyntheticCtrStream().lines(0, args.samples)
+    results = {}
+    with LocalBroker() as broker:
+        broker.create_topic("bench", 2)
+        produce(broker.bootstrap, "bench", [lines], lines_per_message=args.lines_per_message, partitions=2)
+        kafka = pipeline_pb2.KafkaInput(server=broker.bootstrap, topic="bench")
+        read_and_parse(kafka, VectorCsvParser(specs), BATCH_SIZE * 4, True)  # warm-up: connections, page cache
+        for name, compiled in (("compiled", True), ("python_numpy", False)):
+            read, parse = read_and_parse(kafka, VectorCsvParser(specs, native=compiled), args.samples, compiled)
+            results[name] = {"read_us_per_sample": round(read, 2), "parse_us_per_sample": round(parse, 2),
+                             "total_us_per_sample": round(read + parse, 2)}
+    saving = results["python_numpy"]["total_us_per_sample"] / results["compiled"]["total_us_per_sample"]
+    print(json.dumps({"samples": args.samples, "lines_per_message": args.lines_per_message, **results,
+                      "python_numpy_to_compiled": round(saving, 2)}))
+    print()
+    print(f"{'decoders':<14} {'fetch+decode':>13} {'parse':>8} {'total':>8}   (CPU us per sample)")
+    for name, r in results.items():
+        print(f"{name:<14} {r['read_us_per_sample']:>13.2f} {r['parse_us_per_sample']:>8.2f} "
+              f"{r['total_us_per_sample']:>8.2f}")
+    print(f"the Python/numpy path costs {saving:.1f} times the compiled one")
+
+
+if __name__ == "__main__":
+    main()
