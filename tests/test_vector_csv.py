@@ -146,6 +146,12 @@ def test_declines_what_it_does_not_cover(backend, lines):
     assert PARSERS[backend].parse(lines) is None
 
 
+@BACKENDS
+def test_a_batch_of_only_empty_messages_has_nothing_to_parse(backend):
+    assert PARSERS[backend].parse_blob(b"", 0) is None
+    assert PARSERS[backend].parse([b"", b""]) is None
+
+
 def test_only_numpy_declines_ids_over_64_bytes():
     lines = [b"1,0.25,3," + b"u" * n + b",i" * 1 + b"9" * n + b",12" for n in (65, 100, 200, 1000)]
     assert PARSERS["numpy"].parse(lines) is None

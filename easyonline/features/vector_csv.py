@@ -141,7 +141,7 @@ class VectorCsvParser:
 
     def parse_blob(self, blob: bytes, count: int) -> Optional[VectorBatch]:
         """``count`` non-empty lines joined by newlines (a caller that already joined them saves a copy)."""
-        if b'"' in blob or b"\r" in blob or not _valid_utf8(blob):
+        if not count or b'"' in blob or b"\r" in blob or not _valid_utf8(blob):
             return None
         if self.native:
             return self._parse_native(blob, count)
