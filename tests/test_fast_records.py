@@ -39,9 +39,10 @@ BOTH = pytest.mark.parametrize("decoder", sorted(DECODERS))
 
 def _fast(data, decoder="compiled"):
     batch = DefaultRecordBatch(data)
-    offsets, values = DECODERS[decoder](data, batch.base_offset, batch._num_records,  # pylint: disable=protected-access
-                                        batch.last_offset_delta)
-    return list(zip(offsets, values))
+    records = DECODERS[decoder](data, batch.base_offset, batch._num_records,  # pylint: disable=protected-access
+                                batch.last_offset_delta)
+    assert all(type(r) is fast_records.FastRecord for r in records)  # pylint: disable=unidiomatic-typecheck
+    return [(r.offset, r.value) for r in records]
 
 
 def test_the_compiled_decoder_is_built():

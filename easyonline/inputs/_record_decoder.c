@@ -5,11 +5,13 @@
  * costs a few hundredths of that. Same contract and same checks as the
  * Python version (which stays as the reference and the fallback):
  *
- *   decode_batch(buffer, base_offset, count, last_offset_delta, pos) -> (offsets, values)
+ *   decode_batch(buffer, base_offset, count, last_offset_delta, pos, record_type) -> list
  *
- * offsets is a range when the batch has no offset gaps, else a list; values
- * a list of bytes (b"" for a null value). A batch whose fields do not add
- * up raises ValueError naming the byte.
+ * A list of record_type(offset, value) (record_type: a 2-field tuple
+ * subclass such as a namedtuple), value b"" for a null value: the records
+ * come out as the objects the consumer hands on, with no Python loop to
+ * build them. A batch whose fields do not add up raises ValueError naming
+ * the byte.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -42,19 +44,22 @@ static PyObject *decode_batch(PyObject *self, PyObject *args) {
     Py_buffer view;
     long long base_offset, last_offset_delta;
     Py_ssize_t count, start;
-    if (!PyArg_ParseTuple(args, "y*LnLn", &view, &base_offset, &count, &last_offset_delta, &start)) return NULL;
-    PyObject *values = NULL, *offsets = NULL, *result = NULL;
+    PyTypeObject *record_type;
+    if (!PyArg_ParseTuple(args, "y*LnLnO!", &view, &base_offset, &count, &last_offset_delta, &start,
+                          &PyType_Type, &record_type)) return NULL;
+    PyObject *records = NULL, *result = NULL;
+    /* No gaps: offsets are consecutive and the deltas need not be decoded (only skipped). */
     int gapless = last_offset_delta == count - 1;
+    if (!PyType_IsSubtype(record_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "record_type must be a tuple subclass");
+        goto done;
+    }
     if (count < 0 || start < 0 || start > view.len) {
         PyErr_Format(PyExc_ValueError, "bad record count %zd or start %zd", count, start);
         goto done;
     }
-    values = PyList_New(count);
-    if (!values) goto done;
-    if (!gapless) {
-        offsets = PyList_New(count);
-        if (!offsets) goto done;
-    }
+    records = PyList_New(count);
+    if (!records) goto done;
     Reader r = {view.buf, view.len, start, NULL};
     for (Py_ssize_t i = 0; i < count; i++) {
         int64_t length = varint(&r);
@@ -79,11 +84,7 @@ static PyObject *decode_batch(PyObject *self, PyObject *args) {
             r.error = rec.error;
             break;
         }
-        PyObject *value = value_length >= 0
-            ? PyBytes_FromStringAndSize((const char *)rec.data + rec.pos, (Py_ssize_t)value_length)
-            : PyBytes_FromStringAndSize(NULL, 0);
-        if (!value) goto done;
-        PyList_SET_ITEM(values, i, value);
+        const char *value_start = (const char *)rec.data + rec.pos;
         if (value_length > 0) rec.pos += value_length;
         int64_t headers = varint(&rec);
         for (int64_t h = 0; h < headers && !rec.error; h++) {
@@ -103,11 +104,16 @@ static PyObject *decode_batch(PyObject *self, PyObject *args) {
             PyErr_Format(PyExc_ValueError, "a record has %zd bytes unaccounted for", end - rec.pos);
             goto done;
         }
-        if (!gapless) {
-            PyObject *offset = PyLong_FromLongLong(base_offset + offset_delta);
-            if (!offset) goto done;
-            PyList_SET_ITEM(offsets, i, offset);
-        }
+        /* As tuple.__new__(record_type, (offset, value)) builds a tuple subclass. */
+        PyObject *record = record_type->tp_alloc(record_type, 2);
+        if (!record) goto done;
+        PyList_SET_ITEM(records, i, record);
+        PyObject *offset = PyLong_FromLongLong(base_offset + (gapless ? (long long)i : offset_delta));
+        if (!offset) goto done;
+        PyTuple_SET_ITEM(record, 0, offset);
+        PyObject *value = PyBytes_FromStringAndSize(value_start, value_length > 0 ? (Py_ssize_t)value_length : 0);
+        if (!value) goto done;
+        PyTuple_SET_ITEM(record, 1, value);
         r.pos = end;
     }
     if (r.error) {
@@ -118,21 +124,17 @@ static PyObject *decode_batch(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%zd bytes after the last of %zd records", r.size - r.pos, count);
         goto done;
     }
-    if (gapless) {
-        offsets = PyObject_CallFunction((PyObject *)&PyRange_Type, "LL", base_offset, base_offset + count);
-        if (!offsets) goto done;
-    }
-    result = PyTuple_Pack(2, offsets, values);
+    result = records;
+    records = NULL;
 done:
-    Py_XDECREF(values);
-    Py_XDECREF(offsets);
+    Py_XDECREF(records);
     PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"decode_batch", decode_batch, METH_VARARGS,
-     "decode_batch(buffer, base_offset, count, last_offset_delta, pos) -> (offsets, values)"},
+     "decode_batch(buffer, base_offset, count, last_offset_delta, pos, record_type) -> [record_type(offset, value)]"},
     {NULL, NULL, 0, NULL},
 };
 

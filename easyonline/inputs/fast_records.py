@@ -76,25 +76,26 @@ def native_available() -> bool:
 
 
 def decode_batch(buffer, base_offset: int, count: int, last_offset_delta: int, pos: int = _HEADER_SIZE,
-                 compiled: bool = True):
-    """(offsets, values) of the ``count`` uncompressed v2 records of ``buffer`` (bytes or bytearray) from ``pos``.
+                 compiled: bool = True) -> List[FastRecord]:
+    """The ``count`` uncompressed v2 records of ``buffer`` (bytes or bytearray) from ``pos``, as FastRecords.
 
-    Offsets are a range when the batch has no gaps; a null value (tombstone)
-    becomes b"". Raises CorruptRecordException when a record's fields do not
-    add up to its length. Uses the compiled decoder when it was built and
-    ``compiled`` is True (tests compare the two).
+    A null value (tombstone) becomes b"". Raises CorruptRecordException when
+    a record's fields do not add up to its length. Uses the compiled decoder
+    when it was built and ``compiled`` is True (tests compare the two).
     """
     try:
         if compiled and _record_decoder is not None:
-            return _record_decoder.decode_batch(buffer, base_offset, count, last_offset_delta, pos)
-        return decode_batch_python(bytes(buffer), base_offset, count, last_offset_delta, pos)
+            return _record_decoder.decode_batch(buffer, base_offset, count, last_offset_delta, pos, FastRecord)
+        offsets, values = decode_batch_python(bytes(buffer), base_offset, count, last_offset_delta, pos)
     except (ValueError, IndexError) as e:
         raise CorruptRecordException(str(e) or repr(e)) from None
+    return list(map(tuple.__new__, itertools.repeat(FastRecord), zip(offsets, values)))
 
 
 def decode_batch_python(buffer: bytes, base_offset: int, count: int, last_offset_delta: int,
                         pos: int = _HEADER_SIZE):
-    """``decode_batch`` in Python: the reference the compiled decoder is tested against, and its fallback.
+    """(offsets, values) for ``decode_batch`` in Python: the reference the compiled decoder is tested
+    against, and its fallback.
     Damage may also show as IndexError here; ``decode_batch`` turns both into CorruptRecordException.
 
     Record: length, attributes (int8), timestamp delta, offset delta, key
@@ -182,12 +183,11 @@ def _unpack_message_set(self, tp, records, compiled: bool = True) -> List:
             base_offset = batch.base_offset
             self._subscriptions.assignment[tp].last_offset_from_message_batch = base_offset + batch.last_offset_delta
             try:
-                offsets, values = decode_batch(batch._buffer, base_offset,  # pylint: disable=protected-access
-                                               batch._num_records, batch.last_offset_delta,  # pylint: disable=protected-access
-                                               compiled=compiled)
+                unpacked.extend(decode_batch(batch._buffer, base_offset,  # pylint: disable=protected-access
+                                             batch._num_records, batch.last_offset_delta,  # pylint: disable=protected-access
+                                             compiled=compiled))
             except CorruptRecordException as e:
                 raise CorruptRecordException(f"{tp}: invalid record batch at offset {base_offset}: {e}") from e
-            unpacked.extend(map(tuple.__new__, itertools.repeat(FastRecord), zip(offsets, values)))
         batch = records.next_batch()
     return unpacked
 
