@@ -10,11 +10,12 @@
  * farmhash.cc, MIT licence).
  *
  * Python API:
- *   parse(blob, count, num_fields, separator, columns, n_ids, ids, n_dense, dense, labels) -> bool
+ *   parse(blob, count, num_fields, separator, columns, ids, dense, labels) -> bool
  *     blob: ``count`` lines joined by newlines; columns: tuple of
  *     (field, kind, out, default_int, default_float, pads), see Column;
  *     ids int64[count, n_ids], dense float32[count, n_dense], labels
- *     float32[count]: writable C-contiguous buffers, filled in place.
+ *     float32[count]: writable C-contiguous buffers, filled in place (their
+ *     sizes give n_ids and n_dense).
  *   fingerprint64(bytes) -> int
  */
 #define PY_SSIZE_T_CLEAN
@@ -318,37 +319,53 @@ static int convert(const Column *c, const uint8_t *s, size_t len, Py_ssize_t row
     return 0;
 }
 
-static int writable(PyObject *obj, Py_buffer *view, Py_ssize_t items, Py_ssize_t itemsize, const char *name) {
+/* A writable buffer of count rows of itemsize-byte items; *columns gets how many items a row holds. */
+static int writable(PyObject *obj, Py_buffer *view, Py_ssize_t count, Py_ssize_t itemsize, Py_ssize_t *columns,
+                    const char *name) {
     if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return 0;
-    if (view->len != items * itemsize) {
-        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, expected %zd", name, view->len, items * itemsize);
+    if (view->len % (count * itemsize) != 0) {
+        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, not rows of %zd-byte items for %zd lines", name,
+                     view->len, itemsize, count);
         PyBuffer_Release(view);
         return 0;
     }
+    *columns = view->len / (count * itemsize);
     return 1;
 }
 
 static PyObject *parse(PyObject *self, PyObject *args) {
     Py_buffer blob, ids_view = {0}, dense_view = {0}, labels_view = {0};
-    Py_ssize_t count, num_fields, n_ids, n_dense, n_columns = 0;
+    Py_ssize_t count, num_fields, n_ids, n_dense, n_labels, n_columns = 0;
     int separator;
     PyObject *spec, *ids_obj, *dense_obj, *labels_obj, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*nniOnOnOO", &blob, &count, &num_fields, &separator, &spec, &n_ids, &ids_obj,
-                          &n_dense, &dense_obj, &labels_obj)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*nniOOOO", &blob, &count, &num_fields, &separator, &spec, &ids_obj, &dense_obj,
+                          &labels_obj)) return NULL;
     Column *columns = NULL;
     Py_ssize_t *starts = NULL;
     if (num_fields < 1 || count < 1) {
         PyErr_SetString(PyExc_ValueError, "count and num_fields must be positive");
         goto done;
     }
-    if (!writable(ids_obj, &ids_view, count * n_ids, 8, "ids")) goto done;
-    if (!writable(dense_obj, &dense_view, count * n_dense, 4, "dense")) goto done;
-    if (!writable(labels_obj, &labels_view, count, 4, "labels")) goto done;
+    if (!writable(ids_obj, &ids_view, count, 8, &n_ids, "ids")) goto done;
+    if (!writable(dense_obj, &dense_view, count, 4, &n_dense, "dense")) goto done;
+    if (!writable(labels_obj, &labels_view, count, 4, &n_labels, "labels")) goto done;
+    if (n_labels != 1) {
+        PyErr_SetString(PyExc_ValueError, "labels must hold one float32 per line");
+        goto done;
+    }
     columns = read_columns(spec, num_fields, &n_columns);
     starts = PyMem_Calloc(num_fields + 1, sizeof(Py_ssize_t));
     if (!columns || !starts) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
+    }
+    for (Py_ssize_t k = 0; k < n_columns; k++) { /* every write stays inside its array */
+        int kind = columns[k].kind;
+        Py_ssize_t width = kind <= INT_ID ? n_ids : kind <= INT_DENSE ? n_dense : 1;
+        if (columns[k].out < 0 || columns[k].out >= width) {
+            PyErr_Format(PyExc_ValueError, "column %zd writes to column %zd of %zd", k, columns[k].out, width);
+            goto done;
+        }
     }
     const uint8_t *data = blob.buf;
     Py_ssize_t size = blob.len, pos = 0;
@@ -397,7 +414,7 @@ static PyObject *py_fingerprint64(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"parse", parse, METH_VARARGS,
-     "parse(blob, count, num_fields, separator, columns, n_ids, ids, n_dense, dense, labels) -> bool"},
+     "parse(blob, count, num_fields, separator, columns, ids, dense, labels) -> bool"},
     {"fingerprint64", py_fingerprint64, METH_VARARGS, "FarmHash Fingerprint64 of bytes, as TensorFlow computes it."},
     {NULL, NULL, 0, NULL},
 };

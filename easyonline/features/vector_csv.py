@@ -178,7 +178,7 @@ class VectorCsvParser:
         dense = np.empty((count, len(self._dense_columns)), np.float32)
         labels = np.empty(count, np.float32)
         if not _csv_decoder.parse(blob, count, self._num_fields, self._separator[0], self._native_columns,
-                                  ids.shape[1], ids, dense.shape[1], dense, labels):
+                                  ids, dense, labels):
             return None
         return VectorBatch(tuple(c.feature for c in self._id_columns), ids,
                            tuple(c.feature for c in self._dense_columns), dense, labels, count)

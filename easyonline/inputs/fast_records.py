@@ -96,16 +96,15 @@ def decode_batch_python(buffer: bytes, base_offset: int, count: int, last_offset
                         pos: int = _HEADER_SIZE):
     """(offsets, values) for ``decode_batch`` in Python: the reference the compiled decoder is tested
     against, and its fallback.
-    Damage may also show as IndexError here; ``decode_batch`` turns both into CorruptRecordException.
 
     Record: length, attributes (int8), timestamp delta, offset delta, key
     length, key, value length, value, header count, headers; the varints are
-    zigzag-encoded. This loop is the hot path, so the 1- and 2-byte varints
-    (nearly all) are decoded inline, and when the batch's offsets have no
-    gaps (``last_offset_delta == count - 1``, deltas strictly increase) the
-    offset deltas are skipped, not decoded. A null value (tombstone) becomes
-    b"". Raises CorruptRecordException when a record's fields do not add up
-    to its length.
+    zigzag-encoded. Where no compiler built the C decoder this loop is the
+    hot path, so when the batch's offsets have no gaps (``last_offset_delta
+    == count - 1``, deltas strictly increase) the offset deltas are skipped,
+    not decoded. A null value (tombstone) becomes b"". Damage raises
+    CorruptRecordException, or IndexError where a field runs off the buffer
+    (``decode_batch`` turns both into CorruptRecordException).
     """
     gapless = last_offset_delta == count - 1
     values = []
@@ -113,14 +112,7 @@ def decode_batch_python(buffer: bytes, base_offset: int, count: int, last_offset
     offsets = None if gapless else []
     end_of_buffer = len(buffer)
     for _ in range(count):
-        b = buffer[pos]
-        if b < 0x80:
-            raw, pos = b, pos + 1
-        elif buffer[pos + 1] < 0x80:
-            raw, pos = (b & 0x7f) | (buffer[pos + 1] << 7), pos + 2
-        else:
-            raw, pos = _raw_varint(buffer, pos)
-        length = (raw >> 1) ^ -(raw & 1)
+        length, pos = _varint(buffer, pos)
         end = pos + length
         if length < 0 or end > end_of_buffer:
             raise CorruptRecordException(f"record length {length} at byte {pos} runs past the batch")
@@ -140,14 +132,7 @@ def decode_batch_python(buffer: bytes, base_offset: int, count: int, last_offset
         else:
             key_length, pos = _varint(buffer, pos)
             pos += max(key_length, 0)
-        b = buffer[pos]
-        if b < 0x80:
-            raw, pos = b, pos + 1
-        elif buffer[pos + 1] < 0x80:
-            raw, pos = (b & 0x7f) | (buffer[pos + 1] << 7), pos + 2
-        else:
-            raw, pos = _raw_varint(buffer, pos)
-        value_length = (raw >> 1) ^ -(raw & 1)
+        value_length, pos = _varint(buffer, pos)
         if value_length >= 0:
             append_value(buffer[pos:pos + value_length])
             pos += value_length
