@@ -35,7 +35,7 @@ class ParsedBatch:
     lines: Optional[List[bytes]] = None
 
     @classmethod
-    def from_vectors(cls, vectors, lines: Optional[Sequence[bytes]] = None) -> "ParsedBatch":
+    def from_vectors(cls, vectors) -> "ParsedBatch":
         """The batch ``vector_csv.VectorCsvParser`` parsed, as tensors.
 
         Three conversions and two unstacks (~0.3 ms) instead of a conversion
@@ -44,7 +44,7 @@ class ParsedBatch:
         features = dict(zip(vectors.id_names, tf.unstack(tf.constant(vectors.ids), len(vectors.id_names), axis=1)))
         features.update(zip(vectors.dense_names,
                             tf.unstack(tf.constant(vectors.dense), len(vectors.dense_names), axis=1)))
-        return cls(features, tf.constant(vectors.labels), vectors.size, [], lines)
+        return cls(features, tf.constant(vectors.labels), vectors.size, [])
 
 
 def _record_default(field_type: int, default: str):
