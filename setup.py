@@ -28,9 +28,9 @@ setup(
     ],
     entry_points={
         "console_scripts": [
-            "easyonline-train=easyonline.train.cli:run",
-            "easyonline-export=easyonline.export.cli:run",
-            "easyonline-serve=easyonline.serve.cli:run",
+            "easyonline-train=easyonline.jobs.train_cli:run",
+            "easyonline-export=easyonline.jobs.export_cli:run",
+            "easyonline-serve=easyonline.jobs.serve_cli:run",
             "easyonline-broker=easyonline.tools.local_broker:run",
             "easyonline-produce=easyonline.tools.stream_producer:run",
             "easyonline-read-updates=easyonline.tools.read_updates:run",

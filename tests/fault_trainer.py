@@ -12,9 +12,9 @@ import sys
 
 import easyonline  # noqa: F401  pylint: disable=unused-import  (sets TF_USE_LEGACY_KERAS first)
 from easyonline.config import load_pipeline_config
-from easyonline.train.builtin_callbacks import default_callbacks
-from easyonline.train.callbacks import Callback
-from easyonline.train.trainer import OnlineTrainer
+from easyonline.jobs.default_callbacks import default_callbacks
+from easyonline.core.callbacks import Callback
+from easyonline.jobs.online_train import build_trainer
 from easyonline.utils.logs import setup_logging
 
 
@@ -47,4 +47,4 @@ if __name__ == "__main__":
     config = load_pipeline_config(sys.argv[1])
     # The recorder goes first: a batch's T line is written before the checkpoint that may follow it.
     callbacks = [Recorder(sys.argv[2])] + default_callbacks(config)
-    OnlineTrainer(config, online=True, callbacks=callbacks, default_callbacks=False).run()
+    build_trainer(config, online=True, callbacks=callbacks, default_callbacks=False).run()

@@ -9,7 +9,8 @@ from typing import Any, Dict, List, Union
 
 from google.protobuf import descriptor, json_format, text_format
 
-from easyonline.config.errors import ConfigError
+from easyonline.core.errors import ConfigError
+from easyonline.config.secrets import redacted
 from easyonline.protos import pipeline_pb2
 from easyonline.utils import fileio
 
@@ -64,7 +65,6 @@ def load_pipeline_config(path: str, edit_config_json: str = "") -> pipeline_pb2.
 
 def to_text(config: pipeline_pb2.PipelineConfig) -> str:
     """The config as text to save or print: secrets redacted (see secrets.py)."""
-    from easyonline.config.secrets import redacted  # pylint: disable=g-import-not-at-top
     return text_format.MessageToString(redacted(config))
 
 

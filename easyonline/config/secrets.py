@@ -11,8 +11,9 @@ are kept (they are not secrets).
 import os
 import re
 
-from easyonline.config.errors import ConfigError
+from easyonline.core.errors import ConfigError
 from easyonline.protos import pipeline_pb2
+from easyonline.utils import oss
 
 REDACTED = "<redacted>"
 _REFERENCE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
@@ -62,7 +63,6 @@ def apply_oss_config(config: pipeline_pb2.PipelineConfig) -> None:
     """Configures oss:// access from ``oss_config`` (values may be ``${NAME}``); nothing if absent."""
     if not config.HasField("oss_config"):
         return
-    from easyonline.utils import oss  # pylint: disable=g-import-not-at-top
     c = config.oss_config
     oss.configure(resolve_env(c.endpoint, "oss_config.endpoint"),
                   resolve_env(c.access_key_id, "oss_config.access_key_id"),

@@ -4,17 +4,16 @@ Everything that can be wrong with a config is found here, at start, so a
 trainer never fails an hour into a stream because of a typo.
 """
 import json
-from typing import Dict
 
-from easyonline.config.errors import ConfigError
+from kafka import KafkaProducer
+
+from easyonline.config.kafka_settings import extra_consumer_config
+from easyonline.core.errors import ConfigError
+from easyonline.features.parse_fn import load_parse_fn
+from easyonline.models import registry
 from easyonline.protos import pipeline_pb2
 from easyonline.utils import timeparse
 
-MODEL_CLASSES: Dict[str, str] = {
-    "deepfm": "deepfm", "DeepFM": "deepfm",
-    "wide_and_deep": "wide_and_deep", "WideAndDeep": "wide_and_deep",
-    "dnn": "dnn", "DNN": "dnn",
-}
 COMBINERS = ("mean", "sum")
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "elu", "selu", "gelu", "swish", "linear")
 _FT = pipeline_pb2.DataConfig.FieldType
@@ -55,7 +54,6 @@ def _validate_kafka(kafka: pipeline_pb2.KafkaInput, path: str) -> None:
              "give offset_info or offset_time, not both")
     if kafka.offset_info:
         parse_offset_info(kafka.offset_info, f"{path}.offset_info")
-    from easyonline.inputs.kafka_client import extra_consumer_config  # pylint: disable=g-import-not-at-top
     extra_consumer_config(kafka, path)
     if kafka.offset_time:
         try:
@@ -95,7 +93,6 @@ def _validate_data(data: pipeline_pb2.DataConfig) -> None:
     _require(0 < data.batch_size <= 1_000_000, f"{path}.batch_size", f"must be in [1, 1000000], got {data.batch_size}")
     if data.input_format == pipeline_pb2.DataConfig.CUSTOM:
         _require(bool(data.parse_fn), f"{path}.parse_fn", "is required when input_format is CUSTOM")
-        from easyonline.features.parse_fn import load_parse_fn  # pylint: disable=g-import-not-at-top
         load_parse_fn(data.parse_fn, f"{path}.parse_fn")
     else:
         _require(not data.parse_fn, f"{path}.parse_fn", "is only used with input_format: CUSTOM")
@@ -180,16 +177,17 @@ def _validate_dnn(dnn: pipeline_pb2.DNN, path: str) -> None:
 def _validate_model(config: pipeline_pb2.PipelineConfig) -> None:
     model = config.model_config
     path = "model_config"
-    _require(model.model_class in MODEL_CLASSES, f"{path}.model_class",
-             f"{model.model_class!r} is not one of deepfm, wide_and_deep, dnn")
-    if MODEL_CLASSES[model.model_class] == "deepfm":
+    entry = registry.lookup(model.model_class)
+    _require(entry is not None, f"{path}.model_class",
+             f"{model.model_class!r} is not one of {', '.join(registry.model_names())}")
+    if entry.model_class.one_embedding_dim:
         dims = sorted({f.embedding_dim for f in config.feature_configs
                        if f.feature_type != pipeline_pb2.FeatureConfig.RawFeature})
         _require(len(dims) <= 1, "feature_configs",
-                 f"DeepFM's FM term needs one embedding_dim for all id features, got {dims}")
+                 f"{entry.model_class.__name__} needs one embedding_dim for all id features, got {dims}")
     chosen = model.WhichOneof("model")
     if chosen is not None:
-        _require(chosen == MODEL_CLASSES[model.model_class], f"{path}.{chosen}",
+        _require(chosen == entry.config_field, f"{path}.{chosen}",
                  f"does not match model_class {model.model_class!r}")
         _validate_dnn(getattr(model, chosen).dnn, f"{path}.{chosen}.dnn")
     _require(model.embedding_regularization >= 0, f"{path}.embedding_regularization", "must be >= 0")
@@ -228,7 +226,6 @@ def _validate_servers(server: str, path: str) -> None:
 
 
 def _validate_incr_save(incr: pipeline_pb2.IncrSaveConfig, path: str) -> None:
-    from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
     storage = incr.WhichOneof("storage")
     _require(storage is not None, path, "needs kafka { server topic } or fs { incr_save_dir }")
     if storage == "kafka":

@@ -12,7 +12,7 @@ import os
 import re
 from typing import Dict, List, Mapping, Optional
 
-from easyonline.config.errors import ConfigError
+from easyonline.core.errors import ConfigError
 
 ROLES = ("chief", "ps", "worker")
 _ADDRESS = re.compile(r"^[^\s:]+:\d{1,5}$")

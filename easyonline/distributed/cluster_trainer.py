@@ -27,8 +27,10 @@ import logging
 import time
 import numpy as np
 
-from easyonline import ensure_legacy_keras
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.core.errors import ClusterFailure
 from easyonline.distributed.cluster_config import ClusterConfig
+from easyonline.features.signature import empty_features
 from easyonline.protos import pipeline_pb2
 from easyonline.train.trainer import OnlineTrainer
 from easyonline.utils.net import wait_for_port
@@ -37,8 +39,6 @@ tf = ensure_legacy_keras()
 log = logging.getLogger(__name__)
 
 
-class ClusterFailure(RuntimeError):
-    """A parameter server (or the whole cluster) was lost: restart the cluster, it resumes from the checkpoint."""
 
 
 def wait_for_tasks(cluster: ClusterConfig, timeout_secs: float = 120.0) -> None:
@@ -112,7 +112,6 @@ class ClusterTrainer(OnlineTrainer):
         return self._guarded(super().table_sizes)
 
     def _build_variables(self) -> None:
-        from easyonline.features.signature import empty_features  # pylint: disable=g-import-not-at-top
         # Tracing the scheduled step creates the model's variables and the optimizer's slots on the ps.
         self._run(self._train_step, empty_features(self.specs), tf.zeros([0], tf.float32), self._now())
         self.model.tables.release_names()

@@ -7,7 +7,7 @@ import logging
 import signal
 import threading
 
-from easyonline import ensure_legacy_keras
+from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.distributed.cluster_config import ClusterConfig
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 Each policy maps the statistics of the ids in a batch (after counting the
 batch) to a boolean "admit now". Ids already in the table stay admitted.
 """
-from easyonline import ensure_legacy_keras
+from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()

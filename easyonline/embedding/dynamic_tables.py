@@ -15,7 +15,7 @@ import contextlib
 import re
 from typing import Dict, List, Optional
 
-from easyonline import ensure_legacy_keras
+from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.admission import admits
 from easyonline.features.feature_spec import FeatureSpecs, TableSpec
 

@@ -9,8 +9,8 @@ import os
 import re
 from typing import List, Optional
 
-from easyonline import ensure_legacy_keras
-from easyonline.train.checkpoint_mirror import CheckpointMirror, cache_dir_for
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.checkpoint.mirror import CheckpointMirror, cache_dir_for
 from easyonline.utils import fileio
 
 tf = ensure_legacy_keras()

@@ -11,8 +11,8 @@ import os
 import time
 from typing import Callable, Optional
 
-from easyonline import ensure_legacy_keras
-from easyonline.config.errors import ConfigError
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.core.errors import ConfigError
 from easyonline.eval.checkpoint_follower import CheckpointFollower
 from easyonline.features.record_parser import make_parser
 from easyonline.inputs import FileInput, KafkaInput
@@ -20,9 +20,9 @@ from easyonline.inputs.raw_batch import BatchSource
 from easyonline.protos import pipeline_pb2
 from easyonline.scoring.checkpoint_model import CheckpointModel
 from easyonline.scoring.passes import parsed_batches
-from easyonline.train.bad_input import BadInputMonitor
-from easyonline.train.metrics import PrequentialMetrics
-from easyonline.train.stop_signal import STOP_SIGNAL_FILE, StopSignal
+from easyonline.inputs.bad_input import BadInputMonitor
+from easyonline.core.metrics import PrequentialMetrics
+from easyonline.core.stop_signal import STOP_SIGNAL_FILE, StopSignal
 from easyonline.utils import fileio
 
 tf = ensure_legacy_keras()

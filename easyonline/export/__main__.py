@@ -1,5 +1,5 @@
-"""Entry point of ``python -m easyonline.export``; see easyonline/export/cli.py."""
-from easyonline.export.cli import run
+"""Entry point of ``python -m easyonline.export``; see easyonline/jobs/export_cli.py."""
+from easyonline.jobs.export_cli import run
 
 if __name__ == "__main__":
     run()

@@ -15,45 +15,42 @@ import tempfile
 import time
 from typing import Optional
 
-from easyonline import ensure_legacy_keras
+from easyonline.checkpoint.checkpointer import latest_checkpoint
+from easyonline.checkpoint.restore import restore_model
 from easyonline.config.loader import to_text
 from easyonline.config.secrets import apply_oss_config
-from easyonline.embedding.dynamic_tables import checkpoint_shards, local_shards
-from easyonline.features import build_feature_specs
-from easyonline.models import build_model
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.export.embedding_files import export_embeddings
+from easyonline.export.layout import (ASSETS_DIR, INCR_UPDATE_FILE, PIPELINE_FILE, SAVED_MODEL_FILE,
+                                      SERVING_SIGNATURE, UPDATE_SIGNATURE)
+from easyonline.export.serving_module import ServingModule
 from easyonline.protos import pipeline_pb2
-from easyonline.publish.param_ids import ensure_parameter_ids
-from easyonline.publish.publish_callback import default_model_name
-from easyonline.publish.update_stream import DirectoryUpdateReader, KafkaUpdateReader
-from easyonline.train.checkpointing import checkpoint_step, latest_checkpoint
+from easyonline.updates.param_ids import ensure_parameter_ids
+from easyonline.updates.transport import KAFKA, StreamLocation, open_reader, stream_model_name
 from easyonline.utils import fileio, oss
 
 tf = ensure_legacy_keras()
-log = logging.getLogger(__name__)
+from tensorflow_recommenders_addons import dynamic_embedding as de  # noqa: E402  pylint: disable=g-import-not-at-top
 
-INCR_UPDATE_FILE = "incr_update.txt"
-PIPELINE_FILE = "pipeline.config"
+log = logging.getLogger(__name__)
 
 
 def update_stream_info(config: pipeline_pb2.PipelineConfig, step: int) -> dict:
-    """What incr_update.txt says: the update storage and the first message newer than ``step``."""
+    """What incr_update.txt says: the update stream and the first message newer than ``step``."""
     train = config.train_config
     if not train.HasField("incr_save_config"):
         return {"storage": "none", "step": step}
     incr = train.incr_save_config
-    model_name = incr.model_name or default_model_name(config.model_dir)
-    info = {"model_name": model_name, "step": step}
-    if incr.WhichOneof("storage") == "kafka":
-        reader = KafkaUpdateReader(incr.kafka.server, incr.kafka.topic)
-        try:
-            offset, sequence = reader.start_after_step(model_name, step)
-        finally:
-            reader.close()
-        info.update(storage="kafka", server=incr.kafka.server, topic=incr.kafka.topic, offset=offset,
-                    sequence=sequence)
-    else:
-        sequence, _ = DirectoryUpdateReader(incr.fs.incr_save_dir).start_after_step(model_name, step)
-        info.update(storage="fs", incr_save_dir=incr.fs.incr_save_dir, sequence=sequence)
+    model_name = stream_model_name(incr, config.model_dir)
+    location = StreamLocation.from_config(incr)
+    reader = open_reader(location)
+    try:
+        position, sequence = reader.start_after_step(model_name, step)
+    finally:
+        reader.close()
+    info = {"model_name": model_name, "step": step, **location.to_info(), "sequence": sequence}
+    if location.storage == KAFKA:
+        info["offset"] = position
     return info
 
 
@@ -63,24 +60,16 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
 
     With ``embedding_export_dir``, also writes every table's keys and vectors there (embedding_files.py).
     """
-    from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
-    from easyonline.export.serving_module import ServingModule, raw_input_specs  # pylint: disable=g-import-not-at-top
     apply_oss_config(config)
     path = latest_checkpoint(checkpoint_path or config.model_dir)
     if path is None:
         raise FileNotFoundError(f"no checkpoint at {checkpoint_path or config.model_dir}")
-    de.enable_inference_mode()
-    specs = build_feature_specs(config)
-    with local_shards(checkpoint_shards(path)):  # a cluster's checkpoint: its shards, gathered here
-        model = build_model(config, specs)
-    empty = {name: tf.zeros([0], spec.dtype) for name, spec in raw_input_specs(specs).items()}
-    ServingModule.build_variables(model, specs, empty)
-    tf.train.Checkpoint(model=model).restore(path).expect_partial()
+    de.enable_inference_mode()  # process-global: lookups of unknown ids insert nothing
+    restored = restore_model(config, path)
+    model, specs, step = restored.model, restored.specs, restored.step
     ids = ensure_parameter_ids(config.model_dir, model)
     module = ServingModule(model, specs, ids)
-    step = checkpoint_step(path)
     if embedding_export_dir:
-        from easyonline.export.embedding_files import export_embeddings  # pylint: disable=g-import-not-at-top
         counts = export_embeddings(model, embedding_export_dir, path, step)
         log.info("wrote %d embedding rows of %d tables to %s", sum(counts.values()), len(counts), embedding_export_dir)
     version = str(int(time.time()))
@@ -91,10 +80,10 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
     staging = tempfile.mkdtemp(prefix="easyonline-export-") if remote else \
         os.path.join(export_dir, f".staging-{version}")
     tf.saved_model.save(module, staging,
-                        signatures={"serving_default": module.serve.get_concrete_function(),
-                                    "incr_update_sig": module.incr_update.get_concrete_function()},
+                        signatures={SERVING_SIGNATURE: module.serve.get_concrete_function(),
+                                    UPDATE_SIGNATURE: module.incr_update.get_concrete_function()},
                         options=tf.saved_model.SaveOptions(namespace_whitelist=["TFRA"]))
-    assets = os.path.join(staging, "assets")
+    assets = os.path.join(staging, ASSETS_DIR)
     os.makedirs(assets, exist_ok=True)
     for name, text in ids.to_files().items():
         fileio.write_text_atomic(os.path.join(assets, name), text)
@@ -104,7 +93,7 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
     fileio.write_text_atomic(os.path.join(assets, INCR_UPDATE_FILE), json.dumps(info, indent=1) + "\n")
     final = fileio.join(export_dir, version)
     if remote:
-        oss.upload_tree(staging, final, last="saved_model.pb")  # a version is complete once it has this
+        oss.upload_tree(staging, final, last=SAVED_MODEL_FILE)  # a version is complete once it has this
         shutil.rmtree(staging, ignore_errors=True)
     else:
         os.rename(staging, final)

@@ -14,12 +14,12 @@ names.
 """
 from typing import Dict
 
-from easyonline import ensure_legacy_keras
+from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.features.csv_parser import ids_of
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.features.signature import feature_signature
 from easyonline.protos import pipeline_pb2
-from easyonline.publish.param_ids import ParameterIds, dense_variables
+from easyonline.updates.param_ids import ParameterIds, dense_variables
 
 tf = ensure_legacy_keras()
 

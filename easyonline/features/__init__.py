@@ -8,6 +8,6 @@ from easyonline.features.feature_spec import FeatureSpecs, IdFeature, RawFeature
 
 def __getattr__(name: str):
     if name in ("CsvParser", "ParsedBatch"):
-        from easyonline.features import csv_parser  # pylint: disable=g-import-not-at-top
+        from easyonline.features import csv_parser  # pylint: disable=g-import-not-at-top  why: loads TensorFlow
         return getattr(csv_parser, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,8 +10,8 @@ import dataclasses
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from easyonline import ensure_legacy_keras
-from easyonline.inputs.rejections import BAD_LABEL, BAD_VALUE, FIELD_COUNT, INVALID_UTF8, rejection
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.core.rejections import BAD_LABEL, BAD_VALUE, FIELD_COUNT, INVALID_UTF8, rejection
 from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID, FeatureSpecs, IdFeature
 from easyonline.protos import pipeline_pb2
 

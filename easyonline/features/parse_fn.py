@@ -2,7 +2,7 @@
 import importlib
 from typing import Any, Callable
 
-from easyonline.config.errors import ConfigError
+from easyonline.core.errors import ConfigError
 
 
 def load_parse_fn(spec: str, path: str = "data_config.parse_fn") -> Callable[[bytes], Any]:

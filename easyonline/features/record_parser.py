@@ -8,7 +8,7 @@ import json
 from typing import Any, Callable, Dict, List, Sequence
 
 from easyonline.features.csv_parser import CsvParser, ParsedBatch
-from easyonline.inputs.rejections import BAD_RECORD, rejection
+from easyonline.core.rejections import BAD_RECORD, rejection
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.features.parse_fn import load_parse_fn
 from easyonline.protos import pipeline_pb2

@@ -1,7 +1,7 @@
 """The TensorSpecs of parsed features: what the train step, scoring and exports are traced with."""
 from typing import Dict, Union
 
-from easyonline import ensure_legacy_keras
+from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.features.feature_spec import FeatureSpecs
 
 tf = ensure_legacy_keras()

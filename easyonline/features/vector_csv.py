@@ -16,7 +16,7 @@ fields, no quotes, ASCII or valid UTF-8, numbers written as plain decimals
 numpy, ids of at most 64 bytes). For any other
 batch ``parse`` returns None and the batch goes to CsvParser, which decodes
 it with TensorFlow and rejects bad lines with their reasons; both give
-bit-identical features (tests/test_vector_csv.py).
+bit-identical features (tests/integration/test_vector_csv.py).
 """
 import dataclasses
 import logging

@@ -10,8 +10,8 @@ from typing import Optional
 
 from kafka import KafkaProducer
 
-from easyonline.inputs.kafka_client import bootstrap_servers
-from easyonline.inputs.rejections import rejection_kind
+from easyonline.config.kafka_settings import bootstrap_servers
+from easyonline.core.rejections import rejection_kind
 
 log = logging.getLogger(__name__)
 

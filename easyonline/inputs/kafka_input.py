@@ -13,7 +13,7 @@ from typing import Dict, Optional, Tuple
 
 from kafka import TopicPartition
 
-from easyonline.inputs.rejections import OVERSIZED_MESSAGE, rejection
+from easyonline.core.rejections import OVERSIZED_MESSAGE, rejection
 from easyonline.inputs import fast_records, kafka_client
 from easyonline.inputs.raw_batch import BatchSource, RawBatch
 from easyonline.inputs.start_position import resolve_start_offsets

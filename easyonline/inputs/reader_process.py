@@ -19,7 +19,9 @@ import queue
 import time
 from typing import Dict, Optional
 
+from easyonline.core.errors import BrokerUnreachableError
 from easyonline.features.vector_csv import VectorCsvParser
+from easyonline.inputs.kafka_input import KafkaInput
 from easyonline.inputs.raw_batch import BatchSource, BlobLines, RawBatch
 from easyonline.protos import pipeline_pb2
 
@@ -27,7 +29,6 @@ from easyonline.protos import pipeline_pb2
 def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoint_positions, path: str,
            max_message_bytes: int, vector_parser, batches: "multiprocessing.Queue",
            commands: "multiprocessing.Queue") -> None:
-    from easyonline.inputs.kafka_input import KafkaInput  # pylint: disable=g-import-not-at-top
     kafka = pipeline_pb2.KafkaInput.FromString(kafka_bytes)
     try:
         source = KafkaInput(kafka, batch_size, batch_timeout_ms, checkpoint_positions, path,
@@ -103,7 +104,6 @@ class KafkaReaderProcess(BatchSource):
             raise TimeoutError(f"{path}: the Kafka reader did not start within {start_timeout:.0f}s") from None
         if first[0] == "error":
             self._process.join(timeout=5)
-            from easyonline.inputs.kafka_client import BrokerUnreachableError  # pylint: disable=g-import-not-at-top
             raise (BrokerUnreachableError if first[1] == "BrokerUnreachableError" else RuntimeError)(first[2])
         _, self.start_offsets, self.start_mode, self.partitions = first
 
@@ -123,6 +123,7 @@ class KafkaReaderProcess(BatchSource):
         _, blob, vectors, positions, lag, messages, empty, rejected = item
         parsed = None
         if vectors is not None:
+            # why: ParsedBatch holds tensors; the child imports this module and must not load TensorFlow
             from easyonline.features.csv_parser import ParsedBatch  # pylint: disable=g-import-not-at-top
             parsed = ParsedBatch.from_vectors(vectors)
         return RawBatch(BlobLines(blob), positions, lag=lag, messages=messages, empty_messages=empty,

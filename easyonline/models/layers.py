@@ -1,7 +1,7 @@
 """Building blocks shared by the models: an MLP tower and the FM interaction."""
 from typing import Sequence
 
-from easyonline import ensure_legacy_keras
+from easyonline.core.bootstrap import ensure_legacy_keras
 
 tf = ensure_legacy_keras()
 

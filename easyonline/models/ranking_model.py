@@ -1,11 +1,14 @@
 """The base of every model: embeds features, returns one logit per sample.
 
-Subclasses say whether they need a first-order weight per id
-(``uses_first_order``) and implement ``logits_from``.
+A subclass registers its names (``@register("deepfm", "DeepFM")``, see
+registry.py), says whether it needs a first-order weight per id
+(``uses_first_order``) and whether every id feature must share one
+embedding dim (``one_embedding_dim``, checked by the validator), and
+implements ``logits_from(embeddings, first_order, dense, training)``.
 """
 from typing import Dict, List, Optional
 
-from easyonline import ensure_legacy_keras
+from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.dynamic_tables import DynamicTables
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.models.layers import MLP
@@ -20,6 +23,7 @@ class RankingModel(tf.keras.Model):
     """Keras model: ``call(features) -> logits [B]``."""
 
     uses_first_order = False
+    one_embedding_dim = False
 
     def __init__(self, specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN,
                  seed: int = 0, **kwargs):

@@ -1,7 +1,9 @@
 """Wide & Deep (Cheng et al. 2016): a linear model over ids plus a DNN."""
 from easyonline.models.ranking_model import RankingModel
+from easyonline.models.registry import register
 
 
+@register("wide_and_deep", "WideAndDeep")
 class WideAndDeep(RankingModel):
     uses_first_order = True
 

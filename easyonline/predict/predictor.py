@@ -8,20 +8,20 @@ import numpy as np
 
 from easyonline.features.csv_parser import ParsedBatch
 from easyonline.predict.sinks import PredictionSink, prediction_lines
+from easyonline.scoring.checkpoint_model import CheckpointModel
+from easyonline.serve.loaded_export import LoadedExport
 
 log = logging.getLogger(__name__)
 Scorer = Callable[[Dict], np.ndarray]
 
 
 def checkpoint_scorer(config, checkpoint_path: str) -> Scorer:
-    from easyonline.scoring.checkpoint_model import CheckpointModel  # pylint: disable=g-import-not-at-top
     model = CheckpointModel(config)
     model.restore(checkpoint_path)
     return model.score
 
 
 def export_scorer(export_dir: str) -> Scorer:
-    from easyonline.serve.loaded_export import LoadedExport  # pylint: disable=g-import-not-at-top
     return LoadedExport(export_dir).score_features
 
 

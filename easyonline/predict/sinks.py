@@ -12,7 +12,7 @@ from typing import List, Optional
 import numpy as np
 from kafka import KafkaProducer
 
-from easyonline.inputs.kafka_client import bootstrap_servers
+from easyonline.config.kafka_settings import bootstrap_servers
 from easyonline.utils import fileio
 
 

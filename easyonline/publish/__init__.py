@@ -1,9 +1,10 @@
-"""Incremental updates: the trainer publishes changed parameters; serving applies them.
+"""The trainer's side of incremental updates: what changed, when to publish it, base and delta saves.
 
-- param_ids: stable ids of dense parameters and tables (files in model_dir)
-- update_codec: the UpdateMessage format, split below a size limit
-- change_tracker: keys trained or deleted since the last sparse publish
-- kafka_sink / directory_sink: where messages go; update_stream: reading them back
-- publisher: the background sender; publish_callback: the trainer's hook
-- replica: applies messages to an in-memory copy (checks order and gaps)
+- publish_callback: the trainer's hook (IncrementalPublish), on the schedule of incr_save_config
+- publisher: the background sender (retries, backpressure, sequence numbers)
+- snapshot: reads the changed rows and dense values out of the model
+- base_delta: base and delta inference models on files (InferenceSaves)
+
+The message format, the transports and the apply rules are in ``easyonline.updates``,
+which serving depends on too.
 """

@@ -25,16 +25,16 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from easyonline.protos import pipeline_pb2
-from easyonline.publish.change_tracker import ChangeTracker
-from easyonline.publish.param_ids import (ParameterIds, dense_variables,
+from easyonline.embedding.change_tracker import ChangeLog
+from easyonline.updates.param_ids import (ParameterIds, dense_variables,
                                           ensure_parameter_ids, read_parameter_ids)
-from easyonline.publish.publish_callback import default_model_name
-from easyonline.publish.replica import ParameterReplica
+from easyonline.updates.replica import ParameterReplica
 from easyonline.publish.snapshot import take_snapshot
-from easyonline.publish.update_codec import decode_update, encode_update
-from easyonline.train.callbacks import Callback
-from easyonline.train.daily_schedule import DailySchedule
-from easyonline.train.step_time_schedule import StepTimeSchedule
+from easyonline.updates.codec import decode_update, encode_update
+from easyonline.core.callbacks import Callback
+from easyonline.core.daily_schedule import DailySchedule
+from easyonline.core.step_time_schedule import StepTimeSchedule
+from easyonline.updates.transport import default_model_name
 from easyonline.utils import fileio
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ class InferenceSaves(Callback):
         self.model_name = model_name or default_model_name(model_dir)
         self._base_schedule = DailySchedule(config.base_save_secs, config.base_save_at_hour)
         self._delta_schedule = StepTimeSchedule(config.delta_save_steps, config.delta_save_secs)
-        self._tracker: Optional[ChangeTracker] = None
+        self._tracker: Optional[ChangeLog] = None
         self._ids: Optional[ParameterIds] = None
         self._base: Optional[str] = None
         self._previous: Optional[SaveInfo] = None
@@ -161,7 +161,7 @@ class InferenceSaves(Callback):
         if self._tracker is not None:
             return
         self._ids = ensure_parameter_ids(self.model_dir, trainer.model)
-        self._tracker = ChangeTracker(trainer.specs)
+        self._tracker = trainer.changes.subscribe()
         chain = newest_chain(self.save_dir)
         if chain and chain[-1].step == trainer.step:
             self._base, self._previous = chain[0].name, chain[-1]
@@ -172,13 +172,6 @@ class InferenceSaves(Callback):
     def on_train_begin(self, trainer) -> None:
         self._prepare(trainer)
         self._delta_schedule.mark(trainer.step)
-
-    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
-        self._tracker.record_batch(parsed_batch.features)
-
-    def on_shrink(self, trainer, evicted: Dict) -> None:
-        for table, keys in evicted.items():
-            self._tracker.record_deleted(table, keys)
 
     def on_tick(self, trainer) -> None:
         if self._base_schedule.due(trainer.clock()):

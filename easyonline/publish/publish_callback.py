@@ -2,39 +2,24 @@
 
 Built from ``train_config.incr_save_config`` by the default callbacks; users
 of ``online_train`` can construct it themselves (for example with their own
-sink). It records each trained batch's ids, hands a job to the
+sink). It subscribes to the trainer's change tracker, hands a job to the
 UpdatePublisher when a dense or sparse publish is due and the sender has
 room, reports acknowledged updates to ``on_publish`` callbacks, and at the
 end publishes the final state and waits for it to be acknowledged.
 """
 import logging
-import os
 import time
 from typing import Dict, Optional
 
-import numpy as np
-
+from easyonline.core.callbacks import Callback, TrainerView
+from easyonline.core.step_time_schedule import StepTimeSchedule
+from easyonline.embedding.change_tracker import ChangeLog
 from easyonline.protos import pipeline_pb2
-from easyonline.publish.change_tracker import ChangeTracker
-from easyonline.publish.directory_sink import DirectorySink
-from easyonline.publish.kafka_sink import KafkaSink
-from easyonline.publish.param_ids import dense_variables, ensure_parameter_ids
 from easyonline.publish.publisher import PublishJob, UpdatePublisher
-from easyonline.train.callbacks import Callback
-from easyonline.train.step_time_schedule import StepTimeSchedule
+from easyonline.updates.param_ids import dense_variables, ensure_parameter_ids
+from easyonline.updates.transport import UpdateSink, open_sink, stream_model_name
 
 log = logging.getLogger(__name__)
-
-
-def make_sink(incr: pipeline_pb2.IncrSaveConfig):
-    """The transport the config names: a Kafka topic or a directory."""
-    if incr.WhichOneof("storage") == "kafka":
-        return KafkaSink(incr.kafka, incr.max_message_bytes)
-    return DirectorySink(incr.fs.incr_save_dir)
-
-
-def default_model_name(model_dir: str) -> str:
-    return os.path.basename(os.path.normpath(model_dir.replace("oss://", "", 1))) or "model"
 
 
 def _schedule(steps: int, secs: float, secs_given: bool) -> StepTimeSchedule:
@@ -45,35 +30,28 @@ def _schedule(steps: int, secs: float, secs_given: bool) -> StepTimeSchedule:
 class IncrementalPublish(Callback):
     """Publishes dense parameters and changed rows (and deletes) while training."""
 
-    def __init__(self, incr: pipeline_pb2.IncrSaveConfig, model_dir: str, sink=None):
+    def __init__(self, incr: pipeline_pb2.IncrSaveConfig, model_dir: str, sink: Optional[UpdateSink] = None):
         self.incr = incr
         self.model_dir = model_dir
-        self.model_name = incr.model_name or default_model_name(model_dir)
-        self.sink = sink or make_sink(incr)
+        self.model_name = stream_model_name(incr, model_dir)
+        self.sink = sink or open_sink(incr)
         self._dense_schedule = _schedule(incr.dense_save_steps, incr.dense_save_secs, incr.HasField("dense_save_secs"))
         self._sparse_schedule = _schedule(incr.sparse_save_steps, incr.sparse_save_secs,
                                           incr.HasField("sparse_save_secs"))
         self.publisher: Optional[UpdatePublisher] = None
-        self.tracker: Optional[ChangeTracker] = None
+        self.tracker: Optional[ChangeLog] = None
         self._dense_vars = {}
         self._dense_owed = False
 
     def on_train_begin(self, trainer) -> None:
         ids = ensure_parameter_ids(self.model_dir, trainer.model)
         self._dense_vars = {ids.dense[name]: var for name, var in dense_variables(trainer.model).items()}
-        self.tracker = ChangeTracker(trainer.specs)
+        self.tracker = trainer.changes.subscribe()
         self.publisher = UpdatePublisher(self.sink, self.model_name, ids, trainer.model.tables,
                                          self.incr.max_message_bytes, self.incr.max_pending_updates)
         self.publisher.start(trainer.step)
         self._dense_schedule.mark(trainer.step)
         self._sparse_schedule.mark(trainer.step)
-
-    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
-        self.tracker.record_batch(parsed_batch.features)
-
-    def on_shrink(self, trainer, evicted: Dict[str, np.ndarray]) -> None:
-        for table, keys in evicted.items():
-            self.tracker.record_deleted(table, keys)
 
     def on_tick(self, trainer) -> None:
         self._maybe_publish(trainer)

@@ -23,9 +23,9 @@ from typing import Deque, Dict, List, Optional
 
 import numpy as np
 
-from easyonline.publish.param_ids import ParameterIds
+from easyonline.updates.param_ids import ParameterIds
 from easyonline.publish.snapshot import take_snapshot
-from easyonline.publish.update_codec import UpdateSnapshot, encode_update
+from easyonline.updates.codec import UpdateSnapshot, encode_update
 
 log = logging.getLogger(__name__)
 

@@ -3,10 +3,10 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from easyonline import ensure_legacy_keras
-from easyonline.publish.change_tracker import split_changes, unique_keys
-from easyonline.publish.param_ids import ParameterIds
-from easyonline.publish.update_codec import UpdateSnapshot
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.embedding.change_tracker import split_changes, unique_keys
+from easyonline.updates.param_ids import ParameterIds
+from easyonline.updates.codec import UpdateSnapshot
 
 tf = ensure_legacy_keras()
 

@@ -8,57 +8,46 @@ cluster's checkpoint (tables sharded over its ps) is loaded with as many
 shards in this process.
 """
 import logging
+from typing import Optional
 
 import numpy as np
 
-from easyonline import ensure_legacy_keras
+from easyonline.checkpoint.restore import restore_model, restore_into
+from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.config.secrets import apply_oss_config
-from easyonline.embedding.dynamic_tables import checkpoint_shards, local_shards
+from easyonline.embedding.dynamic_tables import checkpoint_shards
 from easyonline.features import build_feature_specs
-from easyonline.features.signature import empty_features, feature_signature
-from easyonline.models import build_model
+from easyonline.features.signature import feature_signature
 from easyonline.protos import pipeline_pb2
-from easyonline.train.checkpointing import checkpoint_step
 
 tf = ensure_legacy_keras()
 log = logging.getLogger(__name__)
 
 
 class CheckpointModel:
+    """Scores parsed features with the parameters of the checkpoint last ``restore``d."""
+
     def __init__(self, config: pipeline_pb2.PipelineConfig):
         apply_oss_config(config)
         self.config = config
         self.specs = build_feature_specs(config)
-        self._build(1)
-        self.checkpoint = None
+        self.model = None
+        self.shards = 0
+        self.checkpoint: Optional[str] = None
         self.step = -1
-
-    def _build(self, shards: int) -> None:
-        with local_shards(shards):
-            self.model = build_model(self.config, self.specs)
-        self.shards = shards
-        self.model(empty_features(self.specs), training=False)  # creates the dense variables
-        self.model.tables.release_names()
-        self._score = tf.function(lambda features: self.model(features, training=False),
-                                  input_signature=[feature_signature(self.specs)], autograph=False)
 
     def restore(self, path: str) -> int:
         """Loads the checkpoint prefix ``path``; returns its training step (-1 for a model-only checkpoint)."""
-        shards = checkpoint_shards(path)
-        if shards != self.shards:  # written by a cluster with another number of ps
-            self._build(shards)
-        tables = self.model.tables
-        for layer in tables.embeddings.values():
-            layer.params.clear()
-        for statistics in tables.statistics.values():
-            statistics.clear()
-        tf.train.Checkpoint(model=self.model).restore(path).expect_partial()
-        try:
-            self.step = checkpoint_step(path)
-        except tf.errors.NotFoundError:  # a model-only checkpoint (tf.train.Checkpoint(model=...).write)
-            self.step = -1
+        if self.model is not None and checkpoint_shards(path) == self.shards:
+            self.step = restore_into(self.model, path)  # the traced scoring function is kept
+            log.info("loaded %s (step %d, %d keys)", path, self.step, sum(self.model.tables.sizes().values()))
+        else:  # the first, or one written by a cluster with another number of ps
+            restored = restore_model(self.config, path, self.specs)
+            self.model, self.shards, self.step = restored.model, restored.shards, restored.step
+            model = self.model
+            self._score = tf.function(lambda features: model(features, training=False),
+                                      input_signature=[feature_signature(self.specs)], autograph=False)
         self.checkpoint = path
-        log.info("loaded %s (step %d, %d keys)", path, self.step, sum(tables.sizes().values()))
         return self.step
 
     def score(self, features) -> np.ndarray:

@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 
 from easyonline.features.csv_parser import ParsedBatch
 from easyonline.inputs.raw_batch import BatchSource
-from easyonline.train.bad_input import BadInputMonitor
+from easyonline.inputs.bad_input import BadInputMonitor
 
 
 def head(batch: ParsedBatch, count: int) -> ParsedBatch:

@@ -10,11 +10,11 @@ from typing import Dict, List
 
 import numpy as np
 
-from easyonline import ensure_legacy_keras
-from easyonline.export.exporter import INCR_UPDATE_FILE, PIPELINE_FILE
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.export.layout import ASSETS_DIR, INCR_UPDATE_FILE, PIPELINE_FILE, SAVED_MODEL_FILE
 from easyonline.protos import update_pb2
-from easyonline.publish.param_ids import read_parameter_ids
-from easyonline.publish.update_codec import dense_slice, sparse_arrays
+from easyonline.updates.apply_rules import message_changes
+from easyonline.updates.param_ids import read_parameter_ids
 
 tf = ensure_legacy_keras()
 import tensorflow_recommenders_addons  # noqa: E402,F401  pylint: disable=g-import-not-at-top,unused-import
@@ -22,10 +22,10 @@ import tensorflow_recommenders_addons  # noqa: E402,F401  pylint: disable=g-impo
 
 def newest_version(export_dir: str) -> str:
     """The highest numbered version directory in ``export_dir`` (or ``export_dir`` itself if it is one)."""
-    if os.path.exists(os.path.join(export_dir, "saved_model.pb")):
+    if os.path.exists(os.path.join(export_dir, SAVED_MODEL_FILE)):
         return export_dir
     versions = [name for name in os.listdir(export_dir) if name.isdigit()
-                and os.path.exists(os.path.join(export_dir, name, "saved_model.pb"))]
+                and os.path.exists(os.path.join(export_dir, name, SAVED_MODEL_FILE))]
     if not versions:
         raise FileNotFoundError(f"no exported version (a numbered directory with saved_model.pb) in {export_dir}")
     return os.path.join(export_dir, max(versions, key=int))
@@ -40,7 +40,7 @@ class LoadedExport:
         # names are sanitized and lowercased); the signatures are there for saved_model_cli and TF Serving.
         self._serve = self._module.serve
         self._update = self._module.incr_update
-        assets = os.path.join(self.path, "assets")
+        assets = os.path.join(self.path, ASSETS_DIR)
         self.ids = read_parameter_ids(assets)
         with open(os.path.join(assets, INCR_UPDATE_FILE)) as f:
             self.update_info = json.load(f)
@@ -76,38 +76,23 @@ class LoadedExport:
         return self._module.score_features(features)["probs"].numpy()
 
     def apply(self, message: update_pb2.UpdateMessage) -> int:
-        """Applies one decoded (and checked) update message; returns the number of entries applied."""
-        args = {"dense_ids": [], "dense_offsets": [], "dense_lengths": [], "dense_values": []}
-        for entry in message.dense:
-            values = dense_slice(entry)
-            args["dense_ids"].append(entry.id)
-            args["dense_offsets"].append(entry.offset)
-            args["dense_lengths"].append(len(values))
-            args["dense_values"].append(values)
+        """Applies one decoded message by the rules of updates/apply_rules.py; returns the entries applied.
+
+        Raises ValueError, before anything is applied, when an entry does not fit this export.
+        """
+        dense, tables = message_changes(message, self._widths)
         tensors = {
-            "dense_ids": tf.constant(args["dense_ids"], tf.int64, shape=[len(args["dense_ids"])]),
-            "dense_offsets": tf.constant(args["dense_offsets"], tf.int64, shape=[len(args["dense_ids"])]),
-            "dense_lengths": tf.constant(args["dense_lengths"], tf.int64, shape=[len(args["dense_ids"])]),
-            "dense_values": tf.constant(np.concatenate(args["dense_values"]) if args["dense_values"]
+            "dense_ids": tf.constant([w.id for w in dense], tf.int64, shape=[len(dense)]),
+            "dense_offsets": tf.constant([w.offset for w in dense], tf.int64, shape=[len(dense)]),
+            "dense_lengths": tf.constant([len(w.values) for w in dense], tf.int64, shape=[len(dense)]),
+            "dense_values": tf.constant(np.concatenate([w.values for w in dense]) if dense
                                         else np.zeros(0, np.float32)),
         }
-        per_table: Dict[int, List] = {t: [[], [], []] for t in self._widths}
-        for entry in message.sparse:
-            if entry.table_id not in per_table:
-                raise ValueError(f"table id {entry.table_id} is not in this export's embed_name_to_ids.txt")
-            if entry.dim != self._widths[entry.table_id]:
-                raise ValueError(f"table id {entry.table_id}: rows of {entry.dim} floats, the export has "
-                                 f"{self._widths[entry.table_id]}")
-            deleted, keys, values = sparse_arrays(entry)
-            per_table[entry.table_id][0].append(deleted)
-            per_table[entry.table_id][1].append(keys)
-            per_table[entry.table_id][2].append(values)
-        for table_id, (deleted, keys, values) in per_table.items():
-            width = self._widths[table_id]
-            tensors[f"table_{table_id}_deleted"] = tf.constant(np.concatenate(deleted) if deleted
-                                                               else np.zeros(0, np.int64))
-            tensors[f"table_{table_id}_keys"] = tf.constant(np.concatenate(keys) if keys else np.zeros(0, np.int64))
-            tensors[f"table_{table_id}_values"] = tf.constant(np.concatenate(values) if values
+        for table_id, width in self._widths.items():
+            changes = tables.get(table_id)
+            tensors[f"table_{table_id}_deleted"] = tf.constant(changes.deleted if changes else np.zeros(0, np.int64))
+            tensors[f"table_{table_id}_keys"] = tf.constant(changes.keys if changes else np.zeros(0, np.int64))
+            tensors[f"table_{table_id}_values"] = tf.constant(changes.rows if changes
                                                               else np.zeros((0, width), np.float32))
         with self._update_lock:
             return int(self._update(tensors)["applied"].numpy())

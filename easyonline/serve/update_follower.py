@@ -1,10 +1,10 @@
 """Follows the update stream named in the export's incr_update.txt and applies it in order.
 
-Rules (``sequence_verdict`` of publish/replica.py, the reference reader): messages of
+Rules (updates/apply_rules.py, the same for every reader): messages of
 other models are ignored; a sequence number at or below the last applied is
 a duplicate and skipped; one above the next expected is a gap and refused,
 unless it starts a full sync (which re-sends everything, so it heals the
-gap); a message that does not decode is refused. Every refusal is counted by
+gap); a message that does not decode, or does not fit the export, is refused. Every refusal is counted by
 reason and logged (at most once every 10 s per reason). A broker outage is
 retried with backoff; nothing already applied is lost.
 """
@@ -14,9 +14,9 @@ import threading
 import time
 from typing import Dict, Optional
 
-from easyonline.publish.update_codec import MalformedUpdateError, decode_update
-from easyonline.publish.replica import DUPLICATE, GAP, OTHER_MODEL, sequence_verdict
-from easyonline.publish.update_stream import DirectoryUpdateReader, KafkaUpdateReader
+from easyonline.updates.apply_rules import DUPLICATE, GAP, OTHER_MODEL, sequence_verdict
+from easyonline.updates.codec import MalformedUpdateError, decode_update
+from easyonline.updates.transport import KAFKA, StreamLocation, open_reader
 from easyonline.serve.loaded_export import LoadedExport
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ class UpdateFollower:
     def __init__(self, export: LoadedExport, poll_secs: float = 0.2):
         self.export = export
         info = export.update_info
-        self.storage = info.get("storage", "none")
+        self.location = StreamLocation.from_info(info)
         self.model_name = info.get("model_name", "")
         self.next_sequence = int(info.get("sequence", 1))
         self.step: Optional[int] = info.get("step")
@@ -43,7 +43,7 @@ class UpdateFollower:
         self._reader = None
 
     def start(self) -> "UpdateFollower":
-        if self.storage == "none":
+        if self.location is None:
             log.warning("the export names no update stream: serving the exported parameters only")
             return self
         self._thread = threading.Thread(target=self._run, name="update-follower", daemon=True)
@@ -66,10 +66,8 @@ class UpdateFollower:
         return None if self.last_create_time is None else max(time.time() - self.last_create_time, 0.0)
 
     def _open(self):
-        info = self.export.update_info
-        if self.storage == "kafka":
-            return KafkaUpdateReader(info["server"], info["topic"], start_offset=int(info["offset"]))
-        return DirectoryUpdateReader(info["incr_save_dir"], start_sequence=self.next_sequence)
+        start = int(self.export.update_info["offset"]) if self.location.storage == KAFKA else self.next_sequence
+        return open_reader(self.location, start)
 
     def _run(self) -> None:
         backoff = 0.5
@@ -77,15 +75,15 @@ class UpdateFollower:
             try:
                 if self._reader is None:
                     self._reader = self._open()
-                records = self._reader.poll(500) if self.storage == "kafka" else self._reader.read_available()
+                records = self._reader.poll(500)
                 for _, data in records:
                     self.handle(data)
-                self._update_lag()
+                self.lag_messages = self._reader.lag_messages()
                 if self.error is not None:
                     log.info("update stream readable again")
                 self.error = None
                 backoff = 0.5
-                if not records and self.storage != "kafka":
+                if not records and self.location.storage != KAFKA:  # a directory does not block
                     self._stop.wait(self._poll_secs)
             except Exception as e:  # pylint: disable=broad-except  (outages: retry, keep serving)
                 if self.error is None:
@@ -93,14 +91,6 @@ class UpdateFollower:
                 self.error = f"{type(e).__name__}: {e}"
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
-
-    def _update_lag(self) -> None:
-        if self.storage == "kafka":
-            high = self._reader.highwater()
-            self.lag_messages = None if high is None else max(high - self._reader.position, 0)
-        else:
-            sequences = self._reader.sequences()
-            self.lag_messages = len([s for s in sequences if s >= self._reader.next_sequence])
 
     def _refuse(self, reason: str, detail: str) -> None:
         self.refused[reason] += 1
@@ -123,7 +113,7 @@ class UpdateFollower:
         if verdict == DUPLICATE:
             self.skipped += 1
             return False
-        if verdict == GAP and not (header.full_sync and header.part == 0):  # a full sync heals a gap
+        if verdict == GAP:
             self._refuse("gap", f"expected sequence {self.next_sequence}, got {header.sequence}")
             return False
         try:

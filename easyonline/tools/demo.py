@@ -13,13 +13,30 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from typing import Optional
 
 from absl import flags
 
+from easyonline.config import load_pipeline_config
+from easyonline.config.validate import validate_pipeline_config
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.core.callbacks import Callback
+from easyonline.core.metrics import PrequentialMetrics
+from easyonline.jobs.online_train import build_trainer
+from easyonline.publish.publish_callback import IncrementalPublish
+from easyonline.scoring.checkpoint_model import CheckpointModel
+from easyonline.tools.local_broker import LocalBroker
+from easyonline.tools.read_updates import read_all
+from easyonline.updates.codec import decode_update
+from easyonline.updates.model_diff import differences_from_model
+from easyonline.updates.param_ids import read_parameter_ids
+from easyonline.updates.replica import ParameterReplica
+from easyonline.updates.transport import StreamLocation
 from easyonline.utils.cli import run_command
+from easyonline.utils.logs import setup_logging
 
-from easyonline.train.callbacks import Callback
+tf = ensure_legacy_keras()
 
 
 class DriftMonitor(Callback):
@@ -35,9 +52,6 @@ class DriftMonitor(Callback):
         self.frozen_metrics = None
 
     def _freeze(self, trainer) -> None:
-        import tensorflow as tf  # pylint: disable=g-import-not-at-top
-        from easyonline.scoring.checkpoint_model import CheckpointModel  # pylint: disable=g-import-not-at-top
-        from easyonline.train.metrics import PrequentialMetrics  # pylint: disable=g-import-not-at-top
         path = tf.train.Checkpoint(model=trainer.model).write(os.path.join(self.frozen_dir, "frozen"))
         self.frozen_model = CheckpointModel(trainer.config)
         self.frozen_model.restore(path)
@@ -57,19 +71,10 @@ class DriftMonitor(Callback):
 
 def check_updates(config, trainer) -> Optional[dict]:
     """Replays the published update stream into a replica and compares it with the trained model."""
-    from easyonline.publish.param_ids import read_parameter_ids  # pylint: disable=g-import-not-at-top
-    from easyonline.publish.publish_callback import IncrementalPublish  # pylint: disable=g-import-not-at-top
-    from easyonline.publish.replica import ParameterReplica, differences_from_model  # pylint: disable=g-import-not-at-top
-    from easyonline.publish.update_codec import decode_update  # pylint: disable=g-import-not-at-top
-    from easyonline.tools.read_updates import read_all  # pylint: disable=g-import-not-at-top
     publish = next((c for c in trainer.callbacks if isinstance(c, IncrementalPublish)), None)
     if publish is None:
         return None
-    incr = config.train_config.incr_save_config
-    if incr.WhichOneof("storage") == "kafka":
-        records = read_all(incr.kafka.server, incr.kafka.topic)
-    else:
-        records = read_all(directory=incr.fs.incr_save_dir)
+    records = read_all(StreamLocation.from_config(config.train_config.incr_save_config))
     replica = ParameterReplica(publish.model_name)
     for _, data in records:
         replica.apply(decode_update(data))
@@ -93,11 +98,7 @@ def define_flags() -> None:
 def main(argv) -> int:
     del argv
     FLAGS = flags.FLAGS
-    from easyonline.utils.logs import setup_logging  # pylint: disable=g-import-not-at-top
     setup_logging("INFO")
-    from easyonline.config import load_pipeline_config, validate_pipeline_config  # pylint: disable=g-import-not-at-top
-    from easyonline.tools.local_broker import LocalBroker  # pylint: disable=g-import-not-at-top
-    from easyonline.train.trainer import OnlineTrainer  # pylint: disable=g-import-not-at-top
 
     work = tempfile.mkdtemp(prefix="easyonline-demo-")
     model_dir = FLAGS.model_dir or os.path.join(work, "model")
@@ -117,8 +118,7 @@ def main(argv) -> int:
                 incr.kafka.server = broker.bootstrap
             validate_pipeline_config(config, online=True)
             monitor = DriftMonitor(FLAGS.drift_at, FLAGS.samples, os.path.join(work, "frozen"))
-            trainer = OnlineTrainer(config, online=True, callbacks=[monitor])
-            import threading  # pylint: disable=g-import-not-at-top
+            trainer = build_trainer(config, online=True, callbacks=[monitor])
             timer = threading.Timer(FLAGS.max_seconds, lambda: trainer.stop_signal.request("demo time limit"))
             timer.daemon = True
             timer.start()

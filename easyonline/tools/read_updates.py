@@ -13,10 +13,10 @@ from typing import Dict, List, Tuple
 
 from absl import flags
 
+from easyonline.config.loader import load_pipeline_config
+from easyonline.updates.codec import MalformedUpdateError, decode_update, describe
+from easyonline.updates.transport import DIRECTORY, KAFKA, StreamLocation, open_reader
 from easyonline.utils.cli import run_command
-
-from easyonline.publish.update_codec import MalformedUpdateError, decode_update, describe
-from easyonline.publish.update_stream import DirectoryUpdateReader, KafkaUpdateReader
 
 FLAGS = flags.FLAGS
 
@@ -32,11 +32,9 @@ def define_flags() -> None:
     flags.DEFINE_bool("json", False, "Print JSON lines instead of the human table.")
 
 
-def read_all(kafka_server: str = "", topic: str = "", offset: int = 0, directory: str = "") -> List[Tuple[int, bytes]]:
-    """Every (position, message) there now, from a topic or a directory."""
-    if directory:
-        return DirectoryUpdateReader(directory).read_available()
-    reader = KafkaUpdateReader(kafka_server, topic, offset)
+def read_all(location: StreamLocation, start: int = 0) -> List[Tuple[int, bytes]]:
+    """Every (position, message) there now, from ``start`` (a Kafka offset or a sequence number)."""
+    reader = open_reader(location, start)
     try:
         return reader.read_available()
     finally:
@@ -86,16 +84,14 @@ def main(argv) -> int:
     del argv
     server, topic, directory = FLAGS.kafka_server, FLAGS.topic, FLAGS.dir
     if FLAGS.config:
-        from easyonline.config.loader import load_pipeline_config  # pylint: disable=g-import-not-at-top
-        incr = load_pipeline_config(FLAGS.config).train_config.incr_save_config
-        if incr.WhichOneof("storage") == "kafka":
-            server, topic = incr.kafka.server, incr.kafka.topic
-        else:
-            directory = incr.fs.incr_save_dir
+        configured = StreamLocation.from_config(load_pipeline_config(FLAGS.config).train_config.incr_save_config)
+        server, topic, directory = configured.server, configured.topic, configured.directory
     if not directory and not (server and topic):
         print("read_updates: give --dir, or --kafka_server and --topic, or --config", file=sys.stderr)
         return 2
-    records = read_all(server, topic, FLAGS.offset, directory)
+    location = StreamLocation(DIRECTORY, directory=directory) if directory else \
+        StreamLocation(KAFKA, server=server, topic=topic)
+    records = read_all(location, FLAGS.offset)
     if FLAGS.max_messages:
         records = records[:FLAGS.max_messages]
     rows, totals = check_stream(records, FLAGS.sample_keys)

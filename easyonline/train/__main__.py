@@ -1,5 +1,5 @@
-"""Entry point of ``python -m easyonline.train``; see easyonline/train/cli.py."""
-from easyonline.train.cli import run
+"""Entry point of ``python -m easyonline.train``; see easyonline/jobs/train_cli.py."""
+from easyonline.jobs.train_cli import run
 
 if __name__ == "__main__":
     run()

@@ -3,7 +3,7 @@
 The tf_keras *legacy* optimizers are used: TFRA's DynamicEmbeddingOptimizer
 supports them best and their sparse step is faster on CPU.
 """
-from easyonline import ensure_legacy_keras
+from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()

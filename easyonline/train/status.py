@@ -3,7 +3,7 @@ import logging
 import time
 from typing import Dict, Optional
 
-from easyonline import ensure_legacy_keras
+from easyonline.core.bootstrap import ensure_legacy_keras
 
 tf = ensure_legacy_keras()
 log = logging.getLogger("easyonline.status")

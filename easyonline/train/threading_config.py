@@ -1,7 +1,7 @@
 """Applies train_config's TensorFlow thread counts, which only work before TensorFlow runs an op."""
 import logging
 
-from easyonline import ensure_legacy_keras
+from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()

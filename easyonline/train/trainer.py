@@ -12,31 +12,28 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from easyonline import ensure_legacy_keras
+from easyonline.checkpoint.checkpointer import Checkpointer, write_pipeline_config
+from easyonline.checkpoint.restore import model_for_checkpoint
 from easyonline.config.loader import to_text
 from easyonline.config.secrets import apply_oss_config
-from easyonline.features import build_feature_specs
-from easyonline.features.record_parser import make_parser
-from easyonline.features.signature import empty_features, feature_signature
-from easyonline.features.vector_csv import VectorCsvParser, supports
-from easyonline.inputs import FileInput, Prefetcher, fast_records
-from easyonline.inputs.dead_letter import DeadLetterSink
-from easyonline.inputs.reader_process import KafkaReaderProcess
-from easyonline.inputs.raw_batch import BatchSource
-from easyonline.models import build_model
-from easyonline.protos import pipeline_pb2
-from easyonline.config.errors import ConfigError
-from easyonline.embedding.dynamic_tables import STATS_EPOCH, checkpoint_shards, local_shards
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.core.callbacks import Callback
+from easyonline.core.errors import ConfigError
+from easyonline.core.stop_signal import StopSignal
+from easyonline.embedding.change_tracker import ChangeTracker
+from easyonline.embedding.dynamic_tables import STATS_EPOCH, checkpoint_shards
 from easyonline.embedding.eviction import shrink_tables
-from easyonline.train.bad_input import BadInputMonitor
-from easyonline.train.callbacks import Callback
-from easyonline.train import builtin_callbacks
-from easyonline.train.checkpointing import Checkpointer, write_pipeline_config
-from easyonline.train.metrics import PrequentialMetrics
+from easyonline.features import build_feature_specs
+from easyonline.features.signature import empty_features, feature_signature
+from easyonline.inputs import Prefetcher
+from easyonline.inputs.bad_input import BadInputMonitor
+from easyonline.inputs.build_source import build_dead_letter, build_parser, build_source
+from easyonline.inputs.raw_batch import BatchSource
+from easyonline.protos import pipeline_pb2
+from easyonline.tasks import RankingTask
 from easyonline.train.optimizers import build_optimizer
 from easyonline.train.status import StatusReporter
 from easyonline.train.threading_config import apply_thread_config
-from easyonline.train.stop_signal import StopSignal
 from easyonline.utils import fileio
 
 tf = ensure_legacy_keras()
@@ -73,32 +70,38 @@ class TrainSummary:
 
 
 class OnlineTrainer:
-    """Trains ``model`` from a source of CSV batches as configured by ``config``."""
+    """Trains the config's model from a source of batches, calling ``callbacks`` (and only those).
+
+    ``easyonline.jobs.online_train.build_trainer`` adds the config's default
+    callbacks (checkpoints, shrinks, the stop file, publishing, base/delta saves).
+    """
 
     def __init__(self, config: pipeline_pb2.PipelineConfig, online: bool = True,
-                 source: Optional[BatchSource] = None, callbacks: Sequence[Callback] = (),
-                 default_callbacks: bool = True):
+                 source: Optional[BatchSource] = None, callbacks: Sequence[Callback] = ()):
         self.config = config
         self.online = online
         apply_oss_config(config)
         apply_thread_config(config.train_config)
         self.specs = build_feature_specs(config)
-        self.parser = make_parser(self.specs, config.data_config)
+        self.parser = build_parser(config, self.specs)
         tf.keras.utils.set_random_seed(config.train_config.seed)
-        saved_shards = self._saved_shards()
-        with self._variable_scope(), local_shards(saved_shards or 1):
-            self.model = build_model(config, self.specs)
+        latest = self._latest_local_checkpoint()
+        saved_shards = checkpoint_shards(latest) if latest else None
+        self.model = model_for_checkpoint(config, self.specs, latest, scope=self._variable_scope())
+        with self._variable_scope():
             self.optimizer = build_optimizer(config.train_config.optimizer_config)
+        self.task = RankingTask(config.train_config.metrics_window_samples)
         shards = len(self.model.tables.devices or [None])
         if saved_shards and shards != saved_shards:
             raise ConfigError("TF_CONFIG.cluster.ps", f"the checkpoint in {config.model_dir} has {saved_shards} "
                               f"shard(s) per table (written by {saved_shards} ps), this cluster has {shards} ps: "
                               "restart with as many ps as wrote it")
-        self.callbacks = (builtin_callbacks.default_callbacks(config) if default_callbacks else []) + list(callbacks)
+        self.callbacks: List[Callback] = list(callbacks)
         train = config.train_config
         fileio.makedirs(config.model_dir)
         self.checkpointer = Checkpointer(config.model_dir, self.model, self.optimizer, train.keep_checkpoint_max)
-        self.metrics = PrequentialMetrics(train.metrics_window_samples)
+        self.metrics = self.task.metrics
+        self.changes = ChangeTracker(self.specs)  # fed once per batch; publishing and saves subscribe
         self.stop_signal = StopSignal()
         signature = feature_signature(self.specs)
         label_spec = tf.TensorSpec([None], tf.float32)
@@ -118,22 +121,17 @@ class OnlineTrainer:
         self.step = int(self.checkpointer.step.numpy())
         self.positions: Dict[int, int] = {}
         self.lag: Optional[int] = None
-        dead_letter = None
-        if config.data_config.dead_letter_topic and config.HasField("kafka_train_input"):
-            dead_letter = DeadLetterSink(config.kafka_train_input.server, config.data_config.dead_letter_topic,
-                                         fileio.basename(config.model_dir))
-        self.bad_input = BadInputMonitor(config.data_config, dead_letter)
+        self.bad_input = BadInputMonitor(config.data_config, build_dead_letter(config))
         self.input_wait_seconds = 0.0  # time the loop waited for the next batch: high = input-bound
         self.can_checkpoint = True  # False once the parameters are lost (a parameter server died)
         self.evicted: Dict[str, np.ndarray] = {}  # keys evicted since start, per table (for publishing deletes)
 
     # --- where the step runs (overridden by distributed.ClusterTrainer) ------------
-    def _saved_shards(self) -> Optional[int]:
-        """Shards per table of the checkpoint this run will restore (a local model_dir's latest), else None."""
+    def _latest_local_checkpoint(self) -> Optional[str]:
+        """The checkpoint this run will restore when model_dir is local (the model is shaped like it), else None."""
         if fileio.is_oss(self.config.model_dir) or not tf.io.gfile.isdir(self.config.model_dir):
             return None
-        latest = tf.train.latest_checkpoint(self.config.model_dir)
-        return checkpoint_shards(latest) if latest else None
+        return tf.train.latest_checkpoint(self.config.model_dir)
 
     def _variable_scope(self):
         """The context the model and optimizer are built in."""
@@ -151,9 +149,7 @@ class OnlineTrainer:
     def _train_step_impl(self, features, labels, now):
         with tf.GradientTape() as tape:
             logits = self.model(features, training=True, labels=labels, now=now)
-            loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
-            if self.model.losses:
-                loss += tf.add_n(self.model.losses)
+            loss = self.task.loss(labels, logits, self.model.losses)
         variables = self.model.trainable_variables
         gradients = tape.gradient(loss, variables)
         self.optimizer.apply_gradients(zip(gradients, variables))
@@ -190,24 +186,20 @@ class OnlineTrainer:
                                 self.config.train_config.seconds_per_day)
         for table, keys in evicted.items():
             self.evicted[table] = np.union1d(self.evicted.get(table, np.zeros(0, np.int64)), keys)
+        self.changes.record_deleted(evicted)
         if evicted:
             log.info("shrink evicted %s", {t: len(k) for t, k in evicted.items()})
             self.dispatch("on_shrink", evicted)
         return evicted
 
     def make_source(self) -> BatchSource:
-        data = self.config.data_config
-        if self.config.HasField("kafka_train_input"):
-            start = self.checkpointer.positions if self.checkpointer.manager.latest_checkpoint else None
-            parser = VectorCsvParser(self.specs) if supports(self.specs, data) else None
-            log.info("input: a reader process decodes Kafka records %s and parses %s",
-                     "in C" if fast_records.native_available() else "in Python (C decoder not built)",
-                     "in TensorFlow on the trainer (not plain CSV)" if parser is None else
-                     "in C" if parser.native else "with numpy (C decoder not built)")
-            return KafkaReaderProcess(self.config.kafka_train_input, data.batch_size, data.batch_timeout_ms,
-                                      checkpoint_positions=start or None, max_message_bytes=data.max_message_bytes,
-                                      vector_parser=parser)
-        return FileInput(self.config.file_train_input.paths, data.batch_size)
+        """The configured input, from the restored checkpoint's positions (they win over the config's)."""
+        start = self.checkpointer.positions if self.checkpointer.manager.latest_checkpoint else None
+        return build_source(self.config, self.specs, start)
+
+    @property
+    def last_saved_step(self) -> int:
+        return self.checkpointer.last_saved_step
 
     def table_sizes(self) -> Dict[str, int]:
         return self.model.tables.sizes()
@@ -219,7 +211,7 @@ class OnlineTrainer:
             self._run(self._train_step, features, labels, self._now())
         else:
             logits = self._run(self._train_step, features, labels, self._now())
-        return tf.sigmoid(logits).numpy()
+        return self.task.probabilities(logits)
 
     def save_checkpoint(self) -> str:
         """Checkpoints the model with the positions after the last trained batch, then commits them."""
@@ -318,7 +310,8 @@ class OnlineTrainer:
         probs = None
         if parsed.size:
             probs = self.train_batch(parsed.features, parsed.labels)
-            self.metrics.update(parsed.labels.numpy(), probs)
+            self.task.update_metrics(parsed.labels.numpy(), probs)
+            self.changes.record_batch(parsed.features)
         self.step += 1
         self.checkpointer.step.assign(self.step)
         self.checkpointer.samples.assign_add(parsed.size)

@@ -11,13 +11,13 @@ import os
 import threading
 from typing import Dict, List, Optional, Tuple
 
+from easyonline.core.errors import OssConfigError
+
 _settings: Dict[str, str] = {}
 _buckets: Dict[str, object] = {}
 _lock = threading.Lock()
 
 
-class OssConfigError(RuntimeError):
-    """oss:// used without an endpoint or credentials."""
 
 
 def configure(endpoint: str, access_key_id: str, access_key_secret: str, security_token: str = "") -> None:

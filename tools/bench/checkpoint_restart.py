@@ -38,8 +38,8 @@ def fill_and_save(model_dir: str, data: str, keys: int) -> dict:
     """Child: fills the tables with ``keys`` rows in all, saves a checkpoint, reports time and size."""
     import numpy as np  # pylint: disable=g-import-not-at-top
     import easyonline  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-    from easyonline.train.trainer import OnlineTrainer  # pylint: disable=g-import-not-at-top
-    trainer = OnlineTrainer(config_for(model_dir, data), online=False)
+    from easyonline.jobs.online_train import build_trainer  # pylint: disable=g-import-not-at-top
+    trainer = build_trainer(config_for(model_dir, data), online=False)
     tables = trainer.model.tables
     per_table = keys // len(tables.embeddings)
     rng = np.random.default_rng(0)
@@ -58,8 +58,8 @@ def fill_and_save(model_dir: str, data: str, keys: int) -> dict:
 def restart(model_dir: str, data: str) -> dict:
     """Child: restores the latest checkpoint and trains one batch; reports its own timings."""
     import easyonline  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-    from easyonline.train.callbacks import Callback  # pylint: disable=g-import-not-at-top
-    from easyonline.train.trainer import OnlineTrainer  # pylint: disable=g-import-not-at-top
+    from easyonline.core.callbacks import Callback  # pylint: disable=g-import-not-at-top
+    from easyonline.jobs.online_train import build_trainer  # pylint: disable=g-import-not-at-top
     imported = time.time()
 
     class FirstBatch(Callback):
@@ -72,7 +72,7 @@ def restart(model_dir: str, data: str) -> dict:
 
     first = FirstBatch()
     started = time.time()
-    trainer = OnlineTrainer(config_for(model_dir, data), online=False, callbacks=[first])
+    trainer = build_trainer(config_for(model_dir, data), online=False, callbacks=[first])
     built = time.time()
     trainer.run()
     return {"imported_at": imported, "built_at": built, "construct_and_restore_seconds": round(built - started, 3),

@@ -23,10 +23,11 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import easyonline  # noqa: E402,F401
-from easyonline.config import load_pipeline_config, validate_pipeline_config  # noqa: E402
+from easyonline.config import load_pipeline_config  # noqa: E402
+from easyonline.config.validate import validate_pipeline_config  # noqa: E402
 from easyonline.inputs.raw_batch import BatchSource, RawBatch  # noqa: E402
-from easyonline.train.callbacks import Callback  # noqa: E402
-from easyonline.train.trainer import OnlineTrainer  # noqa: E402
+from easyonline.core.callbacks import Callback  # noqa: E402
+from easyonline.jobs.online_train import build_trainer  # noqa: E402
 from easyonline.utils.logs import setup_logging  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -111,7 +112,7 @@ def run(work, lines, policies: bool, cap: int):
                 feature.eviction.max_size = cap
     validate_pipeline_config(config)
     recorder = Recorder(50, policies)
-    trainer = OnlineTrainer(config, online=False, source=MemorySource(lines, 1024), callbacks=[recorder])
+    trainer = build_trainer(config, online=False, source=MemorySource(lines, 1024), callbacks=[recorder])
     summary = trainer.run()
     return {"samples_per_sec": round(recorder.samples / (recorder.end - recorder.start)),
             "prequential_auc": round(summary.auc, 4), "final_table_rows": sum(summary.table_sizes.values()),

@@ -23,8 +23,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import easyonline  # noqa: E402,F401
 from easyonline.tools.local_broker import LocalBroker  # noqa: E402
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa: E402
-from easyonline.train.callbacks import Callback  # noqa: E402
-from easyonline.train.trainer import OnlineTrainer  # noqa: E402
+from easyonline.core.callbacks import Callback  # noqa: E402
+from easyonline.jobs.online_train import build_trainer  # noqa: E402
 from easyonline.utils.logs import setup_logging  # noqa: E402
 from tools.bench.online_throughput import Timer, config_for  # noqa: E402
 
@@ -64,7 +64,7 @@ def run_once(work, broker, topic, publish, index):
         incr.sparse_save_secs, incr.dense_save_secs = 1, 10
         incr.kafka.server, incr.kafka.topic = broker.bootstrap, f"updates_{index}"
     timer = Timer()
-    trainer = OnlineTrainer(config, online=False, callbacks=[timer, delays])
+    trainer = build_trainer(config, online=False, callbacks=[timer, delays])
     started = time.time()
     summary = trainer.run()
     seconds = time.time() - started

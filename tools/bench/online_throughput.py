@@ -20,11 +20,12 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import easyonline  # noqa: E402,F401
-from easyonline.config import load_pipeline_config, validate_pipeline_config  # noqa: E402
+from easyonline.config import load_pipeline_config  # noqa: E402
+from easyonline.config.validate import validate_pipeline_config  # noqa: E402
 from easyonline.tools.local_broker import LocalBroker  # noqa: E402
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa: E402
-from easyonline.train.callbacks import Callback  # noqa: E402
-from easyonline.train.trainer import OnlineTrainer  # noqa: E402
+from easyonline.core.callbacks import Callback  # noqa: E402
+from easyonline.jobs.online_train import build_trainer  # noqa: E402
 from easyonline.utils.logs import setup_logging  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -78,7 +79,7 @@ def config_for(model_dir, server="", topic=""):
 
 
 def from_memory(work, lines, batch_size):
-    trainer = OnlineTrainer(config_for(os.path.join(work, f"memory_{time.time()}")), online=False)
+    trainer = build_trainer(config_for(os.path.join(work, f"memory_{time.time()}")), online=False)
     batches = [trainer.parser.parse(lines[i:i + batch_size]) for i in range(0, len(lines), batch_size)]
     timer = Timer()
     for parsed in batches:
@@ -90,7 +91,7 @@ def from_memory(work, lines, batch_size):
 
 def from_broker(work, broker, topic):
     timer = Timer()
-    trainer = OnlineTrainer(config_for(os.path.join(work, f"broker_{time.time()}"), broker.bootstrap, topic),
+    trainer = build_trainer(config_for(os.path.join(work, f"broker_{time.time()}"), broker.bootstrap, topic),
                             online=False, callbacks=[timer])
     summary = trainer.run()
     return timer.rate(), timer.waited_share(), summary

@@ -32,8 +32,8 @@ import easyonline  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS first)
 from easyonline.serve.process import ServingProcess  # noqa: E402
 from easyonline.tools.local_broker import LocalBroker  # noqa: E402
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa: E402
-from easyonline.train.callbacks import Callback  # noqa: E402
-from easyonline.train.trainer import OnlineTrainer  # noqa: E402
+from easyonline.core.callbacks import Callback  # noqa: E402
+from easyonline.jobs.online_train import build_trainer  # noqa: E402
 from easyonline.utils.logs import setup_logging  # noqa: E402
 from tools.bench.online_throughput import config_for  # noqa: E402
 
@@ -90,7 +90,7 @@ def main() -> None:
         incr.sparse_save_secs, incr.dense_save_secs = 1, 1
         incr.kafka.server, incr.kafka.topic = broker.bootstrap, "updates"
         count = Count()
-        trainer = OnlineTrainer(config, online=True, callbacks=[count])
+        trainer = build_trainer(config, online=True, callbacks=[count])
         thread = threading.Thread(target=trainer.run, daemon=True)
         thread.start()
         stop = threading.Event()

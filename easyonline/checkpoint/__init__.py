@@ -1,0 +1,1 @@
+"""Checkpoints: the parameters and the stream positions saved together, restored, mirrored to OSS."""

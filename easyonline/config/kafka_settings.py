@@ -1,0 +1,42 @@
+"""The ``config { key: value }`` maps of Kafka sections, as the typed settings kafka-python takes.
+
+Lives with the config because the validator checks these maps at start
+(unknown keys, ``${NAME}`` references) as much as the clients use them.
+"""
+from typing import Any, Dict, List
+
+from kafka import KafkaConsumer
+
+from easyonline.config.secrets import resolve_env
+from easyonline.core.errors import ConfigError
+from easyonline.protos import pipeline_pb2
+
+
+def bootstrap_servers(server: str) -> List[str]:
+    """``host:port,host:port`` as kafka-python's list."""
+    return [s.strip() for s in server.split(",") if s.strip()]
+
+
+def typed_setting(value: str, path: str = "") -> Any:
+    """A config-map string as the bool, int, float or str kafka-python expects (``${NAME}``: from the
+    environment)."""
+    value = resolve_env(value, path)
+    lowered = value.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def extra_consumer_config(kafka: pipeline_pb2.KafkaInput, path: str) -> Dict[str, Any]:
+    """The ``config { key: value }`` map as kafka-python consumer kwargs, unknown keys rejected."""
+    extra = {}
+    for key, value in kafka.config.items():
+        if key not in KafkaConsumer.DEFAULT_CONFIG:
+            raise ConfigError(f"{path}.config[{key}]", "is not a kafka-python consumer setting")
+        extra[key] = typed_setting(value, f"{path}.config[{key}]")
+    return extra

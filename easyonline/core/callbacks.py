@@ -1,0 +1,90 @@
+"""The callback contract: hooks into the training loop, Keras-style, and the trainer view they get.
+
+Subclass ``Callback`` and override what you need. The trainer's own
+schedules (checkpoints, shrinks, the stop file, incremental publishing,
+base/delta saves) are callbacks too: pass ``default_callbacks=False`` to
+``OnlineTrainer`` / ``online_train`` to replace them. Every hook receives the
+trainer as a ``TrainerView``: what a callback may read and call, typed and
+documented here so that callbacks need not import the trainer. To stop
+training from a callback, call ``trainer.stop("reason")``.
+"""
+from typing import Any, Callable, Dict, List, Optional, Protocol
+
+import numpy as np
+
+
+class TrainerView(Protocol):
+    """What a callback sees of the trainer (``train.trainer.OnlineTrainer`` implements it).
+
+    Attributes:
+      config: the PipelineConfig the trainer runs.
+      step: batches trained so far (restored from the checkpoint at start).
+      positions: {partition: next offset} after the last trained batch (what a checkpoint saves).
+      model: the Keras ranking model (``model.tables`` are its dynamic embedding tables).
+      specs: the feature specs built from the config.
+      changes: the change tracker: subscribe to it to learn which keys were trained or deleted.
+      callbacks: the callbacks in order (a callback may append one).
+      clock: the clock of the id statistics and daily schedules (seconds, like ``time.time``).
+      last_checkpoint: the path of the newest checkpoint, or None.
+    """
+
+    config: Any
+    step: int
+    positions: Dict[int, int]
+    model: Any
+    specs: Any
+    changes: Any
+    callbacks: List["Callback"]
+    clock: Callable[[], float]
+    last_checkpoint: Optional[str]
+
+    @property
+    def last_saved_step(self) -> int:
+        """The step of the last checkpoint written (or restored)."""
+
+    def stop(self, reason: str) -> None:
+        """Asks the loop to stop after the current batch."""
+
+    def dispatch(self, hook: str, *args: Any) -> None:
+        """Calls ``hook`` on every callback, in order."""
+
+    def save_checkpoint(self) -> str:
+        """Checkpoints the model with the positions now; returns the path."""
+
+    def shrink(self) -> Dict[str, np.ndarray]:
+        """Evicts now per the tables' eviction policies; returns {table: evicted keys}."""
+
+    def table_sizes(self) -> Dict[str, int]:
+        """Rows per table."""
+
+
+class Callback:
+    """Called by the trainer on its own thread; keep each call short."""
+
+    def on_train_begin(self, trainer: TrainerView) -> None:
+        pass
+
+    def on_batch_end(self, trainer: TrainerView, raw_batch: Any, parsed_batch: Any, probs: np.ndarray) -> None:
+        """After a batch was scored (``probs``: numpy, before its update) and trained on."""
+
+    def on_tick(self, trainer: TrainerView) -> None:
+        """Every turn of the loop, with or without a batch (at least twice a second): for time-based work."""
+
+    def on_metrics(self, trainer: TrainerView, logs: Dict[str, Any]) -> None:
+        """Every log_step_count_secs: the status figures (samples, rate, lag, auc, logloss, ctr, keys...)."""
+
+    def on_checkpoint(self, trainer: TrainerView, path: str) -> None:
+        pass
+
+    def on_shrink(self, trainer: TrainerView, evicted: Dict[str, np.ndarray]) -> None:
+        """After an eviction: {table: numpy array of the keys removed}."""
+
+    def on_publish(self, trainer: TrainerView, result: Any) -> None:
+        """After an incremental update was acknowledged (a publish.publisher.PublishResult)."""
+
+    def status_fields(self) -> Dict[str, str]:
+        """Extra {name: text} for the trainer's status line."""
+        return {}
+
+    def on_train_end(self, trainer: TrainerView, summary: Any) -> None:
+        """After the last checkpoint; ``summary`` is the TrainSummary the run returns."""

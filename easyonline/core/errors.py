@@ -1,0 +1,60 @@
+"""Every error a job reports to its operator, each carrying the exit code it ends the job with.
+
+2: a bad config or flag. 3: something to read from is missing or unreachable
+(a checkpoint, a file, the broker). 4: more bad input than
+``data_config.max_bad_fraction`` allows. 5: the cluster lost a parameter
+server (restart it: training resumes from the last checkpoint).
+
+The classes live here, on the ground floor, so that the one place that maps
+errors to exit codes (``exit_codes.py``) needs no other package; the parts
+raise them.
+"""
+
+BAD_CONFIG, UNREACHABLE, BAD_INPUT, CLUSTER_FAILURE = 2, 3, 4, 5
+
+
+class EasyOnlineError(Exception):
+    """Base of the errors a job reports as ``error: <message>`` and ends with ``exit_code``."""
+
+    exit_code = 1
+
+
+class ConfigError(EasyOnlineError, ValueError):
+    """A config problem; ``path`` is the dotted field path, e.g. ``data_config.batch_size``."""
+
+    exit_code = BAD_CONFIG
+
+    def __init__(self, path: str, message: str):
+        self.path = path
+        super().__init__(f"config field {path}: {message}" if path else f"config: {message}")
+
+
+class OssConfigError(EasyOnlineError, RuntimeError):
+    """An ``oss://`` path cannot be used: credentials or endpoint missing, or oss2 not installed."""
+
+    exit_code = BAD_CONFIG
+
+
+class BrokerUnreachableError(EasyOnlineError, ConnectionError):
+    """No Kafka broker in ``server`` answered."""
+
+    exit_code = UNREACHABLE
+
+
+class BadInputError(EasyOnlineError, RuntimeError):
+    """Too much of the stream is malformed to keep training on it."""
+
+    exit_code = BAD_INPUT
+
+
+class ClusterFailure(EasyOnlineError, RuntimeError):
+    """The cluster lost a parameter server (or the chief its connection): the parameters are gone.
+
+    Restart the cluster; training resumes from the last checkpoint.
+    """
+
+    exit_code = CLUSTER_FAILURE
+
+
+class KerasVersionError(ImportError):
+    """Raised when ``tf.keras`` is Keras 3, which TFRA cannot train with."""

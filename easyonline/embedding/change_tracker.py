@@ -1,0 +1,98 @@
+"""Which keys of each table changed (trained or evicted) since a subscriber last looked.
+
+Recording must be nearly free on the training thread, so a batch only
+appends its id arrays; deduplication happens later on the publisher's
+thread. Whether a key becomes a row or a delete is decided when the update
+is read (``split_changes``): a key that is in the table now is sent with its
+current value, a key that was deleted and is not back is sent as a delete,
+and a key that was trained but never admitted is not sent at all. That
+rule needs no ordering between trains and deletes.
+"""
+import threading
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.features.feature_spec import FeatureSpecs
+
+tf = ensure_legacy_keras()
+
+_EMPTY = np.zeros(0, np.int64)
+
+
+class ChangeLog:
+    """One subscriber's view: the trained and deleted keys per table since its last ``drain``."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._trained: Dict[str, List[np.ndarray]] = {}
+        self._deleted: Dict[str, List[np.ndarray]] = {}
+        self._count = 0
+
+    def _add(self, target: Dict[str, List[np.ndarray]], arrays: List[Tuple[str, np.ndarray]]) -> None:
+        with self._lock:
+            for table, ids in arrays:
+                target.setdefault(table, []).append(ids)
+                self._count += len(ids)
+
+    @property
+    def pending_ids(self) -> int:
+        """Ids recorded since the last drain (with repeats): a cheap gauge of the next update's size."""
+        return self._count
+
+    def drain(self) -> Tuple[Dict[str, List[np.ndarray]], Dict[str, List[np.ndarray]]]:
+        """Hands over everything recorded so far and starts afresh."""
+        with self._lock:
+            trained, deleted = self._trained, self._deleted
+            self._trained, self._deleted, self._count = {}, {}, 0
+        return trained, deleted
+
+
+class ChangeTracker:
+    """Records every trained batch's ids and every eviction's keys once, for all its subscribers.
+
+    The trainer owns one and feeds it once per batch; incremental publishing
+    and base/delta saves each ``subscribe`` and drain their own ChangeLog on
+    their own schedule. The id arrays are shared between the logs, not copied.
+    With no subscriber, recording costs nothing.
+    """
+
+    def __init__(self, specs: FeatureSpecs):
+        self._feature_tables = [(f.name, f.table) for f in specs.id_features]
+        self._logs: List[ChangeLog] = []
+
+    def subscribe(self) -> ChangeLog:
+        log = ChangeLog()
+        self._logs.append(log)
+        return log
+
+    def record_batch(self, features: Dict[str, tf.Tensor]) -> None:
+        if not self._logs:
+            return
+        arrays = []
+        for name, table in self._feature_tables:
+            ids = features[name]
+            if isinstance(ids, tf.RaggedTensor):
+                ids = ids.flat_values
+            arrays.append((table, ids.numpy()))
+        for log in self._logs:
+            log._add(log._trained, arrays)  # pylint: disable=protected-access
+
+    def record_deleted(self, evicted: Dict[str, np.ndarray]) -> None:
+        arrays = [(table, np.asarray(keys, np.int64)) for table, keys in evicted.items()]
+        for log in self._logs:
+            log._add(log._deleted, arrays)  # pylint: disable=protected-access
+
+
+def unique_keys(arrays: List[np.ndarray]) -> np.ndarray:
+    if not arrays:
+        return _EMPTY
+    keys = np.unique(np.concatenate(arrays).astype(np.int64, copy=False))
+    return keys[keys >= 0]  # negative ids are padding: never rows
+
+
+def split_changes(keys: np.ndarray, deleted: np.ndarray, values: np.ndarray, exists: np.ndarray):
+    """(row keys, row values, delete keys) from the table's current state for ``keys``."""
+    gone = keys[~exists]
+    return keys[exists], values[exists], gone[np.isin(gone, deleted)]

@@ -1,0 +1,12 @@
+"""The names of the files in an export version: what the exporter writes and serving reads.
+
+Kept apart from the exporter so that serving can find its files without
+importing models, embeddings or the trainer.
+"""
+
+SAVED_MODEL_FILE = "saved_model.pb"  # a version is complete once it has this
+ASSETS_DIR = "assets"
+INCR_UPDATE_FILE = "incr_update.txt"  # JSON: the update stream and where this export starts in it
+PIPELINE_FILE = "pipeline.config"  # the config the model was trained with (secrets redacted)
+SERVING_SIGNATURE = "serving_default"
+UPDATE_SIGNATURE = "incr_update_sig"

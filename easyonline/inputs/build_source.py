@@ -1,0 +1,51 @@
+"""What the trainer reads from: the source, its parser and its dead-letter sink, chosen from the config.
+
+Kafka (``kafka_train_input``) is read by a reader process that decodes
+records and, for plain CSV, parses them too (see reader_process.py); files
+(``file_train_input``) are read in this process. Rejected samples go to
+``data_config.dead_letter_topic`` when one is set.
+"""
+import logging
+from typing import Dict, Optional
+
+from easyonline.features import FeatureSpecs
+from easyonline.features.record_parser import make_parser
+from easyonline.features.vector_csv import VectorCsvParser, supports
+from easyonline.inputs import fast_records
+from easyonline.inputs.dead_letter import DeadLetterSink
+from easyonline.inputs.file_input import FileInput
+from easyonline.inputs.raw_batch import BatchSource
+from easyonline.inputs.reader_process import KafkaReaderProcess
+from easyonline.protos import pipeline_pb2
+from easyonline.utils import fileio
+
+log = logging.getLogger(__name__)
+
+
+def build_source(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs,
+                 positions: Optional[Dict[int, int]] = None) -> BatchSource:
+    """The configured training input, starting at ``positions`` (a checkpoint's) when given."""
+    data = config.data_config
+    if config.HasField("kafka_train_input"):
+        parser = VectorCsvParser(specs) if supports(specs, data) else None
+        log.info("input: a reader process decodes Kafka records %s and parses %s",
+                 "in C" if fast_records.native_available() else "in Python (C decoder not built)",
+                 "in TensorFlow on the trainer (not plain CSV)" if parser is None else
+                 "in C" if parser.native else "with numpy (C decoder not built)")
+        return KafkaReaderProcess(config.kafka_train_input, data.batch_size, data.batch_timeout_ms,
+                                  checkpoint_positions=positions or None, max_message_bytes=data.max_message_bytes,
+                                  vector_parser=parser)
+    return FileInput(config.file_train_input.paths, data.batch_size)
+
+
+def build_parser(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs):
+    """The parser of lines the source does not parse itself (CSV in TensorFlow, JSON, a user's parse_fn)."""
+    return make_parser(specs, config.data_config)
+
+
+def build_dead_letter(config: pipeline_pb2.PipelineConfig) -> Optional[DeadLetterSink]:
+    """The dead-letter sink ``data_config.dead_letter_topic`` names, on the training input's brokers."""
+    if config.data_config.dead_letter_topic and config.HasField("kafka_train_input"):
+        return DeadLetterSink(config.kafka_train_input.server, config.data_config.dead_letter_topic,
+                              fileio.basename(config.model_dir))
+    return None

@@ -1,0 +1,22 @@
+"""The callbacks a config asks for: checkpoints, shrinks, the stop file, publishing, base/delta saves."""
+from typing import List
+
+from easyonline.core.callbacks import Callback
+from easyonline.protos import pipeline_pb2
+from easyonline.publish.base_delta import InferenceSaves
+from easyonline.publish.publish_callback import IncrementalPublish
+from easyonline.train.schedule_callbacks import CheckpointEvery, ShrinkOnSchedule, StopFile
+
+
+def default_callbacks(config: pipeline_pb2.PipelineConfig) -> List[Callback]:
+    train = config.train_config
+    callbacks: List[Callback] = [CheckpointEvery(train.save_checkpoints_steps, train.save_checkpoints_secs)]
+    if train.shrink_every_secs or train.shrink_at_hour >= 0:
+        callbacks.append(ShrinkOnSchedule(train.shrink_every_secs, train.shrink_at_hour))
+    if train.enable_oss_stop_signal:
+        callbacks.append(StopFile(config.model_dir, train.stop_signal_poll_secs))
+    if train.HasField("incr_save_config"):
+        callbacks.append(IncrementalPublish(train.incr_save_config, config.model_dir))
+    if train.HasField("inference_save_config"):
+        callbacks.append(InferenceSaves(train.inference_save_config, config.model_dir))
+    return callbacks

@@ -1,0 +1,71 @@
+"""``python -m easyonline.eval --config X``: evaluates each new checkpoint of model_dir as the trainer writes it.
+
+Prints one JSON line per checkpoint (also appended to <eval_dir>/results.jsonl,
+and written to TensorBoard in eval_dir as eval_auc, eval_logloss, eval_ctr).
+Exit codes: 0 done, 2 bad config or flags, 3 no checkpoint (with --once or
+--checkpoint_path), broker or input file unreachable, 4 too much bad input.
+"""
+import sys
+
+from absl import flags
+
+from easyonline.checkpoint.checkpointer import latest_checkpoint
+from easyonline.checkpoint.mirror import cache_dir_for
+from easyonline.core.exit_codes import run_job
+from easyonline.eval.evaluator import Evaluator
+from easyonline.jobs.config_flags import config_from_flags, define_config_flags
+from easyonline.utils import fileio
+from easyonline.utils.cli import run_command
+from easyonline.utils.logs import setup_logging
+
+
+def define_flags() -> None:
+    define_config_flags("Pipeline config (protobuf text); model_dir/pipeline.config works. Its kafka_eval_input "
+                        "(or file_eval_input) is what each checkpoint is scored on.",
+                        "Overrides model_dir of the config: the directory whose checkpoints are evaluated.")
+    flags.DEFINE_string("eval_dir", "", "Where results.jsonl and the TensorBoard events go "
+                        "(default: <model_dir>/eval; for an oss:// model_dir, a local cache directory).")
+    flags.DEFINE_string("checkpoint_path", "", "Evaluate this checkpoint (a prefix, or a directory's latest) "
+                        "once and exit, instead of following model_dir.")
+    flags.DEFINE_bool("once", False, "Evaluate the latest checkpoint of model_dir once and exit.")
+    flags.DEFINE_integer("max_eval_samples", 0, "Score at most this many samples per checkpoint (0: the whole "
+                         "eval input, for Kafka up to where the topic stands when the evaluation starts).")
+    flags.DEFINE_float("poll_secs", 5.0, "How often to look for new checkpoints.")
+    flags.DEFINE_integer("max_evaluations", 0, "Exit after this many evaluations (0: no limit).")
+    flags.DEFINE_float("idle_timeout_secs", 0.0, "Exit when no new checkpoint appeared for this long (0: never).")
+    flags.DEFINE_float("stop_grace_secs", 30.0, "Once the trainer's stop file is in model_dir, exit after this "
+                       "long without a new checkpoint (the trainer's final save comes after the file).")
+
+
+def default_eval_dir(model_dir: str) -> str:
+    return cache_dir_for(model_dir) + "-eval/eval" if fileio.is_oss(model_dir) else fileio.join(model_dir, "eval")
+
+
+def main(argv) -> int:
+    del argv
+    setup_logging(flags.FLAGS.log_level)
+    return run_job(lambda: _evaluate(config_from_flags(online=False)))
+
+
+def _evaluate(config) -> int:
+    FLAGS = flags.FLAGS
+    print_result = lambda result: print(result.to_json(), flush=True)
+    evaluator = Evaluator(config, FLAGS.eval_dir or default_eval_dir(config.model_dir), FLAGS.max_eval_samples)
+    try:
+        if FLAGS.checkpoint_path or FLAGS.once:
+            where = FLAGS.checkpoint_path or config.model_dir
+            path = latest_checkpoint(where)
+            if path is None:
+                raise FileNotFoundError(f"no checkpoint at {where}")
+            print_result(evaluator.evaluate(path))
+        else:
+            reason = evaluator.follow(FLAGS.poll_secs, FLAGS.max_evaluations, FLAGS.idle_timeout_secs,
+                                      FLAGS.stop_grace_secs, on_result=print_result)
+            print(f"eval stopped: {reason}", file=sys.stderr)
+    finally:
+        evaluator.close()
+    return 0
+
+
+def run() -> None:
+    run_command(define_flags, main)

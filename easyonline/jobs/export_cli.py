@@ -1,0 +1,52 @@
+"""``python -m easyonline.export --config X --export_dir D``: a SavedModel for serving.
+
+Exit codes: 0 exported, 2 bad config or flags (or oss:// without credentials), 3 no checkpoint or update
+stream unreachable. ``--export_dir`` and ``--embedding_export_dir`` may be ``oss://bucket/path``.
+"""
+import sys
+
+from absl import flags
+
+from kafka.errors import KafkaError
+
+from easyonline.core.errors import BrokerUnreachableError
+from easyonline.core.exit_codes import run_job
+from easyonline.export.exporter import export_saved_model
+from easyonline.jobs.config_flags import config_from_flags, define_config_flags
+from easyonline.utils.cli import run_command
+from easyonline.utils.logs import setup_logging
+
+
+def define_flags() -> None:
+    define_config_flags("Pipeline config (protobuf text); model_dir/pipeline.config works.",
+                        "Overrides model_dir of the config (where the parameter id maps are).")
+    flags.DEFINE_string("export_dir", None, "Directory of versions: the export is written to <export_dir>/<unix time>.")
+    flags.DEFINE_string("checkpoint_path", "", "A checkpoint prefix or a directory (its latest); default: the "
+                        "latest checkpoint in model_dir.")
+    flags.DEFINE_string("embedding_export_dir", "", "Also write every embedding table's keys and vectors here "
+                        "(<table>/part-*.tsv, manifest.json, DONE), for external vector stores.")
+
+
+def main(argv) -> int:
+    del argv
+    setup_logging(flags.FLAGS.log_level)
+    if not flags.FLAGS.export_dir:
+        print("error: --export_dir is required", file=sys.stderr)
+        return 2
+    return run_job(_export)
+
+
+def _export() -> int:
+    FLAGS = flags.FLAGS
+    config = config_from_flags(online=False)
+    try:
+        path = export_saved_model(config, FLAGS.export_dir, FLAGS.checkpoint_path or None,
+                                  FLAGS.embedding_export_dir or None)
+    except KafkaError as e:
+        raise BrokerUnreachableError(f"cannot read the update stream to find where this export starts: {e}") from None
+    print(path)
+    return 0
+
+
+def run() -> None:
+    run_command(define_flags, main)

@@ -1,0 +1,102 @@
+"""``python -m easyonline.predict``: scores a file or a topic with an export or a checkpoint.
+
+Input lines are parsed with the config's data_config (CSV, JSON or a parse
+function), the same as training; bad lines are counted and skipped. Output:
+one line (file) or message (topic) per sample, ``<probability>\\t<sample>``.
+Exit codes: 0 done, 2 bad config or flags, 3 no checkpoint / export, an
+input file or the broker unreachable, 4 too much bad input.
+"""
+import os
+import sys
+
+from absl import flags
+
+from easyonline.checkpoint.checkpointer import latest_checkpoint
+from easyonline.core.exit_codes import run_job
+from easyonline.core.stop_signal import StopSignal
+from easyonline.export.layout import ASSETS_DIR, PIPELINE_FILE
+from easyonline.features import build_feature_specs
+from easyonline.features.record_parser import make_parser
+from easyonline.inputs import FileInput, KafkaInput
+from easyonline.inputs.bad_input import BadInputMonitor
+from easyonline.jobs.config_flags import config_from_flags, define_config_flags
+from easyonline.predict import predictor
+from easyonline.predict.sinks import FileSink, TopicSink
+from easyonline.protos import pipeline_pb2
+from easyonline.scoring.passes import parsed_batches
+from easyonline.serve.loaded_export import newest_version
+from easyonline.utils.cli import run_command
+from easyonline.utils.logs import setup_logging
+
+
+def define_flags() -> None:
+    define_config_flags("Pipeline config (protobuf text): how to parse the input and build the model. Optional "
+                        "with --export_dir (the export's assets/pipeline.config is used).",
+                        "Overrides model_dir of the config (where --checkpoint_path defaults to).")
+    flags.DEFINE_string("export_dir", "", "Score with this export (a version directory, or the directory of "
+                        "versions: its newest). Without it, a checkpoint is used.")
+    flags.DEFINE_string("checkpoint_path", "", "A checkpoint prefix or a directory (its latest); default: the "
+                        "latest checkpoint in model_dir.")
+    flags.DEFINE_string("input_path", "", "Comma-separated files or globs to score.")
+    flags.DEFINE_string("input_topic", "", "A Kafka topic to score, from its earliest message.")
+    flags.DEFINE_string("kafka_server", "", "Brokers of --input_topic and --output_topic (default: the config's "
+                        "kafka_train_input.server).")
+    flags.DEFINE_bool("follow", False, "With --input_topic: keep scoring new messages until SIGTERM/SIGINT "
+                      "instead of stopping at the end of the topic.")
+    flags.DEFINE_integer("max_samples", 0, "Score at most this many samples (0: all).")
+    flags.DEFINE_string("output_path", "", "Write predictions to this file (local or oss://).")
+    flags.DEFINE_string("output_topic", "", "Send predictions to this Kafka topic, one message per sample.")
+
+
+def main(argv) -> int:
+    del argv
+    FLAGS = flags.FLAGS
+    setup_logging(FLAGS.log_level)
+    if bool(FLAGS.input_path) == bool(FLAGS.input_topic):
+        print("error: give exactly one of --input_path and --input_topic", file=sys.stderr)
+        return 2
+    if bool(FLAGS.output_path) == bool(FLAGS.output_topic):
+        print("error: give exactly one of --output_path and --output_topic", file=sys.stderr)
+        return 2
+    return run_job(_predict)
+
+
+def _predict() -> int:
+    FLAGS = flags.FLAGS
+    if FLAGS.export_dir and not FLAGS.config:
+        FLAGS.config = os.path.join(newest_version(FLAGS.export_dir), ASSETS_DIR, PIPELINE_FILE)
+    config = config_from_flags(online=False)
+    if FLAGS.export_dir:
+        score = predictor.export_scorer(FLAGS.export_dir)
+    else:
+        where = FLAGS.checkpoint_path or config.model_dir
+        path = latest_checkpoint(where)
+        if path is None:
+            raise FileNotFoundError(f"no checkpoint at {where}")
+        score = predictor.checkpoint_scorer(config, path)
+    data = config.data_config
+    server = FLAGS.kafka_server or config.kafka_train_input.server
+    if FLAGS.input_topic:
+        source = KafkaInput(pipeline_pb2.KafkaInput(server=server, topic=FLAGS.input_topic, group=""),
+                            data.batch_size, data.batch_timeout_ms, path="--input_topic",
+                            max_message_bytes=data.max_message_bytes)
+    else:
+        source = FileInput(FLAGS.input_path.split(","), data.batch_size)
+    sink = TopicSink(server, FLAGS.output_topic) if FLAGS.output_topic else FileSink(FLAGS.output_path)
+    bad_input = BadInputMonitor(data)
+    stop = StopSignal()
+    stop.install_signal_handlers()
+    try:
+        batches = parsed_batches(source, make_parser(build_feature_specs(config), data), bad_input, FLAGS.max_samples,
+                                 follow=FLAGS.follow, should_stop=stop.should_stop)
+        summary = predictor.predict(score, batches, sink)
+    finally:
+        source.close()
+        bad_input.close()
+    print(f"scored {summary.samples} samples in {summary.seconds:.1f}s, rejected {bad_input.total} "
+          f"{ {k: v for k, v in bad_input.counts.items() if v} if bad_input.total else ''}-> {FLAGS.output_topic or FLAGS.output_path}")
+    return 0
+
+
+def run() -> None:
+    run_command(define_flags, main)

@@ -1,0 +1,74 @@
+"""``python -m easyonline.serve --export_dir D --port P``: the serving processor.
+
+Loads the newest version in ``export_dir``, follows the update stream from
+the position the export recorded, and answers HTTP on 127.0.0.1 (see
+http_api.py). Stops on SIGTERM or Ctrl-C. Exit codes: 0 stopped, 2 bad flags,
+3 no export found.
+"""
+import logging
+import signal
+import sys
+import threading
+
+from absl import flags
+
+from easyonline.serve.http_api import ServingState, make_server
+from easyonline.serve.loaded_export import LoadedExport
+from easyonline.serve.update_follower import UpdateFollower
+from easyonline.utils.cli import run_command
+from easyonline.utils.logs import setup_logging
+
+log = logging.getLogger("easyonline.serve")
+
+
+def define_flags() -> None:
+    flags.DEFINE_string("export_dir", None, "Directory of exported versions (or one version); the newest is served.")
+    flags.DEFINE_integer("port", 8501, "HTTP port; 0 picks a free one (printed at start).")
+    flags.DEFINE_string("host", "127.0.0.1", "Address to bind; loopback unless you mean otherwise.")
+    flags.DEFINE_string("model_name", "", "Name in the URLs; default: the export's model name.")
+    flags.DEFINE_integer("max_request_bytes", 16 * 1024 * 1024, "Larger predict requests get HTTP 413.")
+    flags.DEFINE_float("status_secs", 10.0, "Seconds between status lines in the log.")
+    flags.DEFINE_string("log_level", "INFO", "Python log level: DEBUG, INFO, WARNING, ERROR.")
+
+
+def main(argv) -> int:
+    del argv
+    FLAGS = flags.FLAGS
+    setup_logging(FLAGS.log_level)
+    if not FLAGS.export_dir:
+        print("error: --export_dir is required", file=sys.stderr)
+        return 2
+    try:
+        export = LoadedExport(FLAGS.export_dir)
+    except (FileNotFoundError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    name = FLAGS.model_name or export.update_info.get("model_name") or "model"
+    follower = UpdateFollower(export).start()
+    state = ServingState(export, follower, name, FLAGS.max_request_bytes)
+    server = make_server(state, FLAGS.host, FLAGS.port)
+    stopped = threading.Event()
+
+    def stop(*_):
+        stopped.set()
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    # Printed before answering (the socket already listens): whoever sees an answer can read this line.
+    print(f"serving {name} version {export.version} on http://{FLAGS.host}:{server.server_address[1]}", flush=True)
+    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    thread.start()
+    while not stopped.wait(FLAGS.status_secs):
+        s = state.status()
+        log.info("step=%s seq=%s applied=%d skipped=%d refused=%s lag=%s msgs/%ss requests=%s",
+                 s["last_applied_step"], s["last_applied_sequence"], s["applied_updates"], s["skipped_updates"],
+                 s["refused_updates"], s["update_lag_messages"], s["update_lag_seconds"], state.requests)
+    follower.stop()
+    thread.join(5)
+    server.server_close()
+    return 0
+
+
+def run() -> None:
+    run_command(define_flags, main)

@@ -1,0 +1,61 @@
+"""``python -m easyonline.train --config online.config --online``: the trainer's command line.
+
+With TF_CONFIG set, runs this process's role of a parameter-server cluster: ``ps`` and
+``worker`` serve until stopped, ``chief`` trains (docs/distributed.md).
+
+Exit codes: 0 after a clean stop (input ended, num_steps, stop file, SIGTERM),
+2 for a bad config (or TF_CONFIG), 3 when the broker or an input file cannot be reached, 4 when more of
+the stream was malformed than data_config.max_bad_fraction allows, 5 when a parameter server was lost.
+"""
+import os
+import sys
+
+from absl import flags
+
+from easyonline.core.exit_codes import run_job
+from easyonline.distributed.cluster_config import cluster_from_env
+from easyonline.distributed.server import run_server
+from easyonline.jobs.config_flags import config_from_flags, define_config_flags
+from easyonline.jobs.online_train import online_train
+from easyonline.train.threading_config import apply_thread_config
+from easyonline.utils.cli import run_command
+from easyonline.utils.logs import setup_logging
+
+
+def define_flags() -> None:
+    """Defined on demand, so importing this module never clashes with other commands' flags."""
+    define_config_flags()
+    flags.DEFINE_bool("online", False, "Train from kafka_train_input until stopped (stop file, SIGTERM, SIGINT). "
+                      "Without it, train until the input ends (files; or Kafka caught up) or num_steps.")
+
+
+def main(argv) -> int:
+    del argv
+    FLAGS = flags.FLAGS
+    setup_logging(FLAGS.log_level)
+    code = run_job(_train)
+    if os.environ.get("TF_CONFIG", "").strip():
+        # A cluster's chief: the ClusterCoordinator's threads keep reconnecting to lost tasks and can hold
+        # the interpreter's exit forever; everything is saved and printed by now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # pylint: disable=protected-access
+    return code
+
+
+def _train() -> int:
+    FLAGS = flags.FLAGS
+    config = config_from_flags(online=FLAGS.online)
+    cluster = cluster_from_env()
+    if cluster is not None and cluster.task_type != "chief":
+        return run_server(cluster)
+    apply_thread_config(config.train_config)
+    summary = online_train(config, online=FLAGS.online)
+    print("training summary")
+    for line in summary.lines():
+        print("  " + line)
+    return 0
+
+
+def run() -> None:
+    run_command(define_flags, main)

@@ -1,0 +1,63 @@
+"""The trainer's own schedules as callbacks: checkpoints, shrinks and the stop file."""
+import logging
+import time
+
+from easyonline.core.callbacks import Callback
+from easyonline.core.daily_schedule import DailySchedule
+from easyonline.core.step_time_schedule import StepTimeSchedule
+from easyonline.core.stop_signal import STOP_SIGNAL_FILE
+from easyonline.utils import fileio
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointEvery(Callback):
+    """Checkpoints (with the stream positions) every N steps and/or every N seconds."""
+
+    def __init__(self, steps: int = 0, secs: float = 0):
+        self._schedule = StepTimeSchedule(steps, secs)
+
+    def on_train_begin(self, trainer) -> None:
+        self._schedule.mark(trainer.step)
+
+    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
+        self._maybe_save(trainer)
+
+    def on_tick(self, trainer) -> None:
+        self._maybe_save(trainer)
+
+    def _maybe_save(self, trainer) -> None:
+        if trainer.step != trainer.last_saved_step and self._schedule.due(trainer.step):
+            trainer.save_checkpoint()
+            self._schedule.mark(trainer.step)
+
+
+class ShrinkOnSchedule(Callback):
+    """Runs trainer.shrink() every N seconds and/or once a day at a local hour."""
+
+    def __init__(self, every_secs: float = 0, at_hour: int = -1):
+        self._schedule = DailySchedule(every_secs, at_hour)
+
+    def on_tick(self, trainer) -> None:
+        if self._schedule.due(trainer.clock()):
+            trainer.shrink()
+
+
+class StopFile(Callback):
+    """Stops the trainer when ``model_dir/OSS_STOP_SIGNAL`` appears (polled every ``poll_secs``)."""
+
+    def __init__(self, model_dir: str, poll_secs: float = 2.0):
+        self.path = fileio.join(model_dir, STOP_SIGNAL_FILE)
+        self._poll_secs = poll_secs
+        self._next = 0.0
+
+    def on_tick(self, trainer) -> None:
+        now = time.time()
+        if now < self._next:
+            return
+        self._next = now + self._poll_secs
+        try:
+            if fileio.exists(self.path):
+                trainer.stop(f"found stop signal {self.path}")
+        except OSError as e:
+            log.warning("cannot check stop signal %s: %s", self.path, e)

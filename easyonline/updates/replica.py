@@ -1,0 +1,73 @@
+"""An in-memory copy of published parameters, built by applying update messages in order.
+
+The reference reader of the update stream: it defines what applying means
+(deletes first, then rows; dense slices written at their offset), skips
+messages already reflected and refuses gaps, by the rules of
+apply_rules.py, which the serving processor follows too. Tests and the demo
+use it to prove the stream reproduces the trainer; base/delta loading uses it
+to rebuild a saved model.
+"""
+from typing import Dict, Optional
+
+import numpy as np
+
+from easyonline.protos import update_pb2
+from easyonline.updates.apply_rules import DUPLICATE, GAP, OTHER_MODEL, message_changes, sequence_verdict
+
+
+class UpdateGapError(ValueError):
+    """A message's sequence number is not the next one: something in between was lost."""
+
+
+class ParameterReplica:
+    """Published parameters as numpy, rebuilt by the rules of apply_rules.py; refuses a gap by raising."""
+
+    def __init__(self, model_name: Optional[str] = None, next_sequence: int = 1,
+                 table_widths: Optional[Dict[int, int]] = None):
+        self.model_name = model_name
+        self.next_sequence = next_sequence
+        self.table_widths = table_widths
+        self.dense: Dict[int, np.ndarray] = {}
+        self.tables: Dict[int, Dict[int, np.ndarray]] = {}
+        self.step: Optional[int] = None
+        self.positions: Dict[int, int] = {}
+        self.applied = 0
+        self.skipped = 0
+
+    def apply(self, message: update_pb2.UpdateMessage) -> bool:
+        """Applies a decoded message; False if it was already reflected; UpdateGapError on a gap."""
+        header = message.header
+        verdict = sequence_verdict(header, self.model_name, self.next_sequence)
+        if verdict == OTHER_MODEL:
+            return False
+        if verdict == DUPLICATE:
+            self.skipped += 1
+            return False
+        if verdict == GAP:
+            raise UpdateGapError(f"expected sequence {self.next_sequence}, got {header.sequence}: "
+                                 f"{header.sequence - self.next_sequence} message(s) missing")
+        dense, tables = message_changes(message, self.table_widths)
+        for table_id, changes in tables.items():
+            table = self.tables.setdefault(table_id, {})
+            for key in changes.deleted.tolist():
+                table.pop(key, None)
+            for key, row in zip(changes.keys.tolist(), changes.rows):
+                table[key] = row
+        for write in dense:
+            current = self.dense.get(write.id)
+            if current is None or current.shape != write.shape:
+                current = self.dense[write.id] = np.zeros(write.shape, np.float32)
+            current.reshape(-1)[write.offset:write.offset + len(write.values)] = write.values
+        self.next_sequence = header.sequence + 1
+        self.step = header.global_step
+        self.positions = dict(header.positions)
+        self.applied += 1
+        return True
+
+    def table_arrays(self, table_id: int):
+        """(sorted keys, rows) of one table."""
+        table = self.tables.get(table_id, {})
+        keys = np.array(sorted(table), np.int64)
+        width = len(next(iter(table.values()))) if table else 0
+        rows = np.stack([table[k] for k in keys.tolist()]) if len(keys) else np.zeros((0, width), np.float32)
+        return keys, rows

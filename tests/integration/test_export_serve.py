@@ -1,0 +1,300 @@
+"""Export and the serving processor, end to end: real broker, real TF/TFRA, real HTTP on 127.0.0.1.
+
+Export and serving run as subprocesses, as users run them (TFRA's inference
+mode, which export switches on, is process-global).
+"""
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from easyonline.updates.param_ids import read_parameter_ids
+from easyonline.publish.publish_callback import IncrementalPublish
+from easyonline.updates.codec import UpdateSnapshot, encode_update
+from easyonline.updates.readers import update_file_name
+from easyonline.serve.process import ServingProcess
+from easyonline.tools.local_broker import LocalBroker
+from easyonline.tools.stream_producer import SyntheticCtrStream, produce
+from easyonline.core.callbacks import Callback
+from easyonline.jobs.online_train import build_trainer
+from tests.conftest import PYTHON, online_config, python_env
+from tests.fake_oss import FakeOss
+
+FIELDS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
+
+
+def instances(lines):
+    """TF Serving "instances" rows from CSV sample lines (numbers as numbers, ids as strings)."""
+    rows = []
+    for line in lines:
+        values = line.decode().split(",")
+        rows.append({n: (float(v) if n.startswith("I") else v) for n, v in zip(FIELDS, values) if n != "label"})
+    return rows
+
+
+def trainer_probs(trainer, lines):
+    parsed = trainer.parser.parse(lines)
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    return tf.sigmoid(trainer.model(parsed.features, training=False)).numpy()
+
+
+def export(model_dir, export_dir, *flags):
+    proc = subprocess.run([PYTHON, "-m", "easyonline.export", f"--config={model_dir}/pipeline.config",
+                           f"--export_dir={export_dir}", *flags], env=python_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def Server(export_dir, log_path, *flags):  # pylint: disable=invalid-name
+    return ServingProcess(str(export_dir), str(log_path), "--status_secs=1", *flags, model_name="m", env=python_env())
+
+
+class Count(Callback):
+    def __init__(self):
+        self.samples = 0
+
+    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
+        self.samples += parsed_batch.size
+
+
+def _wait(condition, timeout):
+    deadline = time.time() + timeout
+    while not condition() and time.time() < deadline:
+        time.sleep(0.2)
+    return condition()
+
+
+def test_served_predictions_follow_training_and_match_the_trainer(broker, topic, tmp_path):
+    broker.create_topic(topic, 2)
+    stream = SyntheticCtrStream()
+    produce(broker.bootstrap, topic, stream.chunks(0, 3000), partitions=2)
+    model_dir = tmp_path / "m"
+    config = online_config(model_dir, broker.bootstrap, topic, **{
+        "data_config.batch_size": 250, "data_config.batch_timeout_ms": 200, "train_config.save_checkpoints_steps": 4,
+        "train_config.save_checkpoints_secs": 0, "train_config.log_step_count_secs": 2,
+        "train_config.incr_save_config": {"sparse_save_secs": 1, "dense_save_secs": 1,
+                                          "kafka": {"server": broker.bootstrap, "topic": topic + "_updates"}}})
+    count = Count()
+    trainer = build_trainer(config, online=True, callbacks=[count])
+    thread = threading.Thread(target=trainer.run, daemon=True)
+    thread.start()
+    lines = list(stream.lines(50000, 20))  # samples never trained on; many of their ids are known
+    requests = instances(lines)
+    server = None
+    try:
+        assert _wait(lambda: count.samples >= 3000 and trainer.last_checkpoint, 120)
+        export_dir = tmp_path / "export"
+        version = export(model_dir, export_dir)
+        assets = os.path.join(version, "assets")
+        assert sorted(os.listdir(assets)) == ["DENSE_UPDATE_VARIABLES", "embed_name_to_ids.txt",
+                                              "incr_update.txt", "pipeline.config"]
+        info = json.load(open(os.path.join(assets, "incr_update.txt")))
+        assert info["storage"] == "kafka" and info["topic"] == topic + "_updates"
+        cli = subprocess.run([os.path.join(os.path.dirname(PYTHON), "saved_model_cli"), "show", "--all",
+                              "--dir", version], capture_output=True, text=True, timeout=120)
+        assert "signature_def['serving_default']" in cli.stdout and "signature_def['incr_update_sig']" in cli.stdout
+
+        server = Server(export_dir, tmp_path / "serve.log")
+        before = server.predict(requests)
+        produce(broker.bootstrap, topic, stream.chunks(3000, 3000), partitions=2)
+        assert _wait(lambda: count.samples >= 6000, 120)
+        # Served predictions change while the trainer keeps training (no reload, updates only).
+        deadline = time.time() + 60
+        while np.allclose(server.predict(requests), before, atol=1e-6) and time.time() < deadline:
+            time.sleep(0.5)
+        assert not np.allclose(server.predict(requests), before, atol=1e-6)
+    except BaseException:
+        if server is not None:
+            server.stop()
+        raise
+    finally:
+        trainer.stop("test done")
+        thread.join(120)
+    try:
+        publish = next(c for c in trainer.callbacks if isinstance(c, IncrementalPublish))
+        last = publish.publisher.last_acked.last_sequence
+        status = server.wait_for(lambda s: s["last_applied_sequence"] == last and s["update_lag_messages"] == 0)
+        assert status["last_applied_step"] == trainer.step and status["refused_updates"] == {}
+        expected = trainer_probs(trainer, lines)
+        np.testing.assert_allclose(server.predict(requests), expected, atol=1e-5)
+        metrics = urllib.request.urlopen(server.url("/metrics"), timeout=10).read().decode()
+        assert f"easyonline_serving_last_applied_sequence {last}" in metrics
+        # A restart loads the same export, replays the stream from its recorded position: same state.
+        assert server.stop() == 0
+        server = Server(export_dir, tmp_path / "serve2.log")
+        server.wait_for(lambda s: s["last_applied_sequence"] == last)
+        np.testing.assert_allclose(server.predict(requests), expected, atol=1e-5)
+    finally:
+        server.stop()
+
+
+def one_row_update(trainer, ids, model_name, sequence, line):
+    """An update message that sets the C1 row of ``line``'s id to 0.5 everywhere."""
+    table_id, width = ids.tables["C1"]
+    key = int(trainer.parser.parse([line]).features["C1"].numpy()[0])
+    snapshot = UpdateSnapshot(trainer.step + 1, time.time(), {},
+                              rows={table_id: (np.array([key], np.int64), np.full((1, width), 0.5, np.float32))})
+    return encode_update(snapshot, model_name, sequence, 10**6 + sequence, 1 << 20, {table_id: width})[0]
+
+
+def test_serving_survives_an_update_broker_outage(tmp_path):
+    """A broker of its own, frozen with SIGSTOP (the tansu broker loses its data on a restart)."""
+    with LocalBroker(log_path=str(tmp_path / "broker.log")) as broker:
+        data = tmp_path / "train.csv"
+        data.write_bytes(b"\n".join(SyntheticCtrStream().lines(0, 2000)) + b"\n")
+        config = online_config(tmp_path / "m", **{
+            "data_config.batch_size": 500, "train_config.save_checkpoints_secs": 0,
+            "train_config.incr_save_config": {"sparse_save_steps": 2, "dense_save_steps": 2,
+                                              "kafka": {"server": broker.bootstrap, "topic": "updates"}}})
+        config.ClearField("kafka_train_input")
+        config.file_train_input.paths.append(str(data))
+        trainer = build_trainer(config, online=False)
+        trainer.run()
+        export(tmp_path / "m", tmp_path / "export")
+        server = Server(tmp_path / "export", tmp_path / "serve.log")
+        try:
+            last = server.wait_for(lambda s: s["update_lag_messages"] == 0)["last_applied_sequence"]
+            line = SyntheticCtrStream().lines(0, 1)[0]
+            before = server.predict(instances([line]))
+            broker.pause()
+            try:
+                for _ in range(10):  # predictions keep being answered while the stream is unreachable
+                    np.testing.assert_allclose(server.predict(instances([line])), before, atol=1e-6)
+                    time.sleep(0.6)
+            finally:
+                broker.resume()
+            from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
+            producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+            producer.send("updates", one_row_update(trainer, read_parameter_ids(str(tmp_path / "m")), "m", last + 1,
+                                                    line), key=b"m", partition=0).get(timeout=30)
+            producer.close()
+            status = server.wait_for(lambda s: s["last_applied_sequence"] == last + 1, timeout=120)
+            assert status["refused_updates"] == {}
+            assert abs(server.predict(instances([line]))[0] - before[0]) > 1e-4
+        finally:
+            assert server.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def served_from_files(tmp_path_factory):
+    """A model trained from a file, publishing to incr_save_dir, exported and served."""
+    tmp_path = tmp_path_factory.mktemp("files")
+    data = tmp_path / "train.csv"
+    data.write_bytes(b"\n".join(SyntheticCtrStream().lines(0, 3000)) + b"\n")
+    updates = tmp_path / "updates"
+    config = online_config(tmp_path / "m", **{
+        "data_config.batch_size": 500, "train_config.save_checkpoints_secs": 0,
+        "train_config.incr_save_config": {"sparse_save_steps": 2, "dense_save_steps": 2,
+                                          "fs": {"incr_save_dir": str(updates)}}})
+    config.ClearField("kafka_train_input")
+    config.file_train_input.paths.append(str(data))
+    trainer = build_trainer(config, online=False)
+    trainer.run()
+    export(tmp_path / "m", tmp_path / "export", f"--embedding_export_dir={tmp_path / 'vectors'}")
+    server = Server(tmp_path / "export", tmp_path / "serve.log", "--max_request_bytes=20000")
+    yield trainer, server, updates, read_parameter_ids(str(tmp_path / "m")), tmp_path
+    server.stop()
+
+
+def test_file_updates_duplicates_gaps_and_garbage_are_handled(served_from_files):
+    trainer, server, updates, ids, _ = served_from_files
+    requests = list(SyntheticCtrStream().lines(0, 5))
+    expected = trainer_probs(trainer, requests)
+    np.testing.assert_allclose(server.predict(instances(requests)), expected, atol=1e-5)
+    status = server.status()
+    last = status["last_applied_sequence"]
+    assert last == max(int(n[7:19]) for n in os.listdir(updates) if n.endswith(".pb"))
+
+    def write(sequence_in_name, data):
+        path = updates / update_file_name(sequence_in_name)
+        path.write_bytes(data)
+        (updates / (update_file_name(sequence_in_name) + ".done")).write_bytes(b"")
+
+    def message(sequence):
+        return one_row_update(trainer, ids, status["model_name"], sequence, requests[0])
+
+    duplicate = (updates / update_file_name(last)).read_bytes()
+    write(last + 1, duplicate)                      # an old sequence again: skipped
+    write(last + 2, b"\x08\x96garbage\xff")          # not an UpdateMessage: refused
+    write(last + 3, message(last + 1)[:-7])         # truncated: refused
+    write(last + 4, message(last + 5))              # out of order (a gap): refused
+    status = server.wait_for(lambda s: s["skipped_updates"] >= 1 and sum(s["refused_updates"].values()) >= 3)
+    assert status["refused_updates"] == {"malformed": 2, "gap": 1}, status
+    assert status["last_applied_sequence"] == last
+    np.testing.assert_allclose(server.predict(instances(requests)), expected, atol=1e-5)  # nothing applied
+    write(last + 5, message(last + 1))              # the expected next one: applied
+    server.wait_for(lambda s: s["last_applied_sequence"] == last + 1)
+    changed = server.predict(instances(requests))
+    assert abs(changed[0] - expected[0]) > 1e-4  # the row of its C1 id was replaced
+
+
+def test_bad_and_oversized_predict_requests_get_clear_errors(served_from_files):
+    _, server, _, _, _ = served_from_files
+    row = instances(SyntheticCtrStream().lines(0, 1))[0]
+    assert server.post(b"{not json")[0] == 400
+    code, body = server.post(json.dumps({"instances": [{k: v for k, v in row.items() if k != "C7"}]}).encode())
+    assert code == 400 and "C7" in body["error"]
+    code, body = server.post(json.dumps({"instances": [dict(row, I3="abc")]}).encode())
+    assert code == 400 and "I3" in body["error"]
+    code, body = server.post(json.dumps({"rows": []}).encode())
+    assert code == 400 and "instances" in body["error"]
+    code, body = server.post(json.dumps({"instances": [row] * 200}).encode())
+    assert code == 413 and "max_request_bytes" in body["error"] and f"{len(json.dumps({'instances': [row] * 200}))} bytes" in body["error"]
+    code, body = server.post(json.dumps({"inputs": {k: [v, v] for k, v in row.items()}}).encode())
+    assert code == 200 and len(body["outputs"]["probs"]) == 2
+    assert server.post(b"{}", name="other")[0] == 404
+    metrics = urllib.request.urlopen(server.url("/metrics"), timeout=10).read().decode()
+    assert 'easyonline_serving_requests_total{outcome="bad_request"} 4' in metrics
+    assert 'easyonline_serving_requests_total{outcome="too_large"} 1' in metrics
+
+
+def test_embedding_export_writes_every_table_exactly(served_from_files):
+    trainer, _, _, _, tmp_path = served_from_files
+    vectors = tmp_path / "vectors"
+    assert (vectors / "DONE").exists()
+    manifest = json.loads((vectors / "manifest.json").read_text())
+    assert sorted(manifest["tables"]) == sorted(trainer.model.tables.embeddings)
+    for name, layer in trainer.model.tables.embeddings.items():
+        keys, values = (t.numpy() for t in layer.params.export())
+        dim = trainer.model.tables.table_dim(name)
+        lines = (vectors / name / "part-00000.tsv").read_text().splitlines()
+        assert manifest["tables"][name] == {"rows": len(keys), "dim": dim} and len(lines) == len(keys)
+        got = {int(k): np.array(v.split(","), np.float32) for k, v in (line.split("\t") for line in lines)}
+        for key, row in zip(keys.tolist(), values):
+            np.testing.assert_array_equal(got[key], row[:dim])  # bit-exact float32, embedding columns only
+
+
+def test_export_and_embeddings_to_oss(served_from_files):
+    """oss:// export_dir and embedding_export_dir, against tests/fake_oss.py: no real OSS is reachable here."""
+    _, _, _, _, tmp_path = served_from_files
+    with FakeOss() as fake:
+        env = dict(python_env(), OSS_ENDPOINT=fake.endpoint, OSS_ACCESS_KEY_ID="test-id",
+                   OSS_ACCESS_KEY_SECRET="test-secret-never-printed")
+        proc = subprocess.run([PYTHON, "-m", "easyonline.export", f"--config={tmp_path}/m/pipeline.config",
+                               "--export_dir=oss://models/export", "--embedding_export_dir=oss://models/vectors"],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "test-secret-never-printed" not in proc.stdout + proc.stderr
+        objects = fake.objects["models"]
+        version = proc.stdout.strip().splitlines()[-1]
+        assert version.startswith("oss://models/export/")
+        prefix = version[len("oss://models/"):] + "/"
+        assert {prefix + "saved_model.pb", prefix + "assets/incr_update.txt",
+                prefix + "assets/embed_name_to_ids.txt"} <= set(objects)
+        local = tmp_path / "vectors"
+        for path in local.rglob("*"):
+            if path.is_file() and path.name != "manifest.json":  # the manifest names its checkpoint
+                assert objects["vectors/" + str(path.relative_to(local))] == path.read_bytes()
+        assert "vectors/DONE" in objects
+    no_credentials = subprocess.run([PYTHON, "-m", "easyonline.export", f"--config={tmp_path}/m/pipeline.config",
+                                     "--export_dir=oss://models/export"],
+                                    env={k: v for k, v in python_env().items() if not k.startswith("OSS_")},
+                                    capture_output=True,
+                                    text=True, timeout=300)
+    assert no_credentials.returncode == 2 and "OSS_ENDPOINT" in no_credentials.stderr

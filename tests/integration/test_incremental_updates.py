@@ -1,0 +1,186 @@
+"""Incremental updates: published while training, they rebuild the trainer's parameters exactly."""
+import subprocess
+import time
+
+import pytest
+
+from easyonline.inputs import KafkaInput
+from easyonline.updates.param_ids import DENSE_IDS_FILE, TABLE_IDS_FILE, read_parameter_ids
+from easyonline.publish.publish_callback import IncrementalPublish
+from easyonline.updates.model_diff import differences_from_model
+from easyonline.updates.replica import ParameterReplica
+from easyonline.updates.codec import decode_update
+from easyonline.updates.readers import DirectoryUpdateReader, KafkaUpdateReader
+from easyonline.tools.local_broker import LocalBroker
+from easyonline.tools.stream_producer import SyntheticCtrStream, produce
+from easyonline.core.callbacks import Callback
+from easyonline.jobs.online_train import build_trainer
+from easyonline.utils.net import free_port
+from tests.conftest import PYTHON, online_config, python_env
+
+FAST = {"data_config.batch_size": 500, "train_config.save_checkpoints_secs": 0, "train_config.log_step_count_secs": 1}
+
+
+class ShrinkEvery(Callback):
+    """Evicts every few batches, so deletes are published too."""
+
+    def __init__(self, batches):
+        self.batches, self.seen = batches, 0
+
+    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
+        self.seen += 1
+        if self.seen % self.batches == 0:
+            trainer.shrink()
+
+
+def _with_eviction(config, max_size=150):
+    for feature in config.feature_configs:
+        if feature.feature_type == feature.IdFeature and feature.input_names[0] in ("C1", "C2", "C3"):
+            feature.eviction.max_size = max_size
+
+
+def _file_config(tmp_path, samples, start=0, **edits):
+    path = tmp_path / f"samples_{start}.csv"
+    path.write_bytes(b"\n".join(SyntheticCtrStream().lines(start, samples)) + b"\n")
+    config = online_config(tmp_path / "model", **{**FAST, **edits})
+    config.ClearField("kafka_train_input")
+    config.file_train_input.paths.append(str(path))
+    return config
+
+
+def _replay(records, model_name):
+    replica = ParameterReplica(model_name)
+    for _, data in records:
+        replica.apply(decode_update(data))
+    return replica
+
+
+def assert_replica_equals_trainer(replica, trainer, model_dir):
+    """Every table (keys and rows) and every dense parameter, bit for bit."""
+    assert differences_from_model(replica, trainer.model, read_parameter_ids(str(model_dir))) == []
+
+
+def test_published_stream_rebuilds_the_trainer_exactly_with_deletes_and_splitting(broker, topic, tmp_path):
+    broker.create_topic(topic, 2)
+    produce(broker.bootstrap, topic, SyntheticCtrStream().chunks(0, 12000), partitions=2)
+    updates = topic + "_updates"
+    reader = KafkaUpdateReader(broker.bootstrap, updates)
+    assert reader.last_header("model") is None  # the update topic does not exist yet
+    reader.close()
+    config = online_config(tmp_path / "model", broker.bootstrap, topic, **FAST, **{
+        "train_config.incr_save_config": {"sparse_save_steps": 2, "dense_save_steps": 5, "max_message_bytes": 60000,
+                                          "kafka": {"server": broker.bootstrap, "topic": updates}}})
+    _with_eviction(config)
+    published = []
+
+    class Record(Callback):
+        def on_publish(self, trainer, result):
+            published.append(result)
+
+    trainer = build_trainer(config, online=False, source=KafkaInput(config.kafka_train_input, 500, 200),
+                            callbacks=[ShrinkEvery(5), Record()])
+    summary = trainer.run()
+    assert summary.samples == 12000
+    assert sum(len(keys) for keys in trainer.evicted.values()) > 0
+
+    reader = KafkaUpdateReader(broker.bootstrap, updates)
+    records = reader.read_available()
+    reader.close()
+    messages = [decode_update(data) for _, data in records]
+    assert [m.header.sequence for m in messages] == list(range(1, len(messages) + 1))
+    assert max(len(data) for _, data in records) <= 60000
+    assert any(m.header.parts > 1 for m in messages)  # the limit forced splits
+    assert sum(len(e.deleted_keys) // 8 for m in messages for e in m.sparse) > 0
+    assert published and published[-1].last_sequence == len(messages)
+    assert messages[-1].header.global_step == summary.steps
+    assert dict(messages[-1].header.positions) == summary.positions
+    replica = _replay(records, "model")
+    assert_replica_equals_trainer(replica, trainer, tmp_path / "model")
+    table = next(t for t in replica.tables.values() if t)
+    table.pop(next(iter(table)))  # the comparison itself can fail
+    assert differences_from_model(replica, trainer.model, read_parameter_ids(str(tmp_path / "model")))
+    for name, evicted in trainer.evicted.items():  # evicted and not trained again since: gone from the copy too
+        table_id = read_parameter_ids(str(tmp_path / "model")).tables[name][0]
+        live = set(layer_keys(trainer, name))
+        assert not [k for k in evicted.tolist() if k not in live and k in replica.tables.get(table_id, {})]
+
+
+def layer_keys(trainer, table):
+    return trainer.model.tables.embeddings[table].params.export()[0].numpy().tolist()
+
+
+def test_directory_transport_restart_continues_sequence_and_full_syncs_after_a_crash(tmp_path):
+    incr_dir = tmp_path / "updates"
+    edits = {"train_config.incr_save_config": {"sparse_save_steps": 3, "dense_save_steps": 3,
+                                               "fs": {"incr_save_dir": str(incr_dir)}}}
+    trainer = build_trainer(_file_config(tmp_path, 4000, **edits), online=False)
+    trainer.run()
+    first = DirectoryUpdateReader(str(incr_dir)).sequences()
+    assert first == list(range(1, len(first) + 1)) and len(first) >= 3
+    assert (tmp_path / "model" / DENSE_IDS_FILE).exists() and (tmp_path / "model" / TABLE_IDS_FILE).exists()
+    ids_before = read_parameter_ids(str(tmp_path / "model"))
+
+    class Crash(Callback):
+        """Dies after publishing a few updates, before the final flush (as a killed trainer would)."""
+
+        def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
+            if trainer.step >= 14:
+                raise RuntimeError("simulated crash")
+
+    crashing = build_trainer(_file_config(tmp_path, 4000, start=4000, **edits), online=False, callbacks=[Crash()])
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        crashing.run()
+    # The restart resumes the sequence and, since the stream and the checkpoint disagree, re-sends every row.
+    trainer = build_trainer(_file_config(tmp_path, 3000, start=8000, **edits), online=False)
+    trainer.run()
+    records = DirectoryUpdateReader(str(incr_dir)).read_available()
+    sequences = [s for s, _ in records]
+    assert sequences == list(range(1, len(sequences) + 1))
+    headers = [decode_update(data).header for _, data in records]
+    assert any(h.full_sync for h in headers[len(first):])
+    assert read_parameter_ids(str(tmp_path / "model")) == ids_before  # ids are stable across restarts
+    assert_replica_equals_trainer(_replay(records, "model"), trainer, tmp_path / "model")
+
+    out = subprocess.run([PYTHON, "-m", "easyonline.tools.read_updates", "--dir", str(incr_dir)],
+                         capture_output=True, text=True, env=python_env(), timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"{len(records)} messages" in out.stdout and "0 gaps" in out.stdout and "FULL_SYNC" in out.stdout
+
+
+def test_unreachable_update_broker_does_not_stop_training_and_publishing_resumes(tmp_path):
+    port = free_port()
+    edits = {"train_config.incr_save_config": {"sparse_save_steps": 1, "dense_save_steps": 4, "max_pending_updates": 2,
+                                               "kafka": {"server": f"127.0.0.1:{port}", "topic": "updates"}}}
+    config = _file_config(tmp_path, 20000, **edits)
+    late_broker = LocalBroker(port=port, log_path=str(tmp_path / "late_broker.log"))
+    seen = {"error": None, "trained_while_down": 0}
+
+    class StartBrokerLate(Callback):
+        """Training runs with the update broker down until the failure is reported, then the broker comes up."""
+
+        def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
+            if late_broker.process is not None:
+                return
+            seen["trained_while_down"] += 1
+            if trainer.step == 15:
+                publish = next(c for c in trainer.callbacks if isinstance(c, IncrementalPublish))
+                deadline = time.time() + 60
+                while "pub_error" not in publish.status_fields() and time.time() < deadline:
+                    time.sleep(0.2)
+                seen["error"] = publish.publisher.error
+                late_broker.start()
+
+    try:
+        trainer = build_trainer(config, online=False, callbacks=[StartBrokerLate()])
+        summary = trainer.run()
+        assert summary.samples == 20000
+        assert seen["trained_while_down"] == 15
+        assert seen["error"] and f"127.0.0.1:{port}" in seen["error"]
+        publish = next(c for c in trainer.callbacks if isinstance(c, IncrementalPublish))
+        assert publish.publisher.error is None and publish.publisher.unsent_jobs == 0
+        reader = KafkaUpdateReader(late_broker.bootstrap, "updates")
+        records = reader.read_available()
+        reader.close()
+        assert_replica_equals_trainer(_replay(records, "model"), trainer, tmp_path / "model")
+    finally:
+        late_broker.stop()

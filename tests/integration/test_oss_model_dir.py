@@ -1,0 +1,108 @@
+"""An oss:// model_dir: checkpoints mirrored to OSS, restarts restore from OSS, the stop file polled there,
+export from it. Against tests/fake_oss.py (real HTTP through oss2): no real OSS is reachable here."""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from easyonline.core.callbacks import Callback
+from easyonline.checkpoint.mirror import cache_dir_for
+from easyonline.core.stop_signal import STOP_SIGNAL_FILE
+from easyonline.jobs.online_train import build_trainer
+from easyonline.tools.stream_producer import SyntheticCtrStream
+from easyonline.utils import fileio, oss
+from tests.conftest import PYTHON, online_config, python_env
+from tests.fake_oss import FakeOss
+
+MODEL_DIR = "oss://bkt/models/online"
+
+
+@pytest.fixture
+def fake_oss(tmp_path, monkeypatch):
+    monkeypatch.setenv("EASYONLINE_CACHE_DIR", str(tmp_path / "cache"))
+    with FakeOss() as fake:
+        oss.configure(fake.endpoint, "id", "secret")
+        yield fake
+        oss.configure("", "", "")
+
+
+def _config(tmp_path, start, count, **edits):
+    data = tmp_path / f"data_{start}.csv"
+    data.write_bytes(b"\n".join(SyntheticCtrStream().lines(start, count)) + b"\n")
+    config = online_config(MODEL_DIR, **{"data_config.batch_size": 250, "train_config.save_checkpoints_steps": 3,
+                                         "train_config.save_checkpoints_secs": 0, "train_config.keep_checkpoint_max": 2,
+                                         **edits})
+    config.ClearField("kafka_train_input")
+    config.file_train_input.paths.append(str(data))
+    return config
+
+
+def _rows(trainer, table="C1"):
+    keys, values = (t.numpy() for t in trainer.model.tables.embeddings[table].params.export())
+    order = np.argsort(keys)
+    return keys[order], values[order]
+
+
+def test_checkpoints_live_on_oss_and_a_restart_restores_them(fake_oss, tmp_path):
+    first = build_trainer(_config(tmp_path, 0, 3000), online=False)
+    summary = first.run()
+    assert summary.checkpoint == f"{MODEL_DIR}/model.ckpt-{summary.steps}"
+    names = fileio.listdir(MODEL_DIR)
+    assert "checkpoint" in names and "pipeline.config" in names and f"model.ckpt-{summary.steps}.index" in names
+    kept = {n.split(".")[1] for n in names if n.startswith("model.ckpt")}
+    assert len(kept) == 2  # keep_checkpoint_max applies on OSS too
+    shutil.rmtree(cache_dir_for(MODEL_DIR))  # a new machine: nothing local
+    second = build_trainer(_config(tmp_path, 0, 3000), online=False)
+    assert second.restored_from == summary.checkpoint and second.step == summary.steps
+    for got, want in zip(_rows(second), _rows(first)):
+        np.testing.assert_array_equal(got, want)
+    assert second.checkpointer.positions == summary.positions
+
+
+def test_a_local_save_that_never_reached_oss_is_not_used(fake_oss, tmp_path):
+    trainer = build_trainer(_config(tmp_path, 0, 1500), online=False)
+    summary = trainer.run()
+    trainer.checkpointer.manager.save(checkpoint_number=999)  # in the cache only, as if killed before the push
+    again = build_trainer(_config(tmp_path, 0, 1500), online=False)
+    assert again.restored_from == summary.checkpoint and again.step == summary.steps
+
+
+def test_the_stop_file_on_oss_stops_training(fake_oss, tmp_path):
+    class StopAfter(Callback):
+        def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
+            if trainer.step == 4:
+                fileio.write_text_atomic(fileio.join(MODEL_DIR, STOP_SIGNAL_FILE), "")
+
+    config = _config(tmp_path, 0, 20000, **{"train_config.enable_oss_stop_signal": True,
+                                            "train_config.stop_signal_poll_secs": 0.1})
+    summary = build_trainer(config, online=False, callbacks=[StopAfter()]).run()
+    assert "stop signal" in summary.stop_reason and summary.steps < 80
+    assert fileio.exists(f"{MODEL_DIR}/model.ckpt-{summary.steps}.index")  # the final checkpoint reached OSS
+
+
+def test_export_from_an_oss_model_dir(fake_oss, tmp_path):
+    build_trainer(_config(tmp_path, 0, 1500), online=False).run()
+    env = dict(python_env(), OSS_ENDPOINT=fake_oss.endpoint, OSS_ACCESS_KEY_ID="id", OSS_ACCESS_KEY_SECRET="secret",
+               EASYONLINE_CACHE_DIR=str(tmp_path / "export-cache"))
+    proc = subprocess.run([PYTHON, "-m", "easyonline.export", f"--config={MODEL_DIR}/pipeline.config",
+                           f"--export_dir={tmp_path / 'export'}"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "export").exists() and len(list((tmp_path / "export").iterdir())) == 1
+
+
+def test_oss_credentials_from_the_config_by_environment_reference_and_never_saved(tmp_path, monkeypatch):
+    monkeypatch.setenv("EASYONLINE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TEST_OSS_SECRET", "s3cr3t-from-env")
+    with FakeOss() as fake:
+        oss.configure("", "", "")
+        config = _config(tmp_path, 0, 500)
+        config.oss_config.endpoint = fake.endpoint
+        config.oss_config.access_key_id = "plain-key-id"
+        config.oss_config.access_key_secret = "${TEST_OSS_SECRET}"
+        build_trainer(config, online=False).run()
+        saved = fileio.read_text(f"{MODEL_DIR}/pipeline.config")
+        assert "${TEST_OSS_SECRET}" in saved and "s3cr3t-from-env" not in saved
+        assert "plain-key-id" not in saved and "<redacted>" in saved
+        oss.configure("", "", "")

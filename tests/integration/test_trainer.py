@@ -1,0 +1,202 @@
+"""OnlineTrainer end to end on real TensorFlow/TFRA and the real local broker."""
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from easyonline.tools.stream_producer import SyntheticCtrStream, produce
+from easyonline.core.callbacks import Callback
+from easyonline.core.stop_signal import STOP_SIGNAL_FILE
+from easyonline.jobs.online_train import build_trainer
+from tests.conftest import PYTHON, SAMPLES, online_config, python_env
+
+FAST = {"data_config.batch_size": 256, "data_config.batch_timeout_ms": 200, "train_config.log_step_count_secs": 1,
+        "train_config.stop_signal_poll_secs": 0.2, "train_config.save_checkpoints_secs": 0}
+
+
+def _stream_to(broker, topic, count, start=0, partitions=2):
+    broker.create_topic(topic, partitions)
+    produce(broker.bootstrap, topic, SyntheticCtrStream().chunks(start, count), lines_per_message=2,
+            partitions=partitions)
+
+
+def _write_csv(path, count, start=0):
+    with open(path, "wb") as f:
+        for chunk in SyntheticCtrStream().chunks(start, count):
+            f.write(b"\n".join(chunk) + b"\n")
+
+
+class StopAfter(Callback):
+    """Creates the stop file after ``batches`` batches (as an operator would)."""
+
+    def __init__(self, batches):
+        self.batches = batches
+        self.seen = 0
+
+    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
+        self.seen += 1
+        if self.seen == self.batches:
+            open(os.path.join(trainer.config.model_dir, STOP_SIGNAL_FILE), "w").close()
+
+
+def test_stop_file_finishes_the_batch_checkpoints_and_records_positions(broker, topic, tmp_path):
+    _stream_to(broker, topic, 20000)
+    config = online_config(tmp_path / "m", broker.bootstrap, topic, **FAST)
+    stopper = StopAfter(10)
+    summary = build_trainer(config, online=True, callbacks=[stopper]).run()
+    assert "stop signal" in summary.stop_reason
+    assert 10 <= summary.steps <= 25  # the file is polled every 0.2 s
+    assert summary.checkpoint and os.path.exists(summary.checkpoint + ".index")
+    assert sum(summary.positions.values()) * 2 == summary.samples  # 2 lines per message
+    # A new trainer resumes from the checkpoint's positions, not from the start.
+    os.remove(os.path.join(config.model_dir, STOP_SIGNAL_FILE))
+    again = build_trainer(config, online=False)
+    assert again.checkpointer.positions == summary.positions
+    resumed = again.run()
+    assert resumed.samples == 20000 - summary.samples
+    assert resumed.positions == {0: 5000, 1: 5000}
+    assert resumed.steps > summary.steps
+
+
+def test_sigterm_stops_the_cli_cleanly_with_a_checkpoint(broker, topic, tmp_path):
+    _stream_to(broker, topic, 5000)
+    model_dir = tmp_path / "m"
+    edits = dict(FAST, **{"kafka_train_input.server": broker.bootstrap, "kafka_train_input.topic": topic,
+                          "train_config.incr_save_config.kafka.server": broker.bootstrap,
+                          "train_config.incr_save_config.kafka.topic": topic + "_updates"})
+    import json
+    proc = subprocess.Popen([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
+                             "--online", f"--model_dir={model_dir}", f"--edit_config_json={json.dumps(edits)}"],
+                            env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    output = []
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        output.append(line)
+        if "step=" in line and "samples=5000 " in line:
+            break
+    assert any("samples=5000 " in l for l in output), "".join(output[-20:])
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, rest[-3000:]
+    assert "received SIGTERM" in rest
+    assert "training summary" in rest
+    assert os.path.exists(model_dir / "checkpoint")
+    assert "positions        {0: 1250, 1: 1250}" in rest
+    assert "published the final update" in rest  # the sample config publishes; SIGTERM flushes it
+
+
+def test_config_error_exits_2_and_names_the_field(tmp_path):
+    proc = subprocess.run([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
+                           "--online", '--edit_config_json={"data_config.batch_size": 0}'],
+                          env=python_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "data_config.batch_size" in proc.stderr
+
+
+def test_offline_then_online_through_fine_tune_checkpoint(broker, topic, tmp_path):
+    _write_csv(tmp_path / "train.csv", 20000)
+    offline = online_config(tmp_path / "offline", **FAST)
+    offline.ClearField("kafka_train_input")
+    offline.file_train_input.paths.append(str(tmp_path / "train.csv"))
+    offline_summary = build_trainer(offline, online=False).run()
+    assert offline_summary.samples == 20000 and offline_summary.stop_reason == "input ended"
+
+    _stream_to(broker, topic, 3000, start=20000)
+    online = online_config(tmp_path / "online", broker.bootstrap, topic,
+                           **dict(FAST, **{"train_config.fine_tune_checkpoint": str(tmp_path / "offline")}))
+    trainer = build_trainer(online, online=False)
+    assert trainer.restored_from == offline_summary.checkpoint
+    # The tables start with the offline run's rows, equal value for value.
+    reference = build_trainer(offline, online=False)
+    for name, layer in trainer.model.tables.embeddings.items():
+        keys, values = layer.params.export()
+        ref_keys, ref_values = reference.model.tables.embeddings[name].params.export()
+        order, ref_order = np.argsort(keys.numpy()), np.argsort(ref_keys.numpy())
+        np.testing.assert_array_equal(keys.numpy()[order], ref_keys.numpy()[ref_order])
+        np.testing.assert_array_equal(values.numpy()[order], ref_values.numpy()[ref_order])
+    # Its Kafka positions come from the config (earliest), not from the offline checkpoint.
+    summary = trainer.run()
+    assert summary.samples == 3000
+    assert summary.positions == {0: 750, 1: 750}
+    # A restart resumes from its own checkpoint, not from fine_tune_checkpoint again.
+    restarted = build_trainer(online, online=False)
+    assert restarted.restored_from == summary.checkpoint
+    assert restarted.checkpointer.positions == {0: 750, 1: 750}
+    assert restarted.run().samples == 0
+    # Starting from the offline model beats starting from scratch on the same samples.
+    scratch = build_trainer(online_config(tmp_path / "scratch", broker.bootstrap, topic, **FAST), online=False).run()
+    assert scratch.samples == 3000
+    assert summary.auc > scratch.auc + 0.05, (summary.auc, scratch.auc)
+
+
+@pytest.mark.parametrize("model_class, optimizer", [("wide_and_deep", "ftrl_optimizer"), ("dnn", "adagrad_optimizer"),
+                                                    ("deepfm", "sgd_optimizer")])
+def test_every_model_and_optimizer_learns(tmp_path, model_class, optimizer):
+    _write_csv(tmp_path / "train.csv", 30000)
+    lr = {"adagrad_optimizer": 0.3, "ftrl_optimizer": 0.5, "sgd_optimizer": 0.5}[optimizer]
+    config = online_config(tmp_path / "m", **dict(FAST, **{"model_config.model_class": model_class}))
+    config.ClearField("kafka_train_input")
+    config.file_train_input.paths.append(str(tmp_path / "train.csv"))
+    config.model_config.ClearField("deepfm")
+    getattr(config.train_config.optimizer_config, optimizer).learning_rate = lr
+    summary = build_trainer(config, online=False).run()
+    assert summary.samples == 30000
+    assert summary.auc > 0.62, summary.auc  # chance is 0.5; Adam on this stream reaches ~0.8
+
+
+def test_keras3_already_loaded_is_a_clear_error():
+    code = "import tensorflow as tf, sys; tf.keras.layers.Dense; import easyonline"
+    env = python_env()
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    proc = subprocess.run([PYTHON, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "KerasVersionError" in proc.stderr and "TF_USE_LEGACY_KERAS" in proc.stderr
+
+
+def test_checkpoint_restores_tables_and_adam_slots_exactly(tmp_path):
+    _write_csv(tmp_path / "train.csv", 3000)
+    config = online_config(tmp_path / "m", **FAST)
+    config.ClearField("kafka_train_input")
+    config.file_train_input.paths.append(str(tmp_path / "train.csv"))
+    first = build_trainer(config, online=False)
+    first.run()
+    second = build_trainer(config, online=False)
+    assert int(second.checkpointer.step.numpy()) == int(first.checkpointer.step.numpy()) > 0
+
+    def sorted_export(variable):
+        keys, values = variable.export()
+        order = np.argsort(keys.numpy())
+        return keys.numpy()[order], values.numpy()[order]
+
+    for name, layer in first.model.tables.embeddings.items():
+        other = second.model.tables.embeddings[name]
+        for a, b in [(layer.params, other.params)] + list(zip(layer.optimizer_vars, other.optimizer_vars)):
+            (ka, va), (kb, vb) = sorted_export(a), sorted_export(b)
+            assert len(ka) > 0
+            np.testing.assert_array_equal(ka, kb)
+            np.testing.assert_array_equal(va, vb)
+    for a, b in zip(first.model.trainable_weights, second.model.trainable_weights):
+        if "DynamicEmbedding" not in a.name:
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_status_lines_and_tensorboard_scalars_are_written(tmp_path, caplog):
+    import logging
+    import tensorflow as tf
+    _write_csv(tmp_path / "train.csv", 20000)
+    config = online_config(tmp_path / "m", **dict(FAST, **{"train_config.log_step_count_secs": 0.05}))
+    config.ClearField("kafka_train_input")
+    config.file_train_input.paths.append(str(tmp_path / "train.csv"))
+    with caplog.at_level(logging.INFO, logger="easyonline.status"):
+        build_trainer(config, online=False).run()
+    lines = [r.getMessage() for r in caplog.records if r.name == "easyonline.status"]
+    assert lines and all("auc=" in l and "rate=" in l and "keys=" in l and "input_wait=" in l for l in lines)
+    tags = set()
+    for path in tf.io.gfile.glob(str(tmp_path / "m" / "train" / "events.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            tags.update(v.tag for v in event.summary.value)
+    assert {"prequential_auc", "prequential_logloss", "samples_per_sec", "table_keys_total"} <= tags
