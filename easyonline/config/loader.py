@@ -122,7 +122,7 @@ def apply_edit_config_json(config: pipeline_pb2.PipelineConfig, edits: Union[str
             here = ".".join(segments[: i + 1])
             match = _SEGMENT.match(segment)
             field = message.DESCRIPTOR.fields_by_name.get(match.group(1)) if match else None
-            if field is None:
+            if match is None or field is None:
                 known = ", ".join(sorted(message.DESCRIPTOR.fields_by_name))
                 raise ConfigError(here, f"no such field (fields here: {known})")
             index = match.group(2)

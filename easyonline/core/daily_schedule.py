@@ -10,7 +10,7 @@ class DailySchedule:
         self._every = every_secs
         self._at_hour = at_hour
         self._last = time.time() if start is None else start
-        self._last_day = None  # the day of the last hourly shrink
+        self._last_day: Optional[str] = None  # the day of the last hourly shrink
 
     def due(self, now: float) -> bool:
         fire = False

@@ -2,8 +2,7 @@
 import sys
 from typing import Callable
 
-from easyonline.core.errors import (BAD_CONFIG, BAD_INPUT, CLUSTER_FAILURE, UNREACHABLE,  # noqa: F401  (re-exported)
-                                    EasyOnlineError)
+from easyonline.core.errors import BAD_CONFIG, BAD_INPUT, CLUSTER_FAILURE, UNREACHABLE, EasyOnlineError  # noqa: F401  (re-exported)
 
 
 def exit_code_of(error: BaseException) -> int:

@@ -25,7 +25,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID, FeatureSpecs
-from easyonline.features.fingerprint import MAX_LENGTH, fingerprint64, hash_bucket
+from easyonline.features.fingerprint import fingerprint64, hash_bucket
 from easyonline.protos import pipeline_pb2
 
 try:

@@ -22,7 +22,7 @@ import json
 import logging
 import re
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 from easyonline.protos import pipeline_pb2
 from easyonline.embedding.change_tracker import ChangeLog

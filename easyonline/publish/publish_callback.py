@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Dict, Optional
 
-from easyonline.core.callbacks import Callback, TrainerView
+from easyonline.core.callbacks import Callback
 from easyonline.core.step_time_schedule import StepTimeSchedule
 from easyonline.embedding.change_tracker import ChangeLog
 from easyonline.protos import pipeline_pb2

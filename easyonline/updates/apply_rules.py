@@ -79,9 +79,8 @@ def message_changes(message: update_pb2.UpdateMessage, table_widths: Optional[Di
         parts[1].append(keys)
         parts[2].append(values)
     tables = {}
-    for table_id, (deleted, keys, values) in grouped.items():
-        width = values[0].shape[1] if values and values[0].ndim == 2 else 0
-        tables[table_id] = TableChanges(np.concatenate(deleted).astype(np.int64, copy=False),
-                                        np.concatenate(keys).astype(np.int64, copy=False),
-                                        np.concatenate(values) if values else np.zeros((0, width), np.float32))
+    for table_id, (deleted_parts, key_parts, row_parts) in grouped.items():
+        tables[table_id] = TableChanges(np.concatenate(deleted_parts).astype(np.int64, copy=False),
+                                        np.concatenate(key_parts).astype(np.int64, copy=False),
+                                        np.concatenate(row_parts))
     return dense, tables

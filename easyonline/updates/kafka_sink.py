@@ -71,6 +71,7 @@ class KafkaSink:
     def send(self, messages: List[Tuple[int, bytes]], key: bytes) -> None:
         """Sends (sequence, message) pairs, waits for every acknowledgement; raises KafkaError on failure."""
         self.connect()
+        assert self._producer is not None
         futures = [self._producer.send(self.kafka.topic, value=m, key=key, partition=PARTITION) for _, m in messages]
         self._producer.flush(timeout=self._timeout)
         for future in futures:

@@ -13,7 +13,7 @@ not depend on how many models the process built before.
 """
 import dataclasses
 import json
-from typing import Dict, Tuple
+from typing import Any, Dict, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.utils import fileio
@@ -26,7 +26,7 @@ TABLE_IDS_FILE = "embed_name_to_ids.txt"
 _TABLES_PATH = "tables/"
 
 
-def dense_variables(model) -> Dict[str, tf.Variable]:
+def dense_variables(model) -> Dict[str, Any]:
     """Every dense variable of ``model`` (trainable or not, e.g. batch-norm moments) by checkpoint path."""
     objects, paths = graph_view.ObjectGraphView(model).breadth_first_traversal()[:2]
     found = {}

@@ -38,7 +38,7 @@ def split(path: str) -> Tuple[str, str]:
 
 
 def _setting(name: str, env: str) -> str:
-    return _settings.get(name) or os.environ.get(env, "")
+    return _settings.get(name) or os.environ.get(env) or ""
 
 
 def bucket(name: str):

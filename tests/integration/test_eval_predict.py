@@ -14,7 +14,7 @@ from easyonline.inputs import KafkaInput
 from easyonline.scoring.checkpoint_model import CheckpointModel
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.checkpoint.checkpointer import latest_checkpoint
-from tests.conftest import PYTHON, SAMPLES, online_config, python_env
+from tests.conftest import PYTHON, online_config, python_env
 
 FAST = {"data_config.batch_size": 500, "data_config.batch_timeout_ms": 300, "train_config.log_step_count_secs": 1,
         "train_config.stop_signal_poll_secs": 0.2, "train_config.save_checkpoints_secs": 0}

@@ -14,7 +14,7 @@ from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.core.callbacks import Callback
 from easyonline.jobs.online_train import build_trainer
 from tests.conftest import online_config
-from tests.test_bad_input import _stream
+from tests.integration.test_bad_input import _stream
 
 
 def _wait(condition, timeout):

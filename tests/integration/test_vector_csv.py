@@ -21,7 +21,6 @@ import tensorflow as tf
 
 
 def _config(tmp_path_factory=None):
-    from easyonline.config import load_pipeline_config  # pylint: disable=g-import-not-at-top
     config = pipeline_pb2.PipelineConfig()
     from google.protobuf import text_format  # pylint: disable=g-import-not-at-top
     text_format.Parse("""
