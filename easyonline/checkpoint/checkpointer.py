@@ -1,16 +1,16 @@
 """Checkpoints holding the model, its tables, the optimizer slots and the stream positions.
 
-The Kafka positions live in a string variable inside the same TF checkpoint,
-so they are saved atomically with the parameters: TensorFlow writes the
+The Kafka positions are part of the same TF checkpoint (positions.py), so
+they are saved atomically with the parameters: TensorFlow writes the
 ``checkpoint`` state file only after the data and index files, and a
 checkpoint that is not named there is never restored.
 """
-import json
 import logging
 from typing import Dict, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.checkpoint.mirror import CheckpointMirror
+from easyonline.checkpoint.positions import StreamPositions
 from easyonline.utils import fileio
 
 tf = ensure_legacy_keras()
@@ -50,19 +50,19 @@ class Checkpointer:
         self.model = model
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.samples = tf.Variable(0, dtype=tf.int64, trainable=False, name="samples_trained")
-        self._positions = tf.Variable("{}", dtype=tf.string, trainable=False, name="stream_positions")
+        self._positions = StreamPositions()
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=self.step,
-                                              samples=self.samples, positions=self._positions)
+                                              samples=self.samples, positions=self._positions.variable)
         self.manager = tf.train.CheckpointManager(self.checkpoint, self.local_dir, max_to_keep=keep_checkpoint_max,
                                                   checkpoint_name=CHECKPOINT_NAME)
         self.last_saved_step = -1
 
     @property
     def positions(self) -> Dict[int, int]:
-        return {int(k): int(v) for k, v in json.loads(self._positions.numpy().decode()).items()}
+        return self._positions.value()
 
     def save(self, positions: Dict[int, int]) -> str:
-        self._positions.assign(json.dumps({str(k): int(v) for k, v in sorted(positions.items())}))
+        self._positions.assign(positions)
         path = self.manager.save(checkpoint_number=int(self.step.numpy()))
         if self.mirror:
             path = self.mirror.push(path, self.manager.checkpoints)

@@ -1,7 +1,7 @@
 """Runs an absl command so that ``--help`` lists its own flags.
 
 absl's ``--help`` shows the flags of the main module, but our flags are
-defined in ``<verb>/cli.py`` while ``python -m easyonline.<verb>`` runs
+defined in ``jobs/<verb>_cli.py`` while ``python -m easyonline.<verb>`` runs
 ``<verb>/__main__.py``; this registers them as the main module's key flags.
 """
 import sys

@@ -1,0 +1,111 @@
+"""UpdatePublisher on its own: a job becomes numbered messages that rebuild the table, retries leave no gap,
+and a restart continues the numbering (and asks for a full sync when the stream is at another step).
+
+Real TFRA tables and a real DirectorySink in a temporary directory; the flaky sink is a DirectorySink whose
+first sends raise, the way a broker outage looks to the publisher.
+"""
+import numpy as np
+
+from easyonline.config import parse_pipeline_config
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.embedding.dynamic_tables import DynamicTables
+from easyonline.features import build_feature_specs
+from easyonline.publish.publisher import PublishJob, UpdatePublisher
+from easyonline.updates.codec import decode_update
+from easyonline.updates.directory_sink import DirectorySink
+from easyonline.updates.param_ids import ParameterIds
+from easyonline.updates.readers import DirectoryUpdateReader
+from easyonline.updates.replica import ParameterReplica
+
+tf = ensure_legacy_keras()
+
+CONFIG = """
+model_dir: "/tmp/unused"
+data_config { input_fields { input_name: "label" input_type: INT32 } input_fields { input_name: "user" }
+              label_fields: "label" }
+feature_configs { input_names: "user" embedding_dim: 3 }
+model_config { model_class: "dnn" }
+"""
+
+
+class FlakySink(DirectorySink):
+    """Fails the first ``failures`` sends, then writes like a DirectorySink."""
+
+    def __init__(self, directory: str, failures: int):
+        super().__init__(directory)
+        self.failures = failures
+
+    def send(self, messages, key):
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("sink down")
+        super().send(messages, key)
+
+
+def _tables():
+    specs = build_feature_specs(parse_pipeline_config(CONFIG))
+    tables = DynamicTables(specs, name="tables")
+    tables.embeddings["user"].params.upsert(tf.constant([1, 2, 5], tf.int64),
+                                            tf.constant(np.arange(9, dtype=np.float32).reshape(3, 3)))
+    return tables, ParameterIds(dense={"bias": 0}, tables={"user": (0, 3)})
+
+
+def _job(step, trained, deleted=(), dense=None, full_sync=False):
+    return PublishJob(step, 1.0, {0: step * 10}, dense, {"user": [np.array(trained, np.int64)]},
+                      {"user": [np.array(deleted, np.int64)]} if len(deleted) else {}, full_sync)
+
+
+def _replay(directory):
+    replica = ParameterReplica("m")
+    for _, data in DirectoryUpdateReader(directory).read_available():
+        assert replica.apply(decode_update(data))
+    return replica
+
+
+def test_a_job_becomes_messages_that_rebuild_the_rows(tmp_path):
+    tables, ids = _tables()
+    publisher = UpdatePublisher(DirectorySink(str(tmp_path)), "m", ids, tables, max_message_bytes=4096)
+    publisher.start(restored_step=0)
+    # keys 1 and 2 trained (2 twice, -1 is padding), 7 deleted and not in the table, 9 trained but never admitted
+    assert publisher.offer(_job(3, [1, 2, 2, -1, 9], deleted=[7], dense={0: np.array([0.5], np.float32)}))
+    assert publisher.close(timeout=30)
+    replica = _replay(str(tmp_path))
+    keys, rows = replica.table_arrays(0)
+    assert keys.tolist() == [1, 2]  # 9 has no row, -1 is padding, 7 is a delete
+    np.testing.assert_array_equal(rows, [[0, 1, 2], [3, 4, 5]])
+    np.testing.assert_array_equal(replica.dense[0], [0.5])
+    assert replica.step == 3 and replica.positions == {0: 30}
+    assert publisher.last_acked.rows == 2 and publisher.last_acked.deletes == 1
+
+
+def test_a_failing_sink_is_retried_without_a_gap(tmp_path):
+    tables, ids = _tables()
+    sink = FlakySink(str(tmp_path), failures=2)
+    publisher = UpdatePublisher(sink, "m", ids, tables, max_message_bytes=4096)
+    publisher.start(restored_step=0)
+    publisher.offer(_job(1, [1]))
+    publisher.offer(_job(2, [5]))
+    assert publisher.close(timeout=60)
+    assert sink.failures == 0 and publisher.error is None  # it failed, then recovered
+    assert DirectoryUpdateReader(str(tmp_path)).sequences() == [1, 2]
+    assert _replay(str(tmp_path)).table_arrays(0)[0].tolist() == [1, 5]
+
+
+def test_a_restart_continues_the_sequence_and_resyncs_when_out_of_step(tmp_path):
+    tables, ids = _tables()
+    first = UpdatePublisher(DirectorySink(str(tmp_path)), "m", ids, tables, max_message_bytes=4096)
+    first.start(restored_step=0)
+    first.offer(_job(4, [1]))
+    assert first.close(timeout=30)
+    in_step = UpdatePublisher(DirectorySink(str(tmp_path)), "m", ids, tables, max_message_bytes=4096)
+    in_step.start(restored_step=4)  # the stream ends at step 4 too: no full sync
+    in_step.offer(_job(5, [2]))
+    assert in_step.close(timeout=30)
+    assert not in_step.take_full_sync() and in_step.last_acked.first_sequence == 2
+    behind = UpdatePublisher(DirectorySink(str(tmp_path)), "m", ids, tables, max_message_bytes=4096)
+    behind.start(restored_step=3)  # a crash lost steps 4-5 of the model: every row must be sent again
+    behind.offer(_job(4, [], full_sync=True))
+    assert behind.close(timeout=30)
+    assert behind.take_full_sync()
+    assert behind.last_acked.first_sequence == 3 and behind.last_acked.full_sync and behind.last_acked.rows == 3
+    assert _replay(str(tmp_path)).next_sequence == 4
