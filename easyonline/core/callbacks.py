@@ -2,8 +2,8 @@
 
 Subclass ``Callback`` and override what you need. The trainer's own
 schedules (checkpoints, shrinks, the stop file, incremental publishing,
-base/delta saves) are callbacks too: pass ``default_callbacks=False`` to
-``OnlineTrainer`` / ``online_train`` to replace them. Every hook receives the
+base/delta saves) are callbacks too, added by ``build_trainer`` /
+``online_train`` (easyonline.jobs); pass ``default_callbacks=False`` to replace them. Every hook receives the
 trainer as a ``TrainerView``: what a callback may read and call, typed and
 documented here so that callbacks need not import the trainer. To stop
 training from a callback, call ``trainer.stop("reason")``.
@@ -23,6 +23,7 @@ class TrainerView(Protocol):
       model: the Keras ranking model (``model.tables`` are its dynamic embedding tables).
       specs: the feature specs built from the config.
       changes: the change tracker: subscribe to it to learn which keys were trained or deleted.
+      metrics: the prequential metrics (``auc()``, ``logloss()``, ``ctr()`` over the sliding window).
       callbacks: the callbacks in order (a callback may append one).
       clock: the clock of the id statistics and daily schedules (seconds, like ``time.time``).
       last_checkpoint: the path of the newest checkpoint, or None.
@@ -34,6 +35,7 @@ class TrainerView(Protocol):
     model: Any
     specs: Any
     changes: Any
+    metrics: Any
     callbacks: List["Callback"]
     clock: Callable[[], float]
     last_checkpoint: Optional[str]
