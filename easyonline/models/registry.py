@@ -37,10 +37,11 @@ def register(*names: str) -> Callable[[Type[T]], Type[T]]:
 
     def decorate(cls: Type[T]) -> Type[T]:
         entry = ModelEntry(cls, tuple(names))
-        for name in names:
+        for name in names:  # every name is checked before any is taken
             if name in _ENTRIES and _ENTRIES[name].model_class is not cls:
                 raise ValueError(f"model name {name!r} is registered twice "
                                  f"({_ENTRIES[name].model_class.__name__} and {cls.__name__})")
+        for name in names:
             _ENTRIES[name] = entry
         return cls
     return decorate

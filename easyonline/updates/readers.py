@@ -3,7 +3,7 @@
 Used by serving, by ``tools.read_updates`` and by the publisher itself (to
 continue the sequence numbers after a restart). Readers return raw bytes
 with their position (Kafka offset, or sequence number for directories);
-decoding and order checks are the caller's (update_codec, replica).
+decoding and order checks are the caller's (codec.py, apply_rules.py).
 """
 import re
 import time

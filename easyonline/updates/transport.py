@@ -94,7 +94,8 @@ class StreamLocation:
 
 def default_model_name(model_dir: str) -> str:
     """The update stream's model name when the config gives none: the model_dir's last component."""
-    return os.path.basename(os.path.normpath(model_dir.replace("oss://", "", 1))) or "model"
+    path = model_dir.replace("oss://", "", 1).rstrip("/")
+    return os.path.basename(path) if path else "model"
 
 
 def stream_model_name(incr: pipeline_pb2.IncrSaveConfig, model_dir: str) -> str:

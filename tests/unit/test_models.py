@@ -1,0 +1,178 @@
+"""The models (easyonline/models/): the registry, the FM term, and each model's logits checked by hand."""
+import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from easyonline.core.bootstrap import ensure_legacy_keras
+
+tf = ensure_legacy_keras()
+
+import numpy as np
+import pytest
+
+from easyonline.config import parse_pipeline_config
+from easyonline.config.validate import validate_pipeline_config
+from easyonline.features.feature_spec import build_feature_specs
+from easyonline.features.signature import empty_features
+from easyonline.models import registry
+from easyonline.models.builder import build_model
+from easyonline.models.deepfm import DeepFM
+from easyonline.models.dnn import DNN
+from easyonline.models.layers import FMInteraction
+from easyonline.models.wide_and_deep import WideAndDeep
+
+# Two int64 id features with a table each, embedding_dim 2, one hidden layer of 2 units.
+_CONFIG = """
+model_dir: "/tmp/unused"
+file_train_input {{ paths: "unused.csv" }}
+data_config {{
+  input_fields {{ input_name: "label" input_type: INT32 }}
+  input_fields {{ input_name: "a" input_type: INT64 }}
+  input_fields {{ input_name: "b" input_type: INT64 }}
+  label_fields: "label"
+  separator: ","
+}}
+feature_configs {{ input_names: "a" embedding_dim: 2 }}
+feature_configs {{ input_names: "b" embedding_dim: 2 }}
+model_config {{
+  model_class: "{model_class}"
+  {field} {{ dnn {{ hidden_units: [2] }} }}
+  embedding_regularization: {embedding_l2}
+}}
+"""
+
+
+def _build(model_class, field, embedding_l2=0.0):
+    config = parse_pipeline_config(_CONFIG.format(model_class=model_class, field=field, embedding_l2=embedding_l2))
+    validate_pipeline_config(config)
+    specs = build_feature_specs(config)
+    model = build_model(config, specs)
+    logits = model(empty_features(specs), training=False)  # creates the dense variables
+    assert logits.shape == (0,)
+    return model
+
+
+def _upsert(model, table, keys, rows):
+    model.tables.embeddings[table].params.upsert(tf.constant(keys, tf.int64), tf.constant(rows, tf.float32))
+
+
+def _batch(a, b):
+    return {"a": tf.constant(a, tf.int64), "b": tf.constant(b, tf.int64)}
+
+
+# registry ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, model_class, field", [
+    ("deepfm", DeepFM, "deepfm"), ("DeepFM", DeepFM, "deepfm"),
+    ("wide_and_deep", WideAndDeep, "wide_and_deep"), ("WideAndDeep", WideAndDeep, "wide_and_deep"),
+    ("dnn", DNN, "dnn"), ("DNN", DNN, "dnn"),
+])
+def test_registry_resolves_every_name(name, model_class, field):
+    entry = registry.lookup(name)
+    assert entry.model_class is model_class and entry.config_field == field
+
+
+def test_registry_names_and_unknown_names():
+    assert registry.model_names() == ["DNN", "DeepFM", "WideAndDeep", "deepfm", "dnn", "wide_and_deep"]
+    assert registry.lookup("Deepfm") is None and registry.lookup("") is None  # case as written
+
+
+def test_registry_refuses_a_taken_name_for_another_class():
+    registry.lookup("deepfm")  # the real models are registered first
+
+    class Impostor:
+        pass
+
+    with pytest.raises(ValueError, match=r"model name 'deepfm' is registered twice \(DeepFM and Impostor\)"):
+        registry.register("deepfm")(Impostor)
+    assert registry.lookup("deepfm").model_class is DeepFM
+    assert registry.register("deepfm", "DeepFM")(DeepFM) is DeepFM  # the same class again is harmless
+    with pytest.raises(ValueError, match="at least one name"):
+        registry.register()
+
+
+def test_builder_refuses_an_unregistered_name():
+    config = parse_pipeline_config(_CONFIG.format(model_class="dnn", field="dnn", embedding_l2=0.0))
+    config.model_config.model_class = "xgboost"
+    with pytest.raises(KeyError, match="'xgboost' is not registered"):
+        build_model(config, build_feature_specs(config))
+
+
+# FMInteraction ----------------------------------------------------------------------------------------------
+
+
+def test_fm_interaction_by_hand():
+    # v1 = [1, 2], v2 = [3, -1], v3 = [0.5, 2]
+    # sum v = [4.5, 3], (sum v)^2 = [20.25, 9]; sum v^2 = [1 + 9 + 0.25, 4 + 1 + 4] = [10.25, 9]
+    # 0.5 * ([20.25, 9] - [10.25, 9]) summed over dims = 0.5 * (10 + 0) = 5
+    # (= the pairwise dot products: v1.v2 + v1.v3 + v2.v3 = 1 + 4.5 - 0.5 = 5)
+    embeddings = tf.constant([[[1.0, 2.0], [3.0, -1.0], [0.5, 2.0]]])
+    result = FMInteraction()(embeddings)
+    assert result.shape == (1,)
+    np.testing.assert_allclose(result.numpy(), [5.0], rtol=1e-6)
+
+
+def test_fm_interaction_of_one_field_is_zero():
+    # One field has no pairs: (v)^2 - v^2 = 0.
+    np.testing.assert_allclose(FMInteraction()(tf.constant([[[3.0, -4.0]], [[1.0, 1.0]]])).numpy(), [0.0, 0.0])
+
+
+# the models -------------------------------------------------------------------------------------------------
+# Rows looked up outside training: a known id gets its row, padding (-1) and unknown ids get zeros.
+# Models with a first-order weight store it as one more column: [v0, v1 | w].
+
+
+def test_deepfm_logits_by_hand():
+    model = _build("DeepFM", "deepfm")
+    assert model.tables.extra_dims == 1
+    _upsert(model, "a", [7], [[1.0, 2.0, 0.5]])
+    _upsert(model, "b", [9], [[3.0, -1.0, -0.25]])
+    kernel, _ = model.deep_logit.get_weights()
+    model.deep_logit.set_weights([np.zeros_like(kernel), np.zeros(1, np.float32)])  # deep part = 0
+    model.bias.assign(0.1)
+    logits = model(_batch([7, 7], [9, 12345]), training=False)
+    assert logits.shape == (2,)
+    # sample 0: first order 0.5 - 0.25 = 0.25; FM [1, 2].[3, -1] = 3 - 2 = 1; deep 0; bias 0.1 -> 1.35
+    # sample 1: b = 12345 is unknown (zeros): first order 0.5; FM 0; deep 0; bias 0.1 -> 0.6
+    np.testing.assert_allclose(logits.numpy(), [1.35, 0.6], rtol=1e-6)
+
+
+def test_wide_and_deep_logits_by_hand():
+    model = _build("wide_and_deep", "wide_and_deep")
+    assert model.tables.extra_dims == 1
+    _upsert(model, "a", [7], [[1.0, 2.0, 0.5]])
+    _upsert(model, "b", [9], [[3.0, -1.0, -0.25]])
+    kernel, _ = model.deep_logit.get_weights()
+    model.deep_logit.set_weights([np.zeros_like(kernel), np.array([0.2], np.float32)])  # deep part = 0.2
+    model.bias.assign(0.1)
+    logits = model(_batch([7, 7], [9, -1]), training=False)
+    assert logits.shape == (2,)
+    # sample 0: linear 0.5 - 0.25 = 0.25; no FM term; deep 0.2; bias 0.1 -> 0.55
+    # sample 1: b = -1 is padding (zeros): linear 0.5 + 0.2 + 0.1 -> 0.8
+    np.testing.assert_allclose(logits.numpy(), [0.55, 0.8], rtol=1e-6)
+
+
+def test_dnn_logits_by_hand():
+    model = _build("DNN", "dnn")
+    assert model.tables.extra_dims == 0
+    _upsert(model, "a", [7], [[1.0, 2.0]])
+    _upsert(model, "b", [9], [[3.0, -1.0]])
+    # hidden = relu(concat(v_a, v_b) @ K) with K = [[1, 0], [0, 1], [1, 0], [0, 1]]: relu(v_a + v_b)
+    hidden_layer = model.deep._layers[0]  # pylint: disable=protected-access
+    hidden_layer.set_weights([np.array([[1, 0], [0, 1], [1, 0], [0, 1]], np.float32), np.zeros(2, np.float32)])
+    model.deep_logit.set_weights([np.array([[1.0], [-2.0]], np.float32), np.array([0.5], np.float32)])
+    model.bias.assign(0.1)
+    logits = model(_batch([7, 8], [9, 9]), training=False)
+    assert logits.shape == (2,)
+    # sample 0: relu([1 + 3, 2 - 1]) = [4, 1]; 4 * 1 + 1 * -2 + 0.5 = 2.5; + bias 0.1 -> 2.6
+    # sample 1: a = 8 unknown (zeros): relu([3, -1]) = [3, 0]; 3 + 0 + 0.5 + 0.1 -> 3.6 (5.6 without the relu)
+    np.testing.assert_allclose(logits.numpy(), [2.6, 3.6], rtol=1e-6)
+
+
+def test_embedding_regularization_by_hand():
+    model = _build("dnn", "dnn", embedding_l2=0.5)
+    _upsert(model, "a", [7], [[1.0, 2.0]])
+    _upsert(model, "b", [9], [[3.0, -1.0]])
+    model(_batch([7, 8], [9, 9]), training=False)
+    # a rows [1, 2] and [0, 0]: sum of squares 5 and 0, mean 2.5; b rows [3, -1] twice: 10 and 10, mean 10.
+    # 0.5 * (2.5 + 10) = 6.25
+    assert len(model.losses) == 1
+    assert float(model.losses[0]) == pytest.approx(6.25, rel=1e-6)

@@ -1,0 +1,120 @@
+"""Where an update stream lives (transport.py): locations from the config and from an export, sinks and readers."""
+import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before anything loads TensorFlow)
+
+import numpy as np
+import pytest
+
+from easyonline.protos import pipeline_pb2
+from easyonline.updates.codec import UpdateSnapshot, decode_update, encode_update
+from easyonline.updates.directory_sink import DirectorySink
+from easyonline.updates.kafka_sink import KafkaSink
+from easyonline.updates.readers import DirectoryUpdateReader
+from easyonline.updates.transport import (DIRECTORY, KAFKA, StreamLocation, default_model_name, open_reader, open_sink,
+                                          stream_model_name)
+
+
+def _kafka_incr():
+    incr = pipeline_pb2.IncrSaveConfig()
+    incr.kafka.server = "127.0.0.1:9092"
+    incr.kafka.topic = "deepfm_updates"
+    return incr
+
+
+def _fs_incr(directory):
+    incr = pipeline_pb2.IncrSaveConfig()
+    incr.fs.incr_save_dir = str(directory)
+    return incr
+
+
+def test_location_from_a_kafka_config():
+    location = StreamLocation.from_config(_kafka_incr())
+    assert location == StreamLocation(KAFKA, server="127.0.0.1:9092", topic="deepfm_updates")
+    assert location.description == "kafka topic deepfm_updates at 127.0.0.1:9092"
+
+
+def test_location_from_an_fs_config():
+    location = StreamLocation.from_config(_fs_incr("oss://bucket/updates"))
+    assert location == StreamLocation(DIRECTORY, directory="oss://bucket/updates")
+    assert location.description == "directory oss://bucket/updates"
+
+
+@pytest.mark.parametrize("location, info", [
+    (StreamLocation(KAFKA, server="h:1", topic="t"), {"storage": "kafka", "server": "h:1", "topic": "t"}),
+    (StreamLocation(DIRECTORY, directory="/x/y"), {"storage": "fs", "incr_save_dir": "/x/y"}),
+])
+def test_info_round_trip(location, info):
+    assert location.to_info() == info
+    assert StreamLocation.from_info(info) == location
+
+
+@pytest.mark.parametrize("info", [{"storage": "none"}, {}, {"storage": "KAFKA", "server": "h:1", "topic": "t"}])
+def test_info_naming_no_stream_is_none(info):
+    assert StreamLocation.from_info(info) is None
+
+
+@pytest.mark.parametrize("model_dir, name", [
+    ("oss://bucket/a/b/", "b"),
+    ("oss://bucket/a/b", "b"),
+    ("/tmp/easyonline/online", "online"),
+    ("relative/dir//", "dir"),
+    ("/", "model"),  # no last component: the fallback name
+])
+def test_default_model_name(model_dir, name):
+    assert default_model_name(model_dir) == name
+
+
+def test_stream_model_name_prefers_the_config():
+    incr = _kafka_incr()
+    assert stream_model_name(incr, "oss://bucket/a/b/") == "b"
+    incr.model_name = "ctr"
+    assert stream_model_name(incr, "oss://bucket/a/b/") == "ctr"
+
+
+def test_open_sink_picks_the_configured_transport(tmp_path):
+    kafka = open_sink(_kafka_incr())  # only built: nothing connects before connect()
+    assert isinstance(kafka, KafkaSink) and kafka.description == "kafka topic deepfm_updates at 127.0.0.1:9092"
+    directory = open_sink(_fs_incr(tmp_path / "u"))
+    assert isinstance(directory, DirectorySink) and directory.directory == str(tmp_path / "u")
+    assert not (tmp_path / "u").exists()  # created by connect(), not by open_sink
+
+
+def _messages(first_sequence, step):
+    snapshot = UpdateSnapshot(step=step, create_time=1.0, positions={0: step})
+    snapshot.deletes[3] = np.array([1, 2], np.int64)
+    return encode_update(snapshot, "m", first_sequence, first_sequence, 1 << 16, {3: 4})
+
+
+def test_directory_sink_and_reader_round_trip(tmp_path):
+    incr = _fs_incr(tmp_path / "updates")
+    sink = open_sink(incr)
+    sink.connect()
+    assert sink.last_header("m") is None
+    first, second = _messages(1, step=10)[0], _messages(2, step=20)[0]
+    sink.send([(1, first), (2, second)], key=b"m")
+    assert sorted(p.name for p in (tmp_path / "updates").iterdir()) == [
+        "update-000000000001.pb", "update-000000000001.pb.done", "update-000000000002.pb", "update-000000000002.pb.done"]
+    assert sink.last_header("m").sequence == 2
+
+    reader = open_reader(StreamLocation.from_config(incr))
+    assert isinstance(reader, DirectoryUpdateReader) and reader.next_sequence == 1  # start 0 reads from sequence 1
+    assert reader.lag_messages() == 2
+    assert reader.read_available() == [(1, first), (2, second)]
+    assert reader.lag_messages() == 0 and reader.poll() == []
+    assert [decode_update(data).header.global_step for data in (first, second)] == [10, 20]
+
+    later = open_reader(StreamLocation.from_config(incr), start=2)
+    assert later.lag_messages() == 1 and later.read_available() == [(2, second)]
+    # The first message made after step 10 is sequence 2; after step 20 there is none yet: the next one, 3.
+    assert later.start_after_step("m", 10) == (2, 2)
+    assert later.start_after_step("m", 20) == (3, 3)
+
+
+def test_directory_reader_waits_for_the_done_file(tmp_path):
+    sink = DirectorySink(str(tmp_path))
+    sink.connect()
+    sink.send([(1, _messages(1, step=1)[0])], key=b"m")
+    (tmp_path / "update-000000000002.pb").write_bytes(_messages(2, step=2)[0])  # written, not yet done
+    reader = open_reader(StreamLocation(DIRECTORY, directory=str(tmp_path)))
+    assert reader.lag_messages() == 1 and [s for s, _ in reader.read_available()] == [1]
+    (tmp_path / "update-000000000002.pb.done").write_bytes(b"")
+    assert [s for s, _ in reader.read_available()] == [2]
