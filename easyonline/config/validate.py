@@ -35,13 +35,16 @@ def parse_offset_info(offset_info: str, path: str):
     _require(isinstance(value, dict) and value, path, "expected a non-empty JSON object")
     if "timestamp" in value:
         _require(len(value) == 1, path, "a timestamp start cannot be mixed with partition offsets")
-        _require(isinstance(value["timestamp"], (int, float)) and value["timestamp"] >= 0, path,
+        stamp = value["timestamp"]
+        _require(isinstance(stamp, (int, float)) and not isinstance(stamp, bool) and 0 <= stamp < 1e11, path,
                  "timestamp must be unix seconds >= 0")
         return "timestamp", float(value["timestamp"])
     offsets = {}
     for key, offset in value.items():
-        _require(str(key).isdigit(), path, f"partition {key!r} is not a non-negative integer")
-        _require(isinstance(offset, int) and offset >= 0, path, f"offset of partition {key} must be an integer >= 0, got {offset!r}")
+        _require(str(key).isascii() and str(key).isdigit(), path, f"partition {key!r} is not a non-negative integer")
+        _require(int(key) not in offsets, path, f"partition {int(key)} is given twice")
+        _require(isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0, path,
+                 f"offset of partition {key} must be an integer >= 0, got {offset!r}")
         offsets[int(key)] = offset
     return "offsets", offsets
 

@@ -38,11 +38,12 @@ def shrink_table(tables: DynamicTables, table: str, now: float, seconds_per_day:
     if policy.max_size and len(row_keys) > policy.max_size:
         # Rank the surviving rows by score, then recency; ids without statistics rank last.
         position = {int(k): i for i, k in enumerate(keys)}
-        index = np.array([position.get(int(k), -1) for k in row_keys])
+        index = np.array([position.get(int(k), -1) for k in row_keys], np.int64)
         has = index >= 0
-        row_score = np.where(has, score[index], -np.inf)
-        row_seen = np.where(has, values[index, LAST_SEEN], -np.inf)
-        row_deleted = np.where(has, delete[index], False)
+        safe = np.where(has, index, 0)  # any valid index where a row has no statistics (masked out below)
+        row_score = np.where(has, score[safe], -np.inf) if len(keys) else np.full(len(row_keys), -np.inf)
+        row_seen = np.where(has, values[safe, LAST_SEEN], -np.inf) if len(keys) else np.full(len(row_keys), -np.inf)
+        row_deleted = np.where(has, delete[safe], False) if len(keys) else np.zeros(len(row_keys), bool)
         row_score = np.where(row_deleted, -np.inf, row_score)
         order = np.lexsort((-row_seen, -row_score))  # best first
         over_cap = row_keys[order[policy.max_size:]]

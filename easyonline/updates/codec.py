@@ -60,6 +60,9 @@ class _Packer:
             self.messages.append(update_pb2.UpdateMessage())
             self._used = 0
             fit = (self.budget - _ENTRY_OVERHEAD) // item_bytes
+            if fit < 1:
+                raise ValueError(f"an item of {item_bytes} bytes does not fit in a message of "
+                                 f"{self.budget + _HEADER_RESERVE} bytes: raise max_message_bytes")
         return fit
 
     def add_dense(self, param_id: int, value: np.ndarray) -> None:
