@@ -39,11 +39,22 @@ from easyonline.utils.logs import setup_logging
 tf = ensure_legacy_keras()
 
 
+LINES_PER_MESSAGE = 4  # the demo's producer puts 4 samples in each message, messages round-robin over partitions
+
+
 class DriftMonitor(Callback):
     """At the drift point: records the online AUC and freezes a copy of the model; then scores each
-    later batch with the frozen copy too, over the same sliding window as the online metrics."""
+    later batch with the frozen copy too, over the same sliding window as the online metrics.
 
-    def __init__(self, drift_at: int, stop_after: int, frozen_dir: str):
+    The drift point is where the stream is, not how many samples were trained: the reader does not
+    interleave partitions evenly, so by the 60,000th trained sample one partition may already be far
+    into the drifted part while the other lags. The model is frozen after the first batch that reached
+    the drift in any partition (sample ``4 * (offset * partitions + partition)`` sits at that offset).
+    """
+
+    def __init__(self, drift_at: int, stop_after: int, frozen_dir: str, partitions: int):
+        self.drift_message = drift_at // LINES_PER_MESSAGE
+        self.partitions = partitions
         self.drift_at = drift_at
         self.stop_after = stop_after
         self.frozen_dir = frozen_dir
@@ -61,7 +72,9 @@ class DriftMonitor(Callback):
 
     def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
         trained = int(trainer.checkpointer.samples.numpy())
-        if self.frozen_model is None and trained >= self.drift_at:
+        reached = any(offset * self.partitions + partition >= self.drift_message
+                      for partition, offset in trainer.positions.items())
+        if self.frozen_model is None and reached:
             self._freeze(trainer)
         elif self.frozen_model is not None:
             self.frozen_metrics.update(parsed_batch.labels.numpy(), self.frozen_model.score(parsed_batch.features))
@@ -107,7 +120,7 @@ def main(argv) -> int:
         producer = subprocess.Popen(
             [sys.executable, "-m", "easyonline.tools.stream_producer", f"--bootstrap={broker.bootstrap}",
              "--topic=samples", f"--samples={FLAGS.samples}", f"--drift_at={FLAGS.drift_at}",
-             f"--partitions={FLAGS.partitions}", f"--rate={FLAGS.rate}", "--lines_per_message=4"])
+             f"--partitions={FLAGS.partitions}", f"--rate={FLAGS.rate}", f"--lines_per_message={LINES_PER_MESSAGE}"])
         try:
             config = load_pipeline_config(FLAGS.config)
             config.model_dir = model_dir
@@ -117,7 +130,7 @@ def main(argv) -> int:
             if config.train_config.HasField("incr_save_config") and incr.WhichOneof("storage") == "kafka":
                 incr.kafka.server = broker.bootstrap
             validate_pipeline_config(config, online=True)
-            monitor = DriftMonitor(FLAGS.drift_at, FLAGS.samples, os.path.join(work, "frozen"))
+            monitor = DriftMonitor(FLAGS.drift_at, FLAGS.samples, os.path.join(work, "frozen"), FLAGS.partitions)
             trainer = build_trainer(config, online=True, callbacks=[monitor])
             timer = threading.Timer(FLAGS.max_seconds, lambda: trainer.stop_signal.request("demo time limit"))
             timer.daemon = True
