@@ -23,10 +23,11 @@ tf = ensure_legacy_keras()
 log = logging.getLogger(__name__)
 
 
-def model_for_checkpoint(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, checkpoint: Optional[str],
-                         scope: Optional[ContextManager] = None) -> RankingModel:
-    """The config's model, its tables in as many shards as ``checkpoint`` has (1 without one), built in ``scope``."""
-    with scope or contextlib.nullcontext(), local_shards(checkpoint_shards(checkpoint) if checkpoint else 1):
+def model_with_shards(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, shards: int,
+                      scope: Optional[ContextManager] = None) -> RankingModel:
+    """The config's model, its tables in ``shards`` shards in this process (a checkpoint's
+    ``checkpoint_shards``; 1 without one), built in ``scope``."""
+    with scope or contextlib.nullcontext(), local_shards(shards):
         return build_model(config, specs)
 
 
@@ -55,13 +56,17 @@ class RestoredModel:
     shards: int
 
 
-def restore_model(config: pipeline_pb2.PipelineConfig, checkpoint: str,
-                  specs: Optional[FeatureSpecs] = None) -> RestoredModel:
-    """The config's model with the parameters of ``checkpoint`` (a prefix), ready to score (no optimizer)."""
+def restore_model(config: pipeline_pb2.PipelineConfig, checkpoint: str, specs: Optional[FeatureSpecs] = None,
+                  shards: Optional[int] = None) -> RestoredModel:
+    """The config's model with the parameters of ``checkpoint`` (a prefix), ready to score (no optimizer).
+
+    ``shards``: the checkpoint's, when the caller has already read it.
+    """
     specs = specs or build_feature_specs(config)
-    model = model_for_checkpoint(config, specs, checkpoint)
+    shards = shards or checkpoint_shards(checkpoint)
+    model = model_with_shards(config, specs, shards)
     model(empty_features(specs), training=False)  # creates the dense variables the checkpoint fills
     model.tables.release_names()
     step = restore_into(model, checkpoint)
     log.info("loaded %s (step %d, %d keys)", checkpoint, step, sum(model.tables.sizes().values()))
-    return RestoredModel(model, specs, checkpoint, step, checkpoint_shards(checkpoint))
+    return RestoredModel(model, specs, checkpoint, step, shards)

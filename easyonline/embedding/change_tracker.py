@@ -30,11 +30,13 @@ class ChangeLog:
         self._deleted: Dict[str, List[np.ndarray]] = {}
         self._count = 0
 
-    def _add(self, target: Dict[str, List[np.ndarray]], arrays: List[Tuple[str, np.ndarray]]) -> None:
+    def add(self, trained: List[Tuple[str, np.ndarray]], deleted: List[Tuple[str, np.ndarray]]) -> None:
+        """Records (table, ids) arrays, as they are (the tracker shares them between logs)."""
         with self._lock:
-            for table, ids in arrays:
-                target.setdefault(table, []).append(ids)
-                self._count += len(ids)
+            for target, arrays in ((self._trained, trained), (self._deleted, deleted)):
+                for table, ids in arrays:
+                    target.setdefault(table, []).append(ids)
+                    self._count += len(ids)
 
     @property
     def pending_ids(self) -> int:
@@ -77,12 +79,12 @@ class ChangeTracker:
                 ids = ids.flat_values
             arrays.append((table, ids.numpy()))
         for log in self._logs:
-            log._add(log._trained, arrays)  # pylint: disable=protected-access
+            log.add(arrays, [])
 
     def record_deleted(self, evicted: Dict[str, np.ndarray]) -> None:
         arrays = [(table, np.asarray(keys, np.int64)) for table, keys in evicted.items()]
         for log in self._logs:
-            log._add(log._deleted, arrays)  # pylint: disable=protected-access
+            log.add([], arrays)
 
 
 def unique_keys(arrays: List[np.ndarray]) -> np.ndarray:

@@ -38,11 +38,12 @@ class CheckpointModel:
 
     def restore(self, path: str) -> int:
         """Loads the checkpoint prefix ``path``; returns its training step (-1 for a model-only checkpoint)."""
-        if self.model is not None and checkpoint_shards(path) == self.shards:
+        shards = checkpoint_shards(path)
+        if self.model is not None and shards == self.shards:
             self.step = restore_into(self.model, path)  # the traced scoring function is kept
             log.info("loaded %s (step %d, %d keys)", path, self.step, sum(self.model.tables.sizes().values()))
         else:  # the first, or one written by a cluster with another number of ps
-            restored = restore_model(self.config, path, self.specs)
+            restored = restore_model(self.config, path, self.specs, shards)
             self.model, self.shards, self.step = restored.model, restored.shards, restored.step
             model = self.model
             self._score = tf.function(lambda features: model(features, training=False),

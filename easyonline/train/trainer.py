@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from easyonline.checkpoint.checkpointer import Checkpointer, write_pipeline_config
-from easyonline.checkpoint.restore import model_for_checkpoint
+from easyonline.checkpoint.restore import model_with_shards
 from easyonline.config.loader import to_text
 from easyonline.config.secrets import apply_oss_config
 from easyonline.core.bootstrap import ensure_legacy_keras
@@ -87,7 +87,7 @@ class OnlineTrainer:
         tf.keras.utils.set_random_seed(config.train_config.seed)
         latest = self._latest_local_checkpoint()
         saved_shards = checkpoint_shards(latest) if latest else None
-        self.model = model_for_checkpoint(config, self.specs, latest, scope=self._variable_scope())
+        self.model = model_with_shards(config, self.specs, saved_shards or 1, scope=self._variable_scope())
         with self._variable_scope():
             self.optimizer = build_optimizer(config.train_config.optimizer_config)
         self.task = RankingTask(config.train_config.metrics_window_samples)
