@@ -1,51 +1,78 @@
-"""The chief of a parameter-server cluster: the OnlineTrainer whose steps run on workers, parameters on ps.
+"""A trainer of a parameter-server cluster: it reads its own partitions and trains them concurrently.
 
-Built on ``tf.distribute.experimental.ParameterServerStrategy`` and its
-``ClusterCoordinator``. The chief reads and parses the stream, runs every
-callback (checkpoints with positions, publishing, eviction, stop file) and
-schedules each step as a function on a worker. Embedding tables are sharded
-over all ps tasks by ``id mod num_ps`` (``DynamicTables`` does it under the
-strategy's scope); dense variables are spread over the ps as well. Every
-batch's scores come back to the chief, so the prequential metrics cover all
-samples whichever worker trained them.
+Asynchronous data parallelism with between-graph replication, on
+TensorFlow's own distributed runtime (as EasyRec's TF1 ps jobs and Paddle's
+``a_sync`` mode): the chief and every worker are trainers, each with its
+own graph (train_graph.py) and session; the ps hold the parameters and the
+shared state (shared_state.py). Trainer i of n reads the Kafka partitions
+p with ``p % n == i``, parses, scores and trains its batches without
+waiting for the others.
 
-One step runs at a time. TFRA's Keras embedding keeps its looked-up rows in
-one shadow buffer per table, shared by every worker under this strategy, so
-two steps at once would corrupt each other's rows. Extra workers therefore
-give fail-over, not throughput. Reading and parsing still run ahead on the
-chief's prefetch thread. docs/distributed.md explains this and its numbers.
-
-Failures:
-- A worker dies: the coordinator runs the step again on another worker, and
-  training goes on. A step that died half-way may have applied part of its
-  update, so that batch counts at least once.
-- A ps dies: its part of the parameters is gone. The chief stops without a
-  checkpoint and raises ClusterFailure (exit code 5). A restart of the
-  cluster resumes from the last checkpoint and its Kafka positions.
+- **Start.** The chief initialises the parameters, or restores the latest
+  checkpoint into the ps (its positions included), then raises the shared
+  ``ready`` flag; the others wait for it. A chief that restarts while the
+  ps still hold a ready model keeps it (restoring would roll back every
+  trainer's work since the checkpoint).
+- **Positions.** Each step moves its batch's partitions forward in the
+  shared positions once its updates are applied; a trainer (re)starts its
+  partitions from there. So a trainer killed at any moment resumes after
+  the last batch whose update was applied; only the batch in flight is
+  trained again (and may have been applied in part).
+- **Checkpoints.** The chief reads the shared positions, then saves the
+  parameters: every update up to those positions is in the checkpoint, and
+  a whole-cluster restart, with any number of trainers, repeats at most
+  what came after it, never loses a sample.
+- **Metrics.** Every trainer's step adds its pre-update scores to shared
+  histograms, so the status line's AUC, logloss and CTR cover all
+  trainers (Paddle's global AUC), as do its step, samples and rate.
+- **Offline runs** end when every trainer has caught up: each marks itself
+  finished, and the chief waits for all before its final checkpoint.
+- **Failures.** A lost ps loses its parameters: every trainer stops with
+  ClusterFailure (exit code 5) and the cluster restarts from the last
+  checkpoint. A lost worker or chief stops nothing else; restarted, it
+  resumes its partitions from the shared positions.
 """
+import collections
+import json
 import logging
+import os
 import time
+from typing import Dict, Optional, Sequence
+
 import numpy as np
 
+from easyonline.checkpoint.checkpointer import CHECKPOINT_NAME, latest_checkpoint
+from easyonline.checkpoint.mirror import CheckpointMirror
+from easyonline.config.secrets import apply_oss_config
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.core.errors import ClusterFailure
+from easyonline.core.callbacks import Callback
+from easyonline.core.errors import ClusterFailure, ConfigError
+from easyonline.core.stop_signal import StopSignal
 from easyonline.distributed.cluster_config import ClusterConfig
-from easyonline.features.signature import empty_features
+from easyonline.distributed.shared_state import ClusterMetrics, positions_array, positions_dict
+from easyonline.distributed.train_graph import TrainGraph
+from easyonline.embedding.change_tracker import ChangeTracker
+from easyonline.embedding.dynamic_tables import STATS_EPOCH
+from easyonline.features import build_feature_specs
+from easyonline.inputs.bad_input import BadInputMonitor
+from easyonline.inputs.build_source import build_dead_letter, build_parser, build_source
+from easyonline.inputs.raw_batch import BatchSource
 from easyonline.protos import pipeline_pb2
+from easyonline.tasks import RankingTask
 from easyonline.train.trainer import OnlineTrainer
+from easyonline.utils import fileio
 from easyonline.utils.net import wait_for_port
 
 tf = ensure_legacy_keras()
 log = logging.getLogger(__name__)
+_WAIT_LOG_SECS = 10.0
 
 
-
-
-def wait_for_tasks(cluster: ClusterConfig, timeout_secs: float = 120.0) -> None:
-    """Waits until every ps and worker accepts connections; raises ClusterFailure naming those that do not."""
+def wait_for_tasks(cluster: ClusterConfig, roles: Sequence[str] = ("ps",), timeout_secs: float = 120.0) -> None:
+    """Waits until the tasks of ``roles`` accept connections; raises ClusterFailure naming those that do not."""
     deadline = time.time() + timeout_secs
     missing = []
-    for role in ("ps", "worker"):
+    for role in roles:
         for i, address in enumerate(cluster.cluster[role]):
             host, port = address.rsplit(":", 1)
             if not wait_for_port(host, int(port), max(deadline - time.time(), 0.5)):
@@ -54,72 +81,277 @@ def wait_for_tasks(cluster: ClusterConfig, timeout_secs: float = 120.0) -> None:
         raise ClusterFailure(f"cluster task(s) not reachable after {timeout_secs:.0f}s: {', '.join(missing)}")
 
 
-class ClusterTrainer(OnlineTrainer):
-    """OnlineTrainer as the chief of ``cluster``; same arguments otherwise."""
-
-    def __init__(self, config: pipeline_pb2.PipelineConfig, cluster: ClusterConfig, **kwargs):
-        self.cluster = cluster
-        wait_for_tasks(cluster)
-        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-            tf.train.ClusterSpec(cluster.cluster), task_type="chief", task_id=0, rpc_layer="grpc")
-        self.strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
-        self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy)
-        self.remote_seconds = 0.0  # time the chief waited for steps on workers
-        log.info("chief of %d ps and %d workers: %s", cluster.num_ps, cluster.num_workers, cluster.cluster)
-        super().__init__(config, **kwargs)
-
-    def _variable_scope(self):
-        return self.strategy.scope()
-
-    def _distribute(self, step_fn):
-        return lambda *args: self.strategy.run(step_fn, args=args)
-
-    def _guarded(self, action, *args):
-        """Runs ``action``; an error that means the cluster lost a ps becomes ClusterFailure."""
-        try:
-            return action(*args)
-        except Exception as e:  # pylint: disable=broad-except
-            if not _is_cluster_failure(e):
-                raise
-            self.can_checkpoint = False
-            first = str(e).strip().split("\n")[0][:300]
-            raise ClusterFailure(f"lost a parameter server ({type(e).__name__}: {first}); the parameters since "
-                                 f"the last checkpoint are gone: restart the cluster to resume from "
-                                 f"{self.last_checkpoint or 'the start'}") from None
-
-    def _run(self, step, *args) -> np.ndarray:
-        started = time.perf_counter()
-        try:
-            return np.asarray(self._guarded(lambda: self.coordinator.schedule(step, args=args).fetch()))
-        finally:
-            self.remote_seconds += time.perf_counter() - started
-
-    def run(self):
-        self.remote_seconds = 0.0  # the split covers this run, not building the variables
-        summary = super().run()
-        other = max(summary.seconds - self.remote_seconds - self.input_wait_seconds, 0.0)
-        log.info("time split: steps on workers/ps %.1fs (%.0f%%), chief waiting for input %.1fs (%.0f%%), "
-                 "chief other work %.1fs (%.0f%%)", self.remote_seconds,
-                 100 * self.remote_seconds / max(summary.seconds, 1e-9), self.input_wait_seconds,
-                 100 * self.input_wait_seconds / max(summary.seconds, 1e-9), other,
-                 100 * other / max(summary.seconds, 1e-9))
-        return summary
-
-    def save_checkpoint(self) -> str:
-        return self._guarded(super().save_checkpoint)
-
-    def table_sizes(self):
-        return self._guarded(super().table_sizes)
-
-    def _build_variables(self) -> None:
-        # Tracing the scheduled step creates the model's variables and the optimizer's slots on the ps.
-        self._run(self._train_step, empty_features(self.specs), tf.zeros([0], tf.float32), self._now())
-        self.model.tables.release_names()
-
-
-def _is_cluster_failure(error: Exception) -> bool:
-    from tensorflow.python.distribute.coordinator import cluster_coordinator  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
-    if cluster_coordinator._is_ps_failure(error):  # pylint: disable=protected-access
-        return True
+def _is_lost_task(error: Exception) -> bool:
     return isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
-                              cluster_coordinator.ClosureAbortedError))
+                              tf.errors.DeadlineExceededError))
+
+
+def _refuse_what_a_cluster_cannot_do_yet(config: pipeline_pb2.PipelineConfig) -> None:
+    """Publishing and eviction need every trainer's changed keys on the chief: not built yet (issue 16)."""
+    train = config.train_config
+    for field in ("incr_save_config", "inference_save_config"):
+        if train.HasField(field):
+            raise ConfigError(f"train_config.{field}", "is not supported on a ps cluster yet (the chief does not "
+                              "see the other trainers' changed keys); train in one process to publish")
+    for feature in config.feature_configs:
+        if feature.HasField("eviction"):
+            raise ConfigError(f"feature_configs[{'/'.join(feature.input_names)}].eviction",
+                              "is not supported on a ps cluster yet; admission is")
+
+
+class ClusterTrainer(OnlineTrainer):
+    """One trainer (the chief or a worker) of ``cluster``; otherwise the OnlineTrainer's arguments."""
+
+    def __init__(self, config: pipeline_pb2.PipelineConfig, cluster: ClusterConfig, online: bool = True,
+                 source: Optional[BatchSource] = None, callbacks: Sequence[Callback] = ()):
+        # pylint: disable=super-init-not-called  (the model lives in a graph, not in eager variables)
+        self.config = config
+        self.online = online
+        self.cluster = cluster
+        self.trainer_index = cluster.trainer_index
+        self.name = "chief" if cluster.is_chief else f"worker {cluster.task_index}"
+        train = config.train_config
+        _refuse_what_a_cluster_cannot_do_yet(config)
+        apply_oss_config(config)
+        self.specs = build_feature_specs(config)
+        self.parser = build_parser(config, self.specs)
+        tf.keras.utils.set_random_seed(train.seed)
+        self.task = RankingTask(train.metrics_window_samples)
+        self.graph = TrainGraph(config, self.specs, cluster, self.task)
+        self.model = self.graph.model
+        self.optimizer = self.graph.optimizer
+        self.state = self.graph.state
+        self.callbacks = list(callbacks)
+        self.mirror = CheckpointMirror(config.model_dir) if fileio.is_oss(config.model_dir) else None
+        self.local_dir = self.mirror.local if self.mirror else config.model_dir
+        fileio.makedirs(config.model_dir)
+        with self.graph.graph.as_default():
+            self.manager = tf.train.CheckpointManager(self.graph.checkpoint, self.local_dir,
+                                                      max_to_keep=train.keep_checkpoint_max,
+                                                      checkpoint_name=CHECKPOINT_NAME)
+        self.server = tf.distribute.Server(tf.train.ClusterSpec({r: t for r, t in cluster.cluster.items() if t}),
+                                           job_name=cluster.task_type, task_index=cluster.task_index,
+                                           protocol="grpc", start=True)
+        wait_for_tasks(cluster)
+        session_config = tf.compat.v1.ConfigProto(
+            device_filters=["/job:ps", cluster.device], intra_op_parallelism_threads=train.intra_op_threads,
+            inter_op_parallelism_threads=train.inter_op_threads)
+        self.session = tf.compat.v1.Session(self.server.target, graph=self.graph.graph, config=session_config)
+        self.can_checkpoint = True
+        self.last_checkpoint: Optional[str] = None
+        self._last_saved_step = -1
+        self._start_samples: Optional[int] = None
+        self.restored_from = self._join()
+        self.metrics = ClusterMetrics(self._session_run, self.state, train.metrics_window_samples)
+        self.changes = ChangeTracker(self.specs)
+        self.stop_signal = StopSignal()
+        self.clock = time.time
+        self._source = source
+        self.source: Optional[BatchSource] = None
+        shared = self._session_run(self.state.reads)
+        self.step, self._samples = int(shared["step"]), int(shared["samples"])
+        self._cluster_lag: Optional[int] = None
+        self.positions: Dict[int, int] = {}
+        self.lag: Optional[int] = None
+        self.bad_input = BadInputMonitor(config.data_config, build_dead_letter(config))
+        self.input_wait_seconds = 0.0
+        self.evicted: Dict[str, np.ndarray] = {}
+        # (start, end) of the last steps, written to <status dir>/step_spans.npy at the end of a run:
+        # they show whether the trainers' steps overlap (tools/bench/cluster_throughput.py)
+        self.step_spans: collections.deque = collections.deque(maxlen=100000)
+        log.info("%s: trainer %d of %d, with %d ps; reads partitions p with p %% %d == %d", self.name,
+                 self.trainer_index, cluster.num_trainers, cluster.num_ps, cluster.num_trainers, self.trainer_index)
+
+    # --- the session ----------------------------------------------------------------
+    def _session_run(self, fetches, feed_dict=None):
+        """session.run; an error that means a lost ps becomes ClusterFailure (exit code 5)."""
+        try:
+            return self.session.run(fetches, feed_dict)
+        except Exception as e:  # pylint: disable=broad-except
+            if not _is_lost_task(e):
+                raise
+            raise self._lost(e) from None
+
+    def _lost(self, error: Exception) -> ClusterFailure:
+        self.can_checkpoint = False
+        first = str(error).strip().split("\n")[0][:300]
+        return ClusterFailure(f"lost a parameter server ({type(error).__name__}: {first}); the parameters since "
+                              f"the last checkpoint are gone: restart the cluster to resume from "
+                              f"{self.last_checkpoint or self.manager.latest_checkpoint or 'the start'}")
+
+    def _join(self) -> Optional[str]:
+        """The chief makes the ps ready (init or restore); the others wait until it has. Returns the restore."""
+        self._session_run(self.graph.local_init)
+        if not self.cluster.is_chief:
+            self._wait_until_ready()
+            return None
+        if not len(self._session_run(self.graph.uninitialized)) and self._session_run(self.state.ready):
+            log.info("the ps hold a ready model (the chief restarted alone): continuing with it")
+            return None
+        self._session_run(self.graph.global_init)
+        path = self._restore()
+        self._start_samples = int(self._session_run(self.state.samples))  # before any trainer can step
+        self._session_run(self.state.set_ready)
+        return path
+
+    def _wait_until_ready(self, timeout_secs: float = 600.0) -> None:
+        started = last_log = time.time()
+        while True:
+            if not len(self._session_run(self.graph.uninitialized)) and self._session_run(self.state.ready):
+                return
+            if time.time() - last_log >= _WAIT_LOG_SECS:
+                log.info("%s: waiting for the chief to initialise or restore the model (%.0fs)", self.name,
+                         time.time() - started)
+                last_log = time.time()
+            if time.time() - started > timeout_secs:
+                raise ClusterFailure(f"the chief did not make the model ready within {timeout_secs:.0f}s")
+            time.sleep(0.5)
+
+    def _restore(self) -> Optional[str]:
+        """Restores the latest checkpoint (or the fine-tune one) into the ps; returns its path."""
+        if self.mirror:
+            self.mirror.pull()
+        path = self.manager.latest_checkpoint
+        with self.graph.graph.as_default():
+            if path is not None:
+                self.graph.checkpoint.restore(path).expect_partial().run_restore_ops(self.session)
+                positions = {int(k): int(v) for k, v in
+                             json.loads(self._session_run(self.graph.positions_json).decode()).items()}
+                self._session_run(self.state.set_positions, {self.state.all_positions_in: positions_array(positions)})
+                self._last_saved_step = int(self._session_run(self.state.global_step))
+                self.last_checkpoint = path if not self.mirror else fileio.join(
+                    self.config.model_dir, path.rsplit("/", 1)[-1])
+                log.info("restored %s into the ps (step %d, positions %s)", self.last_checkpoint,
+                         self._last_saved_step, positions)
+                return self.last_checkpoint
+            fine_tune = self.config.train_config.fine_tune_checkpoint
+            if fine_tune:
+                source = latest_checkpoint(fine_tune)
+                if source is None:
+                    raise FileNotFoundError(f"train_config.fine_tune_checkpoint: no checkpoint at {fine_tune}")
+                tf.train.Checkpoint(model=self.model).restore(source).expect_partial().run_restore_ops(self.session)
+                log.info("initialised the model from %s", source)
+                return source
+        return None
+
+    # --- what the loop calls ----------------------------------------------------------
+    def make_source(self) -> BatchSource:
+        """This trainer's share of the partitions, from the shared positions (else the config's start)."""
+        positions = positions_dict(self._session_run(self.state.positions))
+        source = build_source(self.config, self.specs, positions,
+                              partition_share=(self.trainer_index, self.cluster.num_trainers))
+        partitions = getattr(source, "partitions", None)
+        if partitions is not None:
+            log.info("%s trains partitions %s", self.name, sorted(getattr(p, "partition", p) for p in partitions))
+        return source
+
+    def _samples_at_start(self) -> int:
+        """The chief counts from the moment it made the model ready, before any trainer could step."""
+        return self._start_samples if self._start_samples is not None else self._samples
+
+    def samples_trained(self) -> int:
+        """Samples trained by the whole cluster (as of this trainer's last step or status line)."""
+        return self._samples
+
+    @property
+    def last_saved_step(self) -> int:
+        return self._last_saved_step if self.cluster.is_chief else self.step
+
+    def _status_dir(self) -> str:
+        return fileio.join(self.local_dir, "train" if self.cluster.is_chief else f"train_worker{self.cluster.task_index}")
+
+    def _refresh(self) -> None:
+        """Reads the cluster's step, samples, lag and metrics from the ps."""
+        shared = self._session_run(self.state.reads)
+        self.step, self._samples = max(self.step, int(shared["step"])), max(self._samples, int(shared["samples"]))
+        self._cluster_lag = int(shared["lags"].sum())
+        self.metrics.refresh()
+
+    def _report(self, status, last) -> None:
+        self._refresh()
+        own_lag, self.lag = self.lag, self._cluster_lag  # the status line gives the cluster's lag
+        try:
+            super()._report(status, last)
+        finally:
+            self.lag = own_lag
+
+    def _train_item(self, raw, parsed) -> None:
+        self.bad_input.record(parsed.size, raw.rejected + parsed.rejected, raw.empty_messages)
+        probs = None
+        if parsed.size:
+            feed = self.graph.feed(parsed.features, parsed.labels, self.clock() - STATS_EPOCH, raw.positions,
+                                   raw.lag or 0)
+            started = time.time()
+            out = self._session_run(self.graph.train_op, feed)
+            self.step_spans.append((started, time.time()))
+            probs = out["probabilities"]
+            self.step, self._samples = int(out["step"]), int(out["samples"])
+            self.changes.record_batch(parsed.features)
+        self.positions = raw.positions
+        self.lag = raw.lag
+        if probs is not None:
+            self.dispatch("on_batch_end", raw, parsed, probs)
+
+    def table_sizes(self) -> Dict[str, int]:
+        return {name: int(size) for name, size in self._session_run(self.graph.table_sizes).items()}
+
+    def shrink(self) -> Dict[str, np.ndarray]:
+        return {}
+
+    def save_checkpoint(self) -> Optional[str]:
+        """The chief: positions first, then the parameters (they hold at least every update up to them)."""
+        if not self.cluster.is_chief:
+            return self.last_checkpoint
+        positions = positions_dict(self._session_run(self.state.positions))
+        self._session_run(self.graph.set_positions_json, {self.graph.positions_json_in: json.dumps(
+            {str(k): v for k, v in sorted(positions.items())})})
+        step = int(self._session_run(self.state.global_step))
+        with self.graph.graph.as_default(), self.session.as_default():
+            try:
+                path = self.manager.save(checkpoint_number=step)
+            except Exception as e:  # pylint: disable=broad-except
+                if _is_lost_task(e):
+                    raise self._lost(e) from None
+                raise
+        if self.mirror:
+            path = self.mirror.push(path, self.manager.checkpoints)
+        if self.source is not None:
+            self.source.commit(positions)
+        self._last_saved_step = step
+        self.last_checkpoint = path
+        log.info("saved checkpoint %s (positions %s)", path, positions)
+        self.dispatch("on_checkpoint", path)
+        return path
+
+    def _before_final_checkpoint(self, stop_reason: str) -> None:
+        if self.step_spans and not fileio.is_oss(self._status_dir()):
+            os.makedirs(self._status_dir(), exist_ok=True)
+            np.save(os.path.join(self._status_dir(), "step_spans.npy"), np.asarray(self.step_spans))
+        if not self.can_checkpoint:
+            return
+        caught_up = not self.online and ("caught up" in stop_reason or stop_reason == "input ended")
+        if caught_up:
+            self._session_run(self.state.mark_finished, {self.state.trainer_in: self.trainer_index})
+        if self.cluster.is_chief and caught_up:
+            self._wait_for_trainers()
+        if self.cluster.is_chief:
+            self.positions = positions_dict(self._session_run(self.state.positions))
+        self._refresh()
+
+    def _wait_for_trainers(self) -> None:
+        """Offline: the chief's final checkpoint waits until every trainer has caught up (or a stop)."""
+        started = last_log = time.time()
+        while not self.stop_signal.should_stop():
+            finished = self._session_run(self.state.finished)
+            if finished.all():
+                log.info("every trainer has caught up (waited %.1fs)", time.time() - started)
+                return
+            if time.time() - last_log >= _WAIT_LOG_SECS:
+                waiting = [i for i, done in enumerate(finished) if not done]
+                log.info("waiting for trainer(s) %s to catch up before the final checkpoint (%.0fs)", waiting,
+                         time.time() - started)
+                last_log = time.time()
+            time.sleep(0.3)
+
+    def close(self) -> None:
+        self.session.close()

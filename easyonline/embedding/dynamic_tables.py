@@ -13,7 +13,7 @@ padding ids (negative) look up as zeros.
 """
 import contextlib
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.admission import admits
@@ -21,6 +21,7 @@ from easyonline.features.feature_spec import FeatureSpecs, TableSpec
 
 tf = ensure_legacy_keras()
 from tensorflow.python.ops import variable_scope  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+from tensorflow.python.trackable import data_structures  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
 from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
 
 # Statistics columns; last_seen is stored as seconds since STATS_EPOCH (float32 keeps ~2 s resolution).
@@ -29,20 +30,20 @@ STATS_EPOCH = 1.7e9
 
 
 _local_shards = [1]
+# (ps devices, shard every table by key) of the between-graph cluster being built, innermost last.
+_cluster_devices: List[Tuple[List[str], bool]] = []
 _SHARD = re.compile(r"/tables_of_(.+)-parameter/(\d+)/\.ATTRIBUTES/table-keys$")
 
 
 def shard_devices() -> Optional[List[str]]:
     """Where a table's shards live; keys go to shard ``id mod len(devices)``.
 
-    Under a ParameterServerStrategy: one shard per ``ps`` task. Otherwise one
-    table in this process, or, inside ``local_shards(n)``, n shards in this
-    process (to load a cluster's checkpoint for export or evaluation).
+    Inside ``ps_shards``: the cluster's ps tasks. Otherwise one table in this
+    process, or, inside ``local_shards(n)``, n shards in this process (to load
+    a checkpoint written with n shards for export or evaluation).
     """
-    if tf.distribute.has_strategy():
-        num_ps = getattr(tf.distribute.get_strategy().extended, "_num_ps", 0)  # ParameterServerStrategyV2's
-        if num_ps:
-            return [f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(num_ps)]
+    if _cluster_devices:
+        return _cluster_devices[-1][0]
     if _local_shards[-1] > 1:
         return ["/device:CPU:0"] * _local_shards[-1]
     return None
@@ -58,6 +59,16 @@ def local_shards(count: int):
         _local_shards.pop()
 
 
+@contextlib.contextmanager
+def ps_shards(devices: List[str], by_key: bool = False):
+    """Tables built inside live on the ps ``devices``: each whole on one (round-robin), or split by key."""
+    _cluster_devices.append((list(devices), by_key))
+    try:
+        yield
+    finally:
+        _cluster_devices.pop()
+
+
 def checkpoint_shards(path: str) -> int:
     """How many shards per table a checkpoint holds (the number of ps that wrote it; 1 for a single process)."""
     shards = [int(m.group(2)) + 1 for name in tf.train.load_checkpoint(path).get_variable_to_shape_map()
@@ -70,6 +81,36 @@ def table_variable_name(table: str) -> str:
     return "emb_" + re.sub(r"[^A-Za-z0-9_.\-]", "_", table)
 
 
+class GraphEmbedding(tf.Module):
+    """A table for graph-mode (between-graph) training, where TFRA's Keras layer cannot run.
+
+    TFRA's ``ShadowVariable`` is eager-only; in a graph, each lookup goes
+    through ``de.embedding_lookup``, which makes a TrainableWrapper on this
+    worker's device (so concurrent workers never share a buffer). The
+    parameters are tracked as ``params``, like the Keras layer's, so a
+    checkpoint's table keys are named the same in both modes.
+    """
+
+    def __init__(self, embedding_size: int, initializer, devices: Optional[List[str]], name: str):
+        super().__init__(name=name)
+        self.embedding_size = embedding_size
+        self.params = de.get_variable(name + "-parameter", key_dtype=tf.int64, value_dtype=tf.float32,
+                                      dim=embedding_size, devices=devices, initializer=initializer)
+        # The TrainableWrappers of this graph's lookups (their optimizer slots hang off them). Not
+        # checkpointed: reading one needs its batch.
+        self.wrappers: List = data_structures.NoDependency([])
+
+    def __call__(self, ids):
+        values, wrapper = de.embedding_lookup_unique(self.params, ids, name=self.name + "-lookup",
+                                                     return_trainable=True)
+        self.wrappers.append(wrapper)
+        return values
+
+    @property
+    def optimizer_vars(self) -> List:
+        return [slot for wrapper in self.wrappers for slot in getattr(wrapper, "_optimizer_vars", [])]
+
+
 class DynamicTables(tf.keras.layers.Layer):
     """Holds the tables; ``call(features)`` returns one [B, dim + extra_dims] row per id feature."""
 
@@ -80,18 +121,26 @@ class DynamicTables(tf.keras.layers.Layer):
         self.embeddings: Dict[str, de.keras.layers.Embedding] = {}
         self.statistics: Dict[str, de.Variable] = {}
         self.devices = shard_devices()
+        by_key = not _cluster_devices or _cluster_devices[-1][1]
+        # Ops with side effects of a graph-mode call (statistics upserts): the train op must run them.
+        self.graph_updates: List[tf.Operation] = []
         for i, (name, table) in enumerate(sorted(specs.tables.items())):
-            self.embeddings[name] = de.keras.layers.Embedding(
-                table.dim + extra_dims,
-                key_dtype=tf.int64,
-                value_dtype=tf.float32,
-                initializer=tf.keras.initializers.RandomNormal(0.0, table.initializer_stddev, seed=seed + i),
-                devices=self.devices,
-                name=table_variable_name(name))
+            devices = self.devices if by_key or not self.devices else [self.devices[i % len(self.devices)]]
+            if tf.executing_eagerly():
+                initializer = tf.keras.initializers.RandomNormal(0.0, table.initializer_stddev, seed=seed + i)
+                self.embeddings[name] = de.keras.layers.Embedding(
+                    table.dim + extra_dims, key_dtype=tf.int64, value_dtype=tf.float32, initializer=initializer,
+                    devices=devices, name=table_variable_name(name))
+            else:
+                # A TF1 initializer: its random op draws new values at every step (a seeded Keras
+                # initializer in a graph would give every step's new rows the same values).
+                initializer = tf.compat.v1.random_normal_initializer(0.0, table.initializer_stddev, seed=seed + i)
+                self.embeddings[name] = GraphEmbedding(table.dim + extra_dims, initializer, devices,
+                                                       table_variable_name(name))
             if table.keeps_statistics:
                 self.statistics[name] = de.get_variable(table_variable_name(name) + "-parameter-stats",
                                                         key_dtype=tf.int64, value_dtype=tf.float32, dim=3,
-                                                        initializer=0.0, trainable=False, devices=self.devices)
+                                                        initializer=0.0, trainable=False, devices=devices)
         self.release_names()
 
     def release_names(self) -> None:
@@ -176,7 +225,9 @@ class DynamicTables(tf.keras.layers.Layer):
             seen = tf.fill([tf.size(known)], tf.cast(now, tf.float32)) if now is not None else old[:, LAST_SEEN]
             new = tf.stack([old[:, SHOW] + tf.boolean_mask(count, valid),
                             old[:, CLICK] + tf.boolean_mask(clicks, valid), seen], axis=1)
-            stats.upsert(known, new)
+            upsert = stats.upsert(known, new)
+            if not tf.executing_eagerly():
+                self.graph_updates.append(upsert)
             policy = self._specs.tables[table].admission
             if policy is not None:
                 show = tf.scatter_nd(tf.where(valid), tf.cast(new[:, SHOW], tf.float64), tf.shape(unique, tf.int64))

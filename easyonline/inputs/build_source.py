@@ -6,7 +6,7 @@ records and, for plain CSV, parses them too (see reader_process.py); files
 ``data_config.dead_letter_topic`` when one is set.
 """
 import logging
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from easyonline.features import FeatureSpecs
 from easyonline.features.record_parser import make_parser
@@ -23,8 +23,13 @@ log = logging.getLogger(__name__)
 
 
 def build_source(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs,
-                 positions: Optional[Dict[int, int]] = None) -> BatchSource:
-    """The configured training input, starting at ``positions`` (a checkpoint's) when given."""
+                 positions: Optional[Dict[int, int]] = None,
+                 partition_share: Optional[Tuple[int, int]] = None) -> BatchSource:
+    """The configured training input, starting at ``positions`` (a checkpoint's) when given.
+
+    ``partition_share=(i, n)``: only the Kafka partitions p with ``p % n == i`` (the i-th of n cluster trainers),
+    or for files, the paths i, i + n, i + 2n, ...
+    """
     data = config.data_config
     if config.HasField("kafka_train_input"):
         parser = VectorCsvParser(specs) if supports(specs, data) else None
@@ -34,8 +39,11 @@ def build_source(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs,
                  "in C" if parser.native else "with numpy (C decoder not built)")
         return KafkaReaderProcess(config.kafka_train_input, data.batch_size, data.batch_timeout_ms,
                                   checkpoint_positions=positions or None, max_message_bytes=data.max_message_bytes,
-                                  vector_parser=parser)
-    return FileInput(config.file_train_input.paths, data.batch_size)
+                                  vector_parser=parser, partition_share=partition_share)
+    paths = list(config.file_train_input.paths)
+    if partition_share is not None:  # a cluster trainer reads its share of the files
+        paths = paths[partition_share[0]::partition_share[1]]
+    return FileInput(paths, data.batch_size)
 
 
 def build_parser(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs):

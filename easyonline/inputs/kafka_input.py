@@ -28,7 +28,8 @@ class KafkaInput(BatchSource):
 
     def __init__(self, kafka: pipeline_pb2.KafkaInput, batch_size: int, batch_timeout_ms: int,
                  checkpoint_positions: Optional[Dict[int, int]] = None, path: str = "kafka_train_input",
-                 partition_wait_secs: float = 30.0, max_message_bytes: int = 0, compiled_decoder: bool = True):
+                 partition_wait_secs: float = 30.0, max_message_bytes: int = 0, compiled_decoder: bool = True,
+                 partition_share: Optional[Tuple[int, int]] = None):
         self._kafka = kafka
         self._max_message_bytes = max_message_bytes
         self._batch_size = batch_size
@@ -37,6 +38,9 @@ class KafkaInput(BatchSource):
                                                     fetch_max_wait_ms=min(100, max(batch_timeout_ms, 1)))
         fast_records.install(self._consumer, compiled=compiled_decoder)  # False: Python's (benchmarks, tests)
         self.partitions = self._discover(path, partition_wait_secs)
+        if partition_share is not None:  # (i, n): this reader is the i-th of n, it reads p with p % n == i
+            index, count = partition_share
+            self.partitions = tuple(tp for tp in self.partitions if tp.partition % count == index)
         probe = kafka_client.make_consumer(kafka, path + ".probe", group_id=None, fetch_max_wait_ms=50)
         try:
             offsets, self.start_mode = resolve_start_offsets(self._consumer, probe, self.partitions, kafka,

@@ -17,7 +17,7 @@ goes over as lines, for CsvParser.
 import multiprocessing
 import queue
 import time
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from easyonline.core.errors import BrokerUnreachableError
 from easyonline.features.vector_csv import VectorCsvParser
@@ -28,11 +28,11 @@ from easyonline.protos import pipeline_pb2
 
 def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoint_positions, path: str,
            max_message_bytes: int, vector_parser, batches: "multiprocessing.Queue",
-           commands: "multiprocessing.Queue") -> None:
+           commands: "multiprocessing.Queue", partition_share=None) -> None:
     kafka = pipeline_pb2.KafkaInput.FromString(kafka_bytes)
     try:
         source = KafkaInput(kafka, batch_size, batch_timeout_ms, checkpoint_positions, path,
-                            max_message_bytes=max_message_bytes)
+                            max_message_bytes=max_message_bytes, partition_share=partition_share)
     except Exception as e:  # pylint: disable=broad-except
         batches.put(("error", type(e).__name__, str(e)))
         return
@@ -88,14 +88,15 @@ class KafkaReaderProcess(BatchSource):
     def __init__(self, kafka: pipeline_pb2.KafkaInput, batch_size: int, batch_timeout_ms: int,
                  checkpoint_positions: Optional[Dict[int, int]] = None, path: str = "kafka_train_input",
                  depth: int = 4, start_timeout: float = 120.0, max_message_bytes: int = 0,
-                 vector_parser: Optional["VectorCsvParser"] = None):
+                 vector_parser: Optional["VectorCsvParser"] = None,
+                 partition_share: Optional[Tuple[int, int]] = None):
         context = multiprocessing.get_context("spawn")
         self._batches = context.Queue(maxsize=depth)
         self._commands = context.Queue()
         self._process = context.Process(
             target=_child, name="easyonline-kafka-reader", daemon=True,
             args=(kafka.SerializeToString(), batch_size, batch_timeout_ms, checkpoint_positions, path,
-                  max_message_bytes, vector_parser, self._batches, self._commands))
+                  max_message_bytes, vector_parser, self._batches, self._commands, partition_share))
         self._process.start()
         try:
             first = self._batches.get(timeout=start_timeout)

@@ -8,8 +8,11 @@ from easyonline.publish.publish_callback import IncrementalPublish
 from easyonline.train.schedule_callbacks import CheckpointEvery, ShrinkOnSchedule, StopFile
 
 
-def default_callbacks(config: pipeline_pb2.PipelineConfig) -> List[Callback]:
+def default_callbacks(config: pipeline_pb2.PipelineConfig, chief: bool = True) -> List[Callback]:
+    """``chief=False`` (a cluster's other trainers): only the stop file; the chief checkpoints and publishes."""
     train = config.train_config
+    if not chief:
+        return [StopFile(config.model_dir, train.stop_signal_poll_secs)] if train.enable_oss_stop_signal else []
     callbacks: List[Callback] = [CheckpointEvery(train.save_checkpoints_steps, train.save_checkpoints_secs)]
     if train.shrink_every_secs or train.shrink_at_hour >= 0:
         callbacks.append(ShrinkOnSchedule(train.shrink_every_secs, train.shrink_at_hour))

@@ -53,9 +53,10 @@ def build_trainer(config: pipeline_pb2.PipelineConfig, online: bool = True, sour
                   cluster: Optional[ClusterConfig] = None) -> OnlineTrainer:
     """A trainer with the config's default callbacks (unless ``default_callbacks=False``), then ``callbacks``.
 
-    With ``cluster`` (this process its chief), the trainer runs its steps on the cluster's ps and workers.
+    With ``cluster`` (this process its chief or a worker), it is one trainer of that ps cluster.
     """
-    all_callbacks = (build_default_callbacks(config) if default_callbacks else []) + list(callbacks)
+    chief = cluster is None or cluster.is_chief
+    all_callbacks = (build_default_callbacks(config, chief) if default_callbacks else []) + list(callbacks)
     if cluster is None:
         return OnlineTrainer(config, online=online, source=source, callbacks=all_callbacks)
     return ClusterTrainer(config, cluster, online=online, source=source, callbacks=all_callbacks)
@@ -66,8 +67,8 @@ def online_train(config: pipeline_pb2.PipelineConfig, source: Union[BatchSource,
                  default_callbacks: bool = True) -> TrainSummary:
     """Trains until the source ends (or, online, until stopped); returns the TrainSummary.
 
-    With ``TF_CONFIG`` naming this process the chief of a cluster, trains on its ps and workers
-    (docs/distributed.md); otherwise in this process.
+    With ``TF_CONFIG`` naming this process the chief or a worker of a cluster, trains as one of its
+    trainers, on its ps (docs/distributed.md); otherwise in this process.
 
     ``default_callbacks=False`` drops the config's checkpoint / shrink / stop-file / publishing
     schedules so that ``callbacks`` replace them.
@@ -75,7 +76,7 @@ def online_train(config: pipeline_pb2.PipelineConfig, source: Union[BatchSource,
     if source is not None and not isinstance(source, BatchSource):
         source = IterableSource(source)
     cluster = cluster_from_env()
-    if cluster is not None and cluster.task_type != "chief":
-        raise ConfigError("TF_CONFIG.task.type", f"online_train runs the chief, not a {cluster.task_type} (start "
+    if cluster is not None and cluster.task_type == "ps":
+        raise ConfigError("TF_CONFIG.task.type", "online_train runs a trainer (chief or worker), not a ps (start "
                           "those with python -m easyonline.train: they serve until stopped)")
     return build_trainer(config, online, source, callbacks, default_callbacks, cluster).run()

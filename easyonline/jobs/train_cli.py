@@ -1,7 +1,8 @@
 """``python -m easyonline.train --config online.config --online``: the trainer's command line.
 
-With TF_CONFIG set, runs this process's role of a parameter-server cluster: ``ps`` and
-``worker`` serve until stopped, ``chief`` trains (docs/distributed.md).
+With TF_CONFIG set, runs this process's role of a parameter-server cluster: a ``ps``
+serves until stopped; the ``chief`` and every ``worker`` train their share of the
+partitions (docs/distributed.md).
 
 Exit codes: 0 after a clean stop (input ended, num_steps, stop file, SIGTERM),
 2 for a bad config (or TF_CONFIG), 3 when the broker or an input file cannot be reached, 4 when more of
@@ -35,7 +36,7 @@ def main(argv) -> int:
     setup_logging(FLAGS.log_level)
     code = run_job(_train)
     if os.environ.get("TF_CONFIG", "").strip():
-        # A cluster's chief: the ClusterCoordinator's threads keep reconnecting to lost tasks and can hold
+        # A cluster task: TensorFlow's gRPC server threads keep reconnecting to lost tasks and can hold
         # the interpreter's exit forever; everything is saved and printed by now.
         sys.stdout.flush()
         sys.stderr.flush()
@@ -47,7 +48,7 @@ def _train() -> int:
     FLAGS = flags.FLAGS
     config = config_from_flags(online=FLAGS.online)
     cluster = cluster_from_env()
-    if cluster is not None and cluster.task_type != "chief":
+    if cluster is not None and cluster.task_type == "ps":
         return run_server(cluster)
     apply_thread_config(config.train_config)
     summary = online_train(config, online=FLAGS.online)

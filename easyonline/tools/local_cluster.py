@@ -1,12 +1,15 @@
 """``python -m easyonline.tools.local_cluster --ps N --workers M -- <train args>``: a whole cluster on loopback.
 
-Starts N ps, M worker and one chief process, each ``python -m easyonline.train
-<train args>`` with its own TF_CONFIG on 127.0.0.1 and free ports, streams
-their output with a role prefix (``[ps0]``, ``[worker1]``, ``[chief]``), and
-exits with the chief's exit code once it ends, stopping the rest. Ctrl-C or
-SIGTERM asks the chief to stop cleanly (it checkpoints), then stops the
-others. The tasks run in their own sessions, so a Ctrl-C reaches only the
-launcher, never a ps before the chief's final checkpoint.
+Starts N ps and M trainers (the chief and M - 1 workers; each trains its
+share of the partitions), each ``python -m easyonline.train <train args>``
+with its own TF_CONFIG on 127.0.0.1 and free ports, streams their output
+with a role prefix (``[ps0]``, ``[worker0]``, ``[chief]``), and exits with
+the chief's exit code once it ends, stopping the rest. An offline run ends
+when every trainer has caught up; the chief's summary gives the cluster's
+samples/s. Ctrl-C or SIGTERM asks the trainers to stop cleanly (the chief
+checkpoints), then stops the ps. The tasks run in their own sessions, so a
+Ctrl-C reaches only the launcher, never a ps before the chief's final
+checkpoint.
 """
 import collections
 import json
@@ -26,13 +29,16 @@ from easyonline.utils.net import free_port
 
 
 class LocalCluster:
-    """Processes by name ("chief", "ps0", "worker1", ...); use as a context manager."""
+    """Processes by name ("chief", "ps0", "worker0", ...); use as a context manager.
 
-    def __init__(self, num_ps: int, num_workers: int, train_args: List[str], env: Optional[Dict[str, str]] = None,
+    ``num_trainers``: the chief and ``num_trainers - 1`` workers.
+    """
+
+    def __init__(self, num_ps: int, num_trainers: int, train_args: List[str], env: Optional[Dict[str, str]] = None,
                  output: Optional[TextIO] = None, host: str = "127.0.0.1"):
         self.cluster = {"chief": [f"{host}:{free_port(host)}"],
                         "ps": [f"{host}:{free_port(host)}" for _ in range(num_ps)],
-                        "worker": [f"{host}:{free_port(host)}" for _ in range(num_workers)]}
+                        "worker": [f"{host}:{free_port(host)}" for _ in range(num_trainers - 1)]}
         self.train_args = list(train_args)
         self.env = dict(env if env is not None else os.environ)
         self.output = output
@@ -85,18 +91,28 @@ class LocalCluster:
         return code
 
     def chief_output(self) -> str:
+        return self.output_of("chief")
+
+    def output_of(self, name: str) -> str:
+        prefix = f"[{name}] "
         with self._lock:
-            return "\n".join(l[len("[chief] "):] for l in self.lines if l.startswith("[chief] "))
+            return "\n".join(l[len(prefix):] for l in self.lines if l.startswith(prefix))
+
+    def trainers(self) -> List[str]:
+        return ["chief"] + [f"worker{i}" for i in range(len(self.cluster["worker"]))]
 
     def stop(self, chief_timeout: float = 120.0) -> None:
-        """Stops the chief cleanly (SIGTERM: it checkpoints), then every other task."""
-        chief = self.processes.get("chief")
-        if chief is not None and chief.poll() is None:
-            chief.send_signal(signal.SIGTERM)
+        """Stops the trainers cleanly (SIGTERM: the chief checkpoints), then the ps."""
+        trainers = [self.processes[n] for n in self.trainers() if n in self.processes]
+        for proc in trainers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.time() + chief_timeout
+        for proc in trainers:
             try:
-                chief.wait(chief_timeout)
+                proc.wait(max(deadline - time.time(), 0.1))
             except subprocess.TimeoutExpired:
-                chief.kill()
+                proc.kill()
         for name, proc in self.processes.items():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -117,7 +133,8 @@ class LocalCluster:
 
 def define_flags() -> None:
     flags.DEFINE_integer("ps", 2, "Number of parameter server tasks.")
-    flags.DEFINE_integer("workers", 2, "Number of worker tasks.")
+    flags.DEFINE_integer("workers", 2, "Number of trainers: the chief and workers - 1 worker tasks. Trainer i of "
+                         "n reads the Kafka partitions p with p % n == i.")
 
 
 def main(argv) -> int:

@@ -126,7 +126,7 @@ class OnlineTrainer:
         self.can_checkpoint = True  # False once the parameters are lost (a parameter server died)
         self.evicted: Dict[str, np.ndarray] = {}  # keys evicted since start, per table (for publishing deletes)
 
-    # --- where the step runs (overridden by distributed.ClusterTrainer) ------------
+    # --- where the step runs (hooks for trainers that place variables elsewhere) ---
     def _latest_local_checkpoint(self) -> Optional[str]:
         """The checkpoint this run will restore when model_dir is local (the model is shaped like it), else None."""
         if fileio.is_oss(self.config.model_dir) or not tf.io.gfile.isdir(self.config.model_dir):
@@ -201,6 +201,21 @@ class OnlineTrainer:
     def last_saved_step(self) -> int:
         return self.checkpointer.last_saved_step
 
+    def samples_trained(self) -> int:
+        """Samples trained since the model began (restored with the checkpoint)."""
+        return int(self.checkpointer.samples.numpy())
+
+    def _samples_at_start(self) -> int:
+        """What ``samples_trained`` was when this run began (its summary counts from there)."""
+        return self.samples_trained()
+
+    def _status_dir(self) -> str:
+        """Where the status figures go for TensorBoard."""
+        return fileio.join(self.checkpointer.local_dir, "train")
+
+    def _before_final_checkpoint(self, stop_reason: str) -> None:
+        """Called once the loop has ended, before the final checkpoint (a cluster waits for its trainers)."""
+
     def table_sizes(self) -> Dict[str, int]:
         return self.model.tables.sizes()
 
@@ -240,7 +255,7 @@ class OnlineTrainer:
         fields = {"input_wait": f"{wait_share:.0%}", **self.bad_input.status_fields()}
         for callback in self.callbacks:
             fields.update(callback.status_fields())
-        logs = status.report(self.step, int(self.checkpointer.samples.numpy()), self.lag, self.metrics.auc(),
+        logs = status.report(self.step, self.samples_trained(), self.lag, self.metrics.auc(),
                              self.metrics.logloss(), self.metrics.ctr(), self.table_sizes(), self.rejected,
                              extra=" ".join(f"{k}={v}" for k, v in fields.items()))
         logs.update(fields)
@@ -255,11 +270,10 @@ class OnlineTrainer:
         source = self.source = self._source or self.make_source()
         prefetcher = Prefetcher(source, lambda raw: raw.parsed if raw.parsed is not None
                                 else self.parser.parse(raw.lines))
-        status = StatusReporter(train.log_step_count_secs, fileio.join(self.checkpointer.local_dir, "train"))
+        status = StatusReporter(train.log_step_count_secs, self._status_dir())
         start_time = time.time()
-        start_samples = int(self.checkpointer.samples.numpy())
+        start_samples = self._samples_at_start()
         self.positions = dict(getattr(source, "start_offsets", {}) or {})
-        self.step = int(self.checkpointer.step.numpy())
         self.lag = None
         last = {"wait": 0.0, "time": time.perf_counter()}
         stop_reason = "input ended"
@@ -293,12 +307,13 @@ class OnlineTrainer:
             status.close()
             self.bad_input.close()
             try:
-                if self.step != self.checkpointer.last_saved_step and self.can_checkpoint:
+                self._before_final_checkpoint(stop_reason)
+                if self.step != self.last_saved_step and self.can_checkpoint:
                     self.save_checkpoint()
             finally:
                 source.close()
         seconds = time.time() - start_time
-        samples = int(self.checkpointer.samples.numpy()) - start_samples
+        samples = self.samples_trained() - start_samples
         summary = TrainSummary(self.step, samples, seconds, samples / max(seconds, 1e-9), self.metrics.auc(),
                                self.metrics.logloss(), self.rejected, self.table_sizes(), self.positions,
                                self.last_checkpoint, stop_reason)

@@ -1,0 +1,119 @@
+"""The training step of one cluster trainer, as a TensorFlow graph (between-graph replication).
+
+Every trainer builds its own copy of this graph and runs it in its own
+session, concurrently with the others, as TF1 parameter-server jobs do
+(EasyRec's, and TFRA's own demos). ``replica_device_setter`` puts the dense
+variables on the ps; the embedding tables live on the ps too (whole tables
+spread over them, or split by key); each lookup makes a TrainableWrapper
+on this trainer, so concurrent steps never share a buffer. One
+``session.run`` scores the batch, trains on it, and then, once the
+updates are applied, moves the batch's partitions forward in the shared
+positions and adds its figures to the shared metrics (shared_state.py).
+
+The model is the same Keras model as in a single process; only its tables
+take the graph-mode path (``embedding.dynamic_tables.GraphEmbedding``), and
+its checkpoint names the tables' parameters as the single process does.
+"""
+import logging
+from typing import Dict, List
+
+import numpy as np
+
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.distributed.cluster_config import ClusterConfig
+from easyonline.distributed.shared_state import ClusterState
+from easyonline.embedding.dynamic_tables import ps_shards
+from easyonline.features.feature_spec import FeatureSpecs
+from easyonline.features.signature import feature_signature
+from easyonline.models.builder import build_model
+from easyonline.protos import pipeline_pb2
+from easyonline.tasks import RankingTask
+from easyonline.train.optimizers import build_optimizer
+
+tf = ensure_legacy_keras()
+log = logging.getLogger(__name__)
+
+
+class TrainGraph:
+    """The graph, its placeholders and ops; ``feed`` turns a parsed batch into a feed dict."""
+
+    def __init__(self, config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, cluster: ClusterConfig,
+                 task: RankingTask):
+        v1 = tf.compat.v1
+        self.graph = tf.Graph()
+        self.specs = specs
+        spec = tf.train.ClusterSpec({role: tasks for role, tasks in cluster.cluster.items() if tasks})
+        setter = v1.train.replica_device_setter(cluster=spec, worker_device=cluster.device)
+        with self.graph.as_default(), v1.device(setter):
+            self.state = ClusterState(cluster.num_trainers)
+            self.inputs: Dict[str, object] = {}
+            self._feature_feeds: List = []  # (name, values placeholder, row_splits placeholder or None)
+            features = {}
+            for name, signature in feature_signature(specs).items():
+                values = v1.placeholder(signature.dtype, [None], name=f"in_{name}")
+                if isinstance(signature, tf.RaggedTensorSpec):
+                    splits = v1.placeholder(tf.int64, [None], name=f"in_{name}_splits")
+                    features[name] = tf.RaggedTensor.from_row_splits(values, splits, validate=False)
+                else:
+                    splits = None
+                    features[name] = values
+                self._feature_feeds.append((name, values, splits))
+            self.labels = v1.placeholder(tf.float32, [None], name="labels")
+            self.now = v1.placeholder(tf.float64, [], name="now")
+            with ps_shards(cluster.ps_devices, config.train_config.ps_shard_tables_by_key):
+                self.model = build_model(config, specs)
+            self.optimizer = build_optimizer(config.train_config.optimizer_config)
+            logits = self.model(features, training=True, labels=self.labels, now=self.now)
+            loss = task.loss(self.labels, logits, self.model.losses)
+            score_logits = logits
+            if self.model.scores_differ_in_training:  # dropout or batch norm: score as in serving, first
+                score_logits = self.model(features, training=False)
+            self.probabilities = tf.sigmoid(score_logits)
+            variables = self.model.trainable_variables
+            gradients = tf.gradients(loss, variables)
+            with tf.control_dependencies([self.probabilities]):
+                apply = self.optimizer.apply_gradients(zip(gradients, variables))
+            updates = [apply, *self.model.tables.graph_updates, *self.model.get_updates_for(None),
+                       *self.model.get_updates_for(features)]
+            with tf.control_dependencies(updates):
+                shared = self.state.step_updates(self.labels, self.probabilities, cluster.trainer_index)
+            with tf.control_dependencies([shared]):
+                # read after this step's own increments: the cluster's step and samples so far
+                self.train_op = {"probabilities": tf.identity(self.probabilities),
+                                 "step": self.state.global_step.read_value(),
+                                 "samples": self.state.samples.read_value()}
+            self.table_sizes = {name: layer.params.size() for name, layer in self.model.tables.embeddings.items()}
+            self.global_variables = [v for v in self.graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)
+                                     if v.device.startswith("/job:ps")]
+            local = [v for v in self.graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)
+                     + self.graph.get_collection(v1.GraphKeys.LOCAL_VARIABLES)
+                     if not v.device.startswith("/job:ps")]
+            self.global_init = v1.variables_initializer(self.global_variables)
+            self.local_init = v1.variables_initializer(local)
+            self.uninitialized = v1.report_uninitialized_variables(self.global_variables)
+            with v1.device(cluster.device):
+                self.positions_json = tf.Variable("{}", dtype=tf.string, trainable=False, name="stream_positions")
+                self.positions_json_in = v1.placeholder(tf.string, [], name="positions_json")
+                self.set_positions_json = self.positions_json.assign(self.positions_json_in)
+            self.local_init = tf.group(self.local_init, self.positions_json.initializer)
+            self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
+                                                  step=self.state.global_step, samples=self.state.samples,
+                                                  positions=self.positions_json)
+        log.info("training graph: %d variables on the ps, %d tables %s", len(self.global_variables),
+                 len(self.table_sizes), "split by key over every ps" if config.train_config.ps_shard_tables_by_key
+                 else "each whole on one ps")
+
+    def feed(self, features, labels, now: float, positions: Dict[int, int], lag: int) -> dict:
+        """The feed dict of one parsed batch (eager tensors or numpy) and the positions after it."""
+        feed = {self.labels: np.asarray(labels, np.float32), self.now: now,
+                self.state.partitions_in: np.fromiter(positions.keys(), np.int64, len(positions)),
+                self.state.offsets_in: np.fromiter(positions.values(), np.int64, len(positions)),
+                self.state.lag_in: lag}
+        for name, values, splits in self._feature_feeds:
+            value = features[name]
+            if splits is not None:
+                feed[values] = np.asarray(value.flat_values)
+                feed[splits] = np.asarray(value.row_splits, np.int64)
+            else:
+                feed[values] = np.asarray(value)
+        return feed
