@@ -245,6 +245,9 @@ class ClusterTrainer(OnlineTrainer):
             log.info("%s trains partitions %s", self.name, sorted(getattr(p, "partition", p) for p in partitions))
         return source
 
+    def _step_at_start(self) -> int:
+        return self.step  # the cluster's, read from the ps
+
     def _samples_at_start(self) -> int:
         """The chief counts from the moment it made the model ready, before any trainer could step."""
         return self._start_samples if self._start_samples is not None else self._samples

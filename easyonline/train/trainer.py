@@ -205,6 +205,10 @@ class OnlineTrainer:
         """Samples trained since the model began (restored with the checkpoint)."""
         return int(self.checkpointer.samples.numpy())
 
+    def _step_at_start(self) -> int:
+        """The step this run starts from (the restored checkpoint's)."""
+        return int(self.checkpointer.step.numpy())
+
     def _samples_at_start(self) -> int:
         """What ``samples_trained`` was when this run began (its summary counts from there)."""
         return self.samples_trained()
@@ -274,6 +278,7 @@ class OnlineTrainer:
         start_time = time.time()
         start_samples = self._samples_at_start()
         self.positions = dict(getattr(source, "start_offsets", {}) or {})
+        self.step = self._step_at_start()
         self.lag = None
         last = {"wait": 0.0, "time": time.perf_counter()}
         stop_reason = "input ended"
