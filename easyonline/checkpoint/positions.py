@@ -16,6 +16,16 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 tf = ensure_legacy_keras()
 
 
+def encode_positions(positions: Dict[int, int]) -> str:
+    """{partition: offset} as the checkpoint's JSON text."""
+    return json.dumps({str(k): int(v) for k, v in sorted(positions.items())})
+
+
+def decode_positions(text) -> Dict[int, int]:
+    """The inverse of ``encode_positions`` (bytes or str)."""
+    return {int(k): int(v) for k, v in json.loads(text.decode() if isinstance(text, bytes) else text).items()}
+
+
 class StreamPositions:
     """{partition: next offset to read}, held in a checkpointable string variable."""
 
@@ -23,7 +33,7 @@ class StreamPositions:
         self.variable = tf.Variable("{}", dtype=tf.string, trainable=False, name="stream_positions")
 
     def assign(self, positions: Dict[int, int]) -> None:
-        self.variable.assign(json.dumps({str(k): int(v) for k, v in sorted(positions.items())}))
+        self.variable.assign(encode_positions(positions))
 
     def value(self) -> Dict[int, int]:
-        return {int(k): int(v) for k, v in json.loads(self.variable.numpy().decode()).items()}
+        return decode_positions(self.variable.numpy())

@@ -33,7 +33,6 @@ waiting for the others.
   resumes its partitions from the shared positions.
 """
 import collections
-import json
 import logging
 import os
 import time
@@ -43,6 +42,7 @@ import numpy as np
 
 from easyonline.checkpoint.checkpointer import CHECKPOINT_NAME, latest_checkpoint
 from easyonline.checkpoint.mirror import CheckpointMirror
+from easyonline.checkpoint.positions import decode_positions, encode_positions
 from easyonline.config.secrets import apply_oss_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.callbacks import Callback
@@ -185,7 +185,7 @@ class ClusterTrainer(OnlineTrainer):
         if not self.cluster.is_chief:
             self._wait_until_ready()
             return None
-        if not len(self._session_run(self.graph.uninitialized)) and self._session_run(self.state.ready):
+        if self._ps_ready():
             log.info("the ps hold a ready model (the chief restarted alone): continuing with it")
             return None
         self._session_run(self.graph.global_init)
@@ -194,10 +194,14 @@ class ClusterTrainer(OnlineTrainer):
         self._session_run(self.state.set_ready)
         return path
 
+    def _ps_ready(self) -> bool:
+        """Every variable on the ps initialised and the chief's ready flag up."""
+        return not len(self._session_run(self.graph.uninitialized)) and bool(self._session_run(self.state.ready))
+
     def _wait_until_ready(self, timeout_secs: float = 600.0) -> None:
         started = last_log = time.time()
         while True:
-            if not len(self._session_run(self.graph.uninitialized)) and self._session_run(self.state.ready):
+            if self._ps_ready():
                 return
             if time.time() - last_log >= _WAIT_LOG_SECS:
                 log.info("%s: waiting for the chief to initialise or restore the model (%.0fs)", self.name,
@@ -215,8 +219,7 @@ class ClusterTrainer(OnlineTrainer):
         with self.graph.graph.as_default():
             if path is not None:
                 self.graph.checkpoint.restore(path).expect_partial().run_restore_ops(self.session)
-                positions = {int(k): int(v) for k, v in
-                             json.loads(self._session_run(self.graph.positions_json).decode()).items()}
+                positions = decode_positions(self._session_run(self.graph.positions_json))
                 self._session_run(self.state.set_positions, {self.state.all_positions_in: positions_array(positions)})
                 self._last_saved_step = int(self._session_run(self.state.global_step))
                 self.last_checkpoint = path if not self.mirror else fileio.join(
@@ -272,28 +275,23 @@ class ClusterTrainer(OnlineTrainer):
 
     def _report(self, status, last) -> None:
         self._refresh()
-        own_lag, self.lag = self.lag, self._cluster_lag  # the status line gives the cluster's lag
-        try:
-            super()._report(status, last)
-        finally:
-            self.lag = own_lag
+        super()._report(status, last)
 
-    def _train_item(self, raw, parsed) -> None:
-        self.bad_input.record(parsed.size, raw.rejected + parsed.rejected, raw.empty_messages)
-        probs = None
-        if parsed.size:
-            feed = self.graph.feed(parsed.features, parsed.labels, self.clock() - STATS_EPOCH, raw.positions,
-                                   raw.lag or 0)
-            started = time.time()
-            out = self._session_run(self.graph.train_op, feed)
-            self.step_spans.append((started, time.time()))
-            probs = out["probabilities"]
-            self.step, self._samples = int(out["step"]), int(out["samples"])
-            self.changes.record_batch(parsed.features)
-        self.positions = raw.positions
-        self.lag = raw.lag
-        if probs is not None:
-            self.dispatch("on_batch_end", raw, parsed, probs)
+    def _status_lag(self) -> Optional[int]:
+        return self._cluster_lag
+
+    def _train_and_count(self, raw, parsed) -> np.ndarray:
+        """One session.run: score, train, and add to the shared positions, counters and metrics."""
+        feed = self.graph.feed(parsed.features, parsed.labels, self.clock() - STATS_EPOCH, raw.positions,
+                               raw.lag or 0)
+        started = time.time()
+        out = self._session_run(self.graph.train_op, feed)
+        self.step_spans.append((started, time.time()))
+        self.step, self._samples = int(out["step"]), int(out["samples"])
+        return out["probabilities"]
+
+    def _count(self, samples: int) -> None:
+        """Steps and samples are counted on the ps, by the trained batches only."""
 
     def table_sizes(self) -> Dict[str, int]:
         return {name: int(size) for name, size in self._session_run(self.graph.table_sizes).items()}
@@ -306,8 +304,7 @@ class ClusterTrainer(OnlineTrainer):
         if not self.cluster.is_chief:
             return self.last_checkpoint
         positions = positions_dict(self._session_run(self.state.positions))
-        self._session_run(self.graph.set_positions_json, {self.graph.positions_json_in: json.dumps(
-            {str(k): v for k, v in sorted(positions.items())})})
+        self._session_run(self.graph.set_positions_json, {self.graph.positions_json_in: encode_positions(positions)})
         step = int(self._session_run(self.state.global_step))
         with self.graph.graph.as_default(), self.session.as_default():
             try:
@@ -355,6 +352,3 @@ class ClusterTrainer(OnlineTrainer):
                          time.time() - started)
                 last_log = time.time()
             time.sleep(0.3)
-
-    def close(self) -> None:
-        self.session.close()

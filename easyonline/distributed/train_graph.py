@@ -41,12 +41,10 @@ class TrainGraph:
                  task: RankingTask):
         v1 = tf.compat.v1
         self.graph = tf.Graph()
-        self.specs = specs
         spec = tf.train.ClusterSpec({role: tasks for role, tasks in cluster.cluster.items() if tasks})
         setter = v1.train.replica_device_setter(cluster=spec, worker_device=cluster.device)
         with self.graph.as_default(), v1.device(setter):
             self.state = ClusterState(cluster.num_trainers)
-            self.inputs: Dict[str, object] = {}
             self._feature_feeds: List = []  # (name, values placeholder, row_splits placeholder or None)
             features = {}
             for name, signature in feature_signature(specs).items():
@@ -83,6 +81,10 @@ class TrainGraph:
                                  "step": self.state.global_step.read_value(),
                                  "samples": self.state.samples.read_value()}
             self.table_sizes = {name: layer.params.size() for name, layer in self.model.tables.embeddings.items()}
+            with v1.device(cluster.device):  # the chief's copy of the positions it checkpoints
+                self.positions_json = tf.Variable("{}", dtype=tf.string, trainable=False, name="stream_positions")
+                self.positions_json_in = v1.placeholder(tf.string, [], name="positions_json")
+                self.set_positions_json = self.positions_json.assign(self.positions_json_in)
             self.global_variables = [v for v in self.graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)
                                      if v.device.startswith("/job:ps")]
             local = [v for v in self.graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)
@@ -91,11 +93,6 @@ class TrainGraph:
             self.global_init = v1.variables_initializer(self.global_variables)
             self.local_init = v1.variables_initializer(local)
             self.uninitialized = v1.report_uninitialized_variables(self.global_variables)
-            with v1.device(cluster.device):
-                self.positions_json = tf.Variable("{}", dtype=tf.string, trainable=False, name="stream_positions")
-                self.positions_json_in = v1.placeholder(tf.string, [], name="positions_json")
-                self.set_positions_json = self.positions_json.assign(self.positions_json_in)
-            self.local_init = tf.group(self.local_init, self.positions_json.initializer)
             self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
                                                   step=self.state.global_step, samples=self.state.samples,
                                                   positions=self.positions_json)

@@ -205,6 +205,10 @@ class OnlineTrainer:
         """Samples trained since the model began (restored with the checkpoint)."""
         return int(self.checkpointer.samples.numpy())
 
+    def _status_lag(self) -> Optional[int]:
+        """The lag the status line shows (a cluster shows all its trainers')."""
+        return self.lag
+
     def _step_at_start(self) -> int:
         """The step this run starts from (the restored checkpoint's)."""
         return int(self.checkpointer.step.numpy())
@@ -231,6 +235,19 @@ class OnlineTrainer:
         else:
             logits = self._run(self._train_step, features, labels, self._now())
         return self.task.probabilities(logits)
+
+    def _train_and_count(self, raw, parsed) -> np.ndarray:
+        """Scores and trains a non-empty batch, adds it to the metrics and counts; returns its probabilities."""
+        probs = self.train_batch(parsed.features, parsed.labels)
+        self.task.update_metrics(parsed.labels.numpy(), probs)
+        self._count(parsed.size)
+        return probs
+
+    def _count(self, samples: int) -> None:
+        """One more step (a batch, even an empty one) of ``samples`` samples."""
+        self.step += 1
+        self.checkpointer.step.assign(self.step)
+        self.checkpointer.samples.assign_add(samples)
 
     def save_checkpoint(self) -> str:
         """Checkpoints the model with the positions after the last trained batch, then commits them."""
@@ -259,7 +276,7 @@ class OnlineTrainer:
         fields = {"input_wait": f"{wait_share:.0%}", **self.bad_input.status_fields()}
         for callback in self.callbacks:
             fields.update(callback.status_fields())
-        logs = status.report(self.step, self.samples_trained(), self.lag, self.metrics.auc(),
+        logs = status.report(self.step, self.samples_trained(), self._status_lag(), self.metrics.auc(),
                              self.metrics.logloss(), self.metrics.ctr(), self.table_sizes(), self.rejected,
                              extra=" ".join(f"{k}={v}" for k, v in fields.items()))
         logs.update(fields)
@@ -329,12 +346,10 @@ class OnlineTrainer:
         self.bad_input.record(parsed.size, raw.rejected + parsed.rejected, raw.empty_messages)
         probs = None
         if parsed.size:
-            probs = self.train_batch(parsed.features, parsed.labels)
-            self.task.update_metrics(parsed.labels.numpy(), probs)
+            probs = self._train_and_count(raw, parsed)
             self.changes.record_batch(parsed.features)
-        self.step += 1
-        self.checkpointer.step.assign(self.step)
-        self.checkpointer.samples.assign_add(parsed.size)
+        else:
+            self._count(0)
         self.positions = raw.positions
         self.lag = raw.lag
         if probs is not None:

@@ -50,6 +50,10 @@ def _wait_for(cluster, pattern, timeout=180):
     raise AssertionError(f"chief never logged {pattern!r}:\n" + cluster.chief_output()[-4000:])
 
 
+def _checkpoint_positions(checkpoint):
+    return json.loads(tf.train.load_checkpoint(checkpoint).get_tensor("positions/.ATTRIBUTES/VARIABLE_VALUE").decode())
+
+
 def _trained_partitions(output):
     """The partitions a trainer's reader was given, from its log."""
     match = re.search(r"trains partitions \[([\d, ]*)\]", output)
@@ -128,9 +132,7 @@ def test_killed_worker_restarts_and_loses_nothing(broker, topic, tmp_path):
     summary = _summary(output)
     assert summary["positions"] == "{0: 12000, 1: 12000}"
     state = tf.train.get_checkpoint_state(str(tmp_path / "m"))
-    positions = json.loads(tf.train.load_checkpoint(state.model_checkpoint_path).get_tensor(
-        "positions/.ATTRIBUTES/VARIABLE_VALUE").decode())
-    assert positions == {"0": 12000, "1": 12000}
+    assert _checkpoint_positions(state.model_checkpoint_path) == {"0": 12000, "1": 12000}
     # repeats only for the batch in flight when it was killed
     assert 24000 <= int(summary["samples"]) <= 24000 + 2 * 500, summary
 
@@ -154,8 +156,7 @@ def test_killed_ps_stops_the_cluster_and_a_restart_with_another_trainer_count_re
     assert "lost a parameter server" in output
     state = tf.train.get_checkpoint_state(str(tmp_path / "m"))
     last = state.model_checkpoint_path
-    positions = json.loads(tf.train.load_checkpoint(last).get_tensor(
-        "positions/.ATTRIBUTES/VARIABLE_VALUE").decode())
+    positions = _checkpoint_positions(last)
     done = sum(positions.values())
     assert 0 < done < 20000
     step = int(last.rsplit("-", 1)[1])
