@@ -16,6 +16,7 @@ import tensorflow as tf
 import easyonline
 from easyonline.config.loader import to_text
 from easyonline.distributed.cluster_config import parse_tf_config
+from easyonline.jobs.online_train import build_trainer
 from easyonline.config import ConfigError
 from easyonline.tools.local_cluster import LocalCluster
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
@@ -200,8 +201,9 @@ def test_a_cluster_refuses_publishing_and_its_checkpoint_continues_in_one_proces
     single = easyonline.online_train(config, online=False)  # a single process goes on from the cluster's checkpoint
     assert single.steps > int(summary["steps"])
 
+    # refused before any server starts (the CLI exits with code 2 on a ConfigError)
     config.train_config.incr_save_config.fs.incr_save_dir = str(tmp_path / "updates")
-    with LocalCluster(1, 1, [f"--config={_config_file(tmp_path, config, 'publish.config')}"],
-                      env=python_env()) as cluster:
-        assert cluster.wait(300) == 2
-    assert "train_config.incr_save_config" in cluster.chief_output()
+    chief = parse_tf_config(json.dumps({"cluster": {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]},
+                                        "task": {"type": "chief", "index": 0}}))
+    with pytest.raises(ConfigError, match=re.escape("train_config.incr_save_config")):
+        build_trainer(config, online=False, cluster=chief)
