@@ -12,7 +12,9 @@ waiting for the others.
   checkpoint into the ps (its positions included), then raises the shared
   ``ready`` flag; the others wait for it. A chief that restarts while the
   ps still hold a ready model keeps it (restoring would roll back every
-  trainer's work since the checkpoint).
+  trainer's work since the checkpoint). The trainers of a starting cluster
+  then wait for each other, at most START_TOGETHER_SECS, so that they
+  begin stepping together; a trainer that restarts later does not wait.
 - **Positions.** Each step moves its batch's partitions forward in the
   shared positions once its updates are applied; a trainer (re)starts its
   partitions from there. So a trainer killed at any moment resumes after
@@ -66,6 +68,7 @@ from easyonline.utils.net import wait_for_port
 tf = ensure_legacy_keras()
 log = logging.getLogger(__name__)
 _WAIT_LOG_SECS = 10.0
+START_TOGETHER_SECS = 120.0
 
 
 def wait_for_tasks(cluster: ClusterConfig, roles: Sequence[str] = ("ps",), timeout_secs: float = 120.0) -> None:
@@ -246,7 +249,27 @@ class ClusterTrainer(OnlineTrainer):
         partitions = getattr(source, "partitions", None)
         if partitions is not None:
             log.info("%s trains partitions %s", self.name, sorted(getattr(p, "partition", p) for p in partitions))
+        self._start_together()
         return source
+
+    def _start_together(self, timeout_secs: float = START_TOGETHER_SECS) -> None:
+        """Waits until every trainer has built its input (once per cluster start), then the steps begin."""
+        self._session_run(self.state.mark_started, {self.state.trainer_in: self.trainer_index})
+        started = last_log = time.time()
+        while not self.stop_signal.should_stop():
+            waiting = [i for i, done in enumerate(self._session_run(self.state.started)) if not done]
+            if not waiting:
+                if time.time() - started > 1.0:
+                    log.info("%s: every trainer has joined (waited %.1fs)", self.name, time.time() - started)
+                return
+            if time.time() - started > timeout_secs:
+                log.warning("%s: trainer(s) %s did not join within %.0fs: training without them", self.name,
+                            waiting, timeout_secs)
+                return
+            if time.time() - last_log >= _WAIT_LOG_SECS:
+                log.info("%s: waiting for trainer(s) %s to join (%.0fs)", self.name, waiting, time.time() - started)
+                last_log = time.time()
+            time.sleep(0.2)
 
     def _step_at_start(self) -> int:
         return self.step  # the cluster's, read from the ps

@@ -11,6 +11,9 @@ an offline run is over.
 - ``global_step``, ``samples``: steps and samples of all trainers.
 - ``ready``: 1 once the chief has initialised or restored the parameters;
   other trainers wait for it.
+- ``started``: per trainer, 1 once it joined and built its input; a
+  starting cluster's trainers wait for each other (bounded) so that they
+  begin stepping together, as Paddle's ``barrier_worker``.
 - ``finished``: per trainer, 1 once it caught up in an offline run.
 - ``lags``: per trainer, the messages it had not read at its last batch.
 - the prequential metrics: score histograms per label (as Paddle's global
@@ -42,6 +45,7 @@ class ClusterState:
         self.positions = tf.Variable(tf.fill([MAX_PARTITIONS], tf.constant(-1, tf.int64)), trainable=False,
                                      name="partition_positions")
         self.ready = tf.Variable(0, dtype=tf.int32, trainable=False, name="cluster_ready")
+        self.started = tf.Variable(tf.zeros([num_trainers], tf.int32), trainable=False, name="trainers_started")
         self.finished = tf.Variable(tf.zeros([num_trainers], tf.int32), trainable=False, name="trainers_finished")
         self.lags = tf.Variable(tf.zeros([num_trainers], tf.int64), trainable=False, name="trainer_lags")
         self.hist_pos = tf.Variable(tf.zeros([BUCKETS], tf.float64), trainable=False, name="auc_positives")
@@ -56,10 +60,11 @@ class ClusterState:
         self.all_positions_in = v1.placeholder(tf.int64, [MAX_PARTITIONS], name="all_positions")
         self.set_positions = self.positions.assign(self.all_positions_in)
         self.set_ready = self.ready.assign(1)
-        self.mark_finished = self.finished.scatter_update(tf.IndexedSlices(tf.ones([1], tf.int32),
-                                                                           tf.reshape(self.trainer_in, [1])))
+        one = tf.IndexedSlices(tf.ones([1], tf.int32), tf.reshape(self.trainer_in, [1]))
+        self.mark_started = self.started.scatter_update(one)
+        self.mark_finished = self.finished.scatter_update(one)
         self.reads = {"step": self.global_step, "samples": self.samples, "positions": self.positions,
-                      "ready": self.ready, "finished": self.finished, "lags": self.lags}
+                      "ready": self.ready, "started": self.started, "finished": self.finished, "lags": self.lags}
         self.metric_reads = {"pos": self.hist_pos, "neg": self.hist_neg, "logloss": self.logloss_sum,
                              "labels": self.label_sum, "samples": self.samples}
 
