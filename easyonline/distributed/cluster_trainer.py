@@ -311,6 +311,7 @@ class ClusterTrainer(OnlineTrainer):
         out = self._session_run(self.graph.train_op, feed)
         self.step_spans.append((started, time.time()))
         self.step, self._samples = int(out["step"]), int(out["samples"])
+        self.metrics.after_step(self._samples)
         return out["probabilities"]
 
     def _count(self, samples: int) -> None:

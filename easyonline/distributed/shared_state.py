@@ -110,8 +110,11 @@ class ClusterMetrics:
 
     Each ``refresh`` reads the cumulative sums from the ps; the window is the
     difference to the newest earlier reading at least ``window_samples``
-    before (or to the start), so it spans at least the window, to the
-    granularity of the readings (one per status line).
+    before (or to the start). A trainer takes a reading whenever a tenth of
+    the window has passed (``after_step``) and at every status line, so the
+    window spans the last ``window_samples`` to within a tenth, as the single
+    process's exact window does (a coarser window would mix in older, worse
+    scores and read lower).
     """
 
     def __init__(self, session_run, state: ClusterState, window_samples: int):
@@ -120,6 +123,11 @@ class ClusterMetrics:
         self.window_samples = window_samples
         self._readings: Deque[_Reading] = collections.deque()
         self._window: Optional[_Reading] = None
+
+    def after_step(self, samples: int) -> None:
+        """Takes a reading if a tenth of the window has passed since the last one (``samples``: the cluster's)."""
+        if not self._readings or samples - self._readings[-1].samples >= max(self.window_samples // 10, 1):
+            self.refresh()
 
     def refresh(self) -> None:
         value = self._run(self._state.metric_reads)

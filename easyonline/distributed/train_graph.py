@@ -22,7 +22,7 @@ import numpy as np
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.distributed.cluster_config import ClusterConfig
 from easyonline.distributed.shared_state import ClusterState
-from easyonline.embedding.dynamic_tables import ps_shards
+from easyonline.embedding.dynamic_tables import PsPlacement, ps_shards
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.features.signature import feature_signature
 from easyonline.models.builder import build_model
@@ -58,9 +58,12 @@ class TrainGraph:
                 self._feature_feeds.append((name, values, splits))
             self.labels = v1.placeholder(tf.float32, [None], name="labels")
             self.now = v1.placeholder(tf.float64, [], name="now")
-            with ps_shards(cluster.ps_devices, config.train_config.ps_shard_tables_by_key):
+            # several trainers update the same rows concurrently: updates add their deltas (TFRA's bp_v2)
+            accumulate = cluster.num_trainers > 1
+            with ps_shards(PsPlacement(cluster.ps_devices, config.train_config.ps_shard_tables_by_key,
+                                       cluster.trainer_index, accumulate)):
                 self.model = build_model(config, specs)
-            self.optimizer = build_optimizer(config.train_config.optimizer_config)
+            self.optimizer = build_optimizer(config.train_config.optimizer_config, accumulate=accumulate)
             logits = self.model(features, training=True, labels=self.labels, now=self.now)
             loss = task.loss(self.labels, logits, self.model.losses)
             score_logits = logits

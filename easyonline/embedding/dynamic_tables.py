@@ -12,8 +12,9 @@ no row and no optimizer slot; they, unknown ids outside training, and
 padding ids (negative) look up as zeros.
 """
 import contextlib
+import dataclasses
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.admission import admits
@@ -29,9 +30,27 @@ SHOW, CLICK, LAST_SEEN = 0, 1, 2
 STATS_EPOCH = 1.7e9
 
 
+@dataclasses.dataclass(frozen=True)
+class PsPlacement:
+    """Where the tables of a between-graph cluster's trainer live, and how its updates reach them.
+
+    ``devices``: the ps tasks. ``by_key``: split every table over all of
+    them by key, else each table whole on one (round-robin). ``trainer``:
+    this trainer's index (its lookup buffers on a ps are its own).
+    ``accumulate``: updates add their delta to the table (TFRA's ``bp_v2``)
+    instead of overwriting the row, so that concurrent trainers' updates of
+    the same id all count.
+    """
+
+    devices: List[str]
+    by_key: bool = False
+    trainer: int = 0
+    accumulate: bool = False
+
+
 _local_shards = [1]
-# (ps devices, shard every table by key) of the between-graph cluster being built, innermost last.
-_cluster_devices: List[Tuple[List[str], bool]] = []
+# The between-graph cluster being built, innermost last.
+_cluster_devices: List[PsPlacement] = []
 _SHARD = re.compile(r"/tables_of_(.+)-parameter/(\d+)/\.ATTRIBUTES/table-keys$")
 
 
@@ -43,7 +62,7 @@ def shard_devices() -> Optional[List[str]]:
     a checkpoint written with n shards for export or evaluation).
     """
     if _cluster_devices:
-        return _cluster_devices[-1][0]
+        return _cluster_devices[-1].devices
     if _local_shards[-1] > 1:
         return ["/device:CPU:0"] * _local_shards[-1]
     return None
@@ -60,9 +79,9 @@ def local_shards(count: int):
 
 
 @contextlib.contextmanager
-def ps_shards(devices: List[str], by_key: bool = False):
-    """Tables built inside live on the ps ``devices``: each whole on one (round-robin), or split by key."""
-    _cluster_devices.append((list(devices), by_key))
+def ps_shards(placement: PsPlacement):
+    """Tables built inside live on the ps, as ``placement`` says."""
+    _cluster_devices.append(placement)
     try:
         yield
     finally:
@@ -85,30 +104,35 @@ class GraphEmbedding(tf.Module):
     """A table for graph-mode (between-graph) training, where TFRA's Keras layer cannot run.
 
     TFRA's ``ShadowVariable`` is eager-only; in a graph, each lookup goes
-    through ``de.embedding_lookup``, which makes a TrainableWrapper on this
-    worker's device (so concurrent workers never share a buffer). The
-    parameters are tracked as ``params``, like the Keras layer's, so a
-    checkpoint's table keys are named the same in both modes.
+    through ``de.embedding_lookup``, which makes a TrainableWrapper (a
+    buffer of the batch's rows) named for this trainer, so concurrent
+    trainers never share one. The parameters are tracked as ``params``, like
+    the Keras layer's, so a checkpoint's table keys are named the same in
+    both modes.
     """
 
-    def __init__(self, embedding_size: int, initializer, devices: Optional[List[str]], name: str):
+    def __init__(self, embedding_size: int, initializer, devices: Optional[List[str]], name: str,
+                 placement: PsPlacement):
         super().__init__(name=name)
         self.embedding_size = embedding_size
+        self.trainer = placement.trainer
         self.params = de.get_variable(name + "-parameter", key_dtype=tf.int64, value_dtype=tf.float32,
-                                      dim=embedding_size, devices=devices, initializer=initializer)
+                                      dim=embedding_size, devices=devices, initializer=initializer,
+                                      bp_v2=placement.accumulate)
         # The TrainableWrappers of this graph's lookups (their optimizer slots hang off them). Not
         # checkpointed: reading one needs its batch.
         self.wrappers: List = data_structures.NoDependency([])
 
     def __call__(self, ids):
-        values, wrapper = de.embedding_lookup_unique(self.params, ids, name=self.name + "-lookup",
+        values, wrapper = de.embedding_lookup_unique(self.params, ids, name=f"{self.name}-lookup-t{self.trainer}",
                                                      return_trainable=True)
         self.wrappers.append(wrapper)
         return values
 
     @property
     def optimizer_vars(self) -> List:
-        return [slot for wrapper in self.wrappers for slot in getattr(wrapper, "_optimizer_vars", [])]
+        """The optimizer's slot tables of this table (TFRA keeps them on each wrapper)."""
+        return [slot for wrapper in self.wrappers for slot in getattr(wrapper, "_optimizer_vars").value]
 
 
 class DynamicTables(tf.keras.layers.Layer):
@@ -121,7 +145,8 @@ class DynamicTables(tf.keras.layers.Layer):
         self.embeddings: Dict[str, de.keras.layers.Embedding] = {}
         self.statistics: Dict[str, de.Variable] = {}
         self.devices = shard_devices()
-        by_key = not _cluster_devices or _cluster_devices[-1][1]
+        placement = _cluster_devices[-1] if _cluster_devices else None
+        by_key = placement is None or placement.by_key
         # Ops with side effects of a graph-mode call (statistics upserts): the train op must run them.
         self.graph_updates: List[tf.Operation] = []
         for i, (name, table) in enumerate(sorted(specs.tables.items())):
@@ -136,7 +161,7 @@ class DynamicTables(tf.keras.layers.Layer):
                 # initializer in a graph would give every step's new rows the same values).
                 initializer = tf.compat.v1.random_normal_initializer(0.0, table.initializer_stddev, seed=seed + i)
                 self.embeddings[name] = GraphEmbedding(table.dim + extra_dims, initializer, devices,
-                                                       table_variable_name(name))
+                                                       table_variable_name(name), placement or PsPlacement([]))
             if table.keeps_statistics:
                 self.statistics[name] = de.get_variable(table_variable_name(name) + "-parameter-stats",
                                                         key_dtype=tf.int64, value_dtype=tf.float32, dim=3,

@@ -10,7 +10,8 @@ tf = ensure_legacy_keras()
 from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
 
 
-def build_optimizer(config: pipeline_pb2.OptimizerConfig):
+def build_optimizer(config: pipeline_pb2.OptimizerConfig, accumulate: bool = False):
+    """The configured optimizer; ``accumulate``: its table slots add deltas (TFRA's bp_v2), for concurrent trainers."""
     which = config.WhichOneof("optimizer") or "adam_optimizer"
     o = getattr(config, which)
     if which == "adam_optimizer":
@@ -24,4 +25,4 @@ def build_optimizer(config: pipeline_pb2.OptimizerConfig):
                                        initial_accumulator_value=o.initial_accumulator_value,
                                        l1_regularization_strength=o.l1_regularization_strength,
                                        l2_regularization_strength=o.l2_regularization_strength)
-    return de.DynamicEmbeddingOptimizer(opt)
+    return de.DynamicEmbeddingOptimizer(opt, bp_v2=accumulate)

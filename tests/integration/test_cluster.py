@@ -99,8 +99,8 @@ def test_two_ps_two_trainers_train_every_sample_exactly_once(broker, topic, tmp_
     assert summary["positions"] == "{0: 10000, 1: 10000, 2: 10000, 3: 10000}"
     assert "training summary" in worker and "every trainer has caught up" in output
     cluster_auc = float(summary["window AUC"])
-    # Known gap (docs/distributed.md): Adam on graph-mode TFRA learns less well than the eager single process.
-    assert cluster_auc > 0.7 and abs(cluster_auc - single.auc) < 0.06, (cluster_auc, single.auc)
+    # two trainers update the same parameters asynchronously: close to one process, not identical
+    assert cluster_auc > 0.7 and abs(cluster_auc - single.auc) < 0.03, (cluster_auc, single.auc)
     spans = [np.load(tmp_path / "cluster" / d / "step_spans.npy") for d in ("train", "train_worker0")]
     assert all(len(s) >= 10 for s in spans)
     overlapping = sum(1 for a, b in spans[0] for c, d in spans[1] if a < d and c < b)
