@@ -51,6 +51,7 @@ from easyonline.core.callbacks import Callback
 from easyonline.core.errors import ClusterFailure, ConfigError
 from easyonline.core.stop_signal import StopSignal
 from easyonline.distributed.cluster_config import ClusterConfig
+from easyonline.distributed.server import start_server
 from easyonline.distributed.shared_state import ClusterMetrics, positions_array, positions_dict
 from easyonline.distributed.train_graph import TrainGraph
 from easyonline.embedding.change_tracker import ChangeTracker
@@ -132,9 +133,7 @@ class ClusterTrainer(OnlineTrainer):
             self.manager = tf.train.CheckpointManager(self.graph.checkpoint, self.local_dir,
                                                       max_to_keep=train.keep_checkpoint_max,
                                                       checkpoint_name=CHECKPOINT_NAME)
-        self.server = tf.distribute.Server(tf.train.ClusterSpec({r: t for r, t in cluster.cluster.items() if t}),
-                                           job_name=cluster.task_type, task_index=cluster.task_index,
-                                           protocol="grpc", start=True)
+        self.server = start_server(cluster, train)
         wait_for_tasks(cluster)
         session_config = tf.compat.v1.ConfigProto(
             device_filters=["/job:ps", cluster.device], intra_op_parallelism_threads=train.intra_op_threads,

@@ -72,7 +72,10 @@ class TrainGraph:
             self.probabilities = tf.sigmoid(score_logits)
             variables = self.model.trainable_variables
             gradients = tf.gradients(loss, variables)
-            with tf.control_dependencies([self.probabilities]):
+            # TFRA names a table's slot buffers ("m/m", ...) from the variable scope; on a ps, this
+            # trainer's must not be another trainer's
+            with tf.control_dependencies([self.probabilities]), \
+                    v1.variable_scope(f"trainer{cluster.trainer_index}", auxiliary_name_scope=False):
                 apply = self.optimizer.apply_gradients(zip(gradients, variables))
             updates = [apply, *self.model.tables.graph_updates, *self.model.get_updates_for(None),
                        *self.model.get_updates_for(features)]
@@ -90,9 +93,9 @@ class TrainGraph:
                 self.set_positions_json = self.positions_json.assign(self.positions_json_in)
             self.global_variables = [v for v in self.graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)
                                      if v.device.startswith("/job:ps")]
+            # this trainer's own: its variables, and its lookup buffers (local variables, on a ps or not)
             local = [v for v in self.graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)
-                     + self.graph.get_collection(v1.GraphKeys.LOCAL_VARIABLES)
-                     if not v.device.startswith("/job:ps")]
+                     if not v.device.startswith("/job:ps")] + self.graph.get_collection(v1.GraphKeys.LOCAL_VARIABLES)
             self.global_init = v1.variables_initializer(self.global_variables)
             self.local_init = v1.variables_initializer(local)
             self.uninitialized = v1.report_uninitialized_variables(self.global_variables)

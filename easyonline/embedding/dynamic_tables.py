@@ -124,10 +124,20 @@ class GraphEmbedding(tf.Module):
         self.wrappers: List = data_structures.NoDependency([])
 
     def __call__(self, ids):
-        values, wrapper = de.embedding_lookup_unique(self.params, ids, name=f"{self.name}-lookup-t{self.trainer}",
-                                                     return_trainable=True)
+        name = f"{self.name}-lookup-t{self.trainer}"
+        devices = self.params.devices
+        if len(devices) != 1 or not devices[0].startswith("/job:ps"):
+            values, wrapper = de.embedding_lookup_unique(self.params, ids, name=name, return_trainable=True)
+            self.wrappers.append(wrapper)
+            return values
+        # The whole table on one ps: the buffer, its optimizer slots and their update live there too,
+        # so a step sends the rows and their gradient once, not the rows and every slot both ways.
+        unique, index = tf.unique(ids)
+        with tf.device(devices[0]):
+            unique = tf.identity(unique)  # TFRA puts the buffer where the ids are
+            rows, wrapper = de.embedding_lookup(self.params, unique, name=name, return_trainable=True)
         self.wrappers.append(wrapper)
-        return values
+        return tf.gather(tf.identity(rows), index)  # (on this trainer, as is its gradient)
 
     @property
     def optimizer_vars(self) -> List:

@@ -49,7 +49,7 @@ def _train() -> int:
     config = config_from_flags(online=FLAGS.online)
     cluster = cluster_from_env()
     if cluster is not None and cluster.task_type == "ps":
-        return run_server(cluster)
+        return run_server(cluster, config.train_config)
     apply_thread_config(config.train_config)
     summary = online_train(config, online=FLAGS.online)
     print("training summary")
