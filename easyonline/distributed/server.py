@@ -6,6 +6,7 @@ stops on SIGTERM/SIGINT (the launcher's way), or when killed.
 import logging
 import signal
 import threading
+import time
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.distributed.cluster_config import ClusterConfig
@@ -37,5 +38,5 @@ def run_server(cluster: ClusterConfig, train: pipeline_pb2.TrainConfig) -> int:
              cluster.address, cluster.num_ps, cluster.num_workers)
     while not stop.wait(1.0):
         pass
-    log.info("%s %d stopping", cluster.task_type, cluster.task_index)
+    log.info("%s %d stopping after %.1f cpu seconds", cluster.task_type, cluster.task_index, time.process_time())
     return 0

@@ -34,6 +34,28 @@ tf = ensure_legacy_keras()
 log = logging.getLogger(__name__)
 
 
+def _place_table_updates_with_their_buffers(graph: tf.Graph, tables) -> None:
+    """Puts each table's optimizer update on the ps that holds the table's lookup buffer.
+
+    TFRA builds a TrainableWrapper's update with the device scope cleared, so
+    its reads, its Adam arithmetic and the inputs of its table writes would
+    run on this trainer: each buffer and slot would cross the network to the
+    trainer and back. The update's ops share a name scope; those left without
+    a device go where the buffer is.
+    """
+    scopes = {f"/update_{wrapper.op.name}/": wrapper.device for table in tables
+              for wrapper in getattr(table, "wrappers", []) if wrapper.device.startswith("/job:ps")}
+    if not scopes:
+        return
+    for op in graph.get_operations():
+        if op.device:
+            continue
+        for scope, device in scopes.items():
+            if scope in op.name:
+                op._set_device(device)  # pylint: disable=protected-access
+                break
+
+
 class TrainGraph:
     """The graph, its placeholders and ops; ``feed`` turns a parsed batch into a feed dict."""
 
@@ -76,7 +98,11 @@ class TrainGraph:
             # trainer's must not be another trainer's
             with tf.control_dependencies([self.probabilities]), \
                     v1.variable_scope(f"trainer{cluster.trainer_index}", auxiliary_name_scope=False):
-                apply = self.optimizer.apply_gradients(zip(gradients, variables))
+                # (no aggregation: between-graph replicas have nothing to aggregate, and its IdentityN
+                # would bring every table's gradient from its ps to this trainer and back)
+                apply = self.optimizer.apply_gradients(zip(gradients, variables),
+                                                       experimental_aggregate_gradients=False)
+            _place_table_updates_with_their_buffers(self.graph, self.model.tables.embeddings.values())
             updates = [apply, *self.model.tables.graph_updates, *self.model.get_updates_for(None),
                        *self.model.get_updates_for(features)]
             with tf.control_dependencies(updates):

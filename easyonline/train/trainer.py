@@ -7,6 +7,7 @@ it is trained on, so the windowed AUC and logloss are out-of-sample.
 import contextlib
 import dataclasses
 import logging
+import resource
 import time
 from typing import Dict, List, Optional, Sequence
 
@@ -53,6 +54,7 @@ class TrainSummary:
     positions: Dict[int, int]
     checkpoint: Optional[str]
     stop_reason: str
+    cpu_seconds: float = 0.0  # of this process and its input reader, over the run
 
     def lines(self) -> List[str]:
         fmt = lambda v: "-" if v is None else f"{v:.4f}"
@@ -66,7 +68,14 @@ class TrainSummary:
                 f"table keys       {sum(self.table_sizes.values())}",
                 f"positions        {self.positions}",
                 f"checkpoint       {self.checkpoint}",
-                f"stopped because  {self.stop_reason}"]
+                f"stopped because  {self.stop_reason}",
+                f"cpu seconds      {self.cpu_seconds:.1f}"]
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that have ended (the input reader, once closed)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 class OnlineTrainer:
@@ -292,7 +301,7 @@ class OnlineTrainer:
         prefetcher = Prefetcher(source, lambda raw: raw.parsed if raw.parsed is not None
                                 else self.parser.parse(raw.lines))
         status = StatusReporter(train.log_step_count_secs, self._status_dir())
-        start_time = time.time()
+        start_time, start_cpu = time.time(), cpu_seconds()
         start_samples = self._samples_at_start()
         self.positions = dict(getattr(source, "start_offsets", {}) or {})
         self.step = self._step_at_start()
@@ -338,7 +347,7 @@ class OnlineTrainer:
         samples = self.samples_trained() - start_samples
         summary = TrainSummary(self.step, samples, seconds, samples / max(seconds, 1e-9), self.metrics.auc(),
                                self.metrics.logloss(), self.rejected, self.table_sizes(), self.positions,
-                               self.last_checkpoint, stop_reason)
+                               self.last_checkpoint, stop_reason, cpu_seconds() - start_cpu)
         self.dispatch("on_train_end", summary)
         return summary
 
