@@ -5,7 +5,8 @@ session, concurrently with the others, as TF1 parameter-server jobs do
 (EasyRec's, and TFRA's own demos). ``replica_device_setter`` puts the dense
 variables on the ps; the embedding tables live on the ps too (whole tables
 spread over them, or split by key); each lookup makes a TrainableWrapper
-on this trainer, so concurrent steps never share a buffer. One
+named for this trainer (on the table's ps, with its optimizer update, when
+the table lives whole on one), so concurrent steps never share a buffer. One
 ``session.run`` scores the batch, trains on it, and then, once the
 updates are applied, moves the batch's partitions forward in the shared
 positions and adds its figures to the shared metrics (shared_state.py).
