@@ -27,6 +27,9 @@ waiting for the others.
 - **Metrics.** Every trainer's step adds its pre-update scores to shared
   histograms, so the status line's AUC, logloss and CTR cover all
   trainers (Paddle's global AUC), as do its step, samples and rate.
+- **Publishing.** Every step adds its trained keys to a key set beside each
+  table on the ps; the chief's publishers drain those sets and read the
+  rows through its session, so an update carries every trainer's keys.
 - **Offline runs** end when every trainer has caught up: each marks itself
   finished, and the chief waits for all before its final checkpoint.
 - **Failures.** A lost ps loses its parameters: every trainer stops with
@@ -38,7 +41,7 @@ import collections
 import logging
 import os
 import time
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -54,7 +57,7 @@ from easyonline.distributed.cluster_config import ClusterConfig
 from easyonline.distributed.server import start_server
 from easyonline.distributed.shared_state import ClusterMetrics, positions_array, positions_dict
 from easyonline.distributed.train_graph import TrainGraph
-from easyonline.embedding.change_tracker import ChangeTracker
+from easyonline.embedding.change_tracker import ChangeTracker, PulledChangeTracker
 from easyonline.embedding.dynamic_tables import STATS_EPOCH
 from easyonline.features import build_feature_specs
 from easyonline.inputs.bad_input import BadInputMonitor
@@ -91,16 +94,30 @@ def _is_lost_task(error: Exception) -> bool:
 
 
 def _refuse_what_a_cluster_cannot_do_yet(config: pipeline_pb2.PipelineConfig) -> None:
-    """Publishing and eviction need every trainer's changed keys on the chief: not built yet (issue 16)."""
-    train = config.train_config
-    for field in ("incr_save_config", "inference_save_config"):
-        if train.HasField(field):
-            raise ConfigError(f"train_config.{field}", "is not supported on a ps cluster yet (the chief does not "
-                              "see the other trainers' changed keys); train in one process to publish")
+    """Eviction would need the chief to shrink tables on the ps between other trainers' steps: not built."""
     for feature in config.feature_configs:
         if feature.HasField("eviction"):
             raise ConfigError(f"feature_configs[{'/'.join(feature.input_names)}].eviction",
                               "is not supported on a ps cluster yet; admission is")
+
+
+class SessionTableRows:
+    """The cluster's tables read through the chief's session (publishing and base/delta saves)."""
+
+    def __init__(self, session_run, graph: TrainGraph):
+        self._run = session_run
+        self._graph = graph
+
+    def names(self) -> List[str]:
+        return list(self._graph.table_export)
+
+    def export(self, table: str) -> Tuple[np.ndarray, np.ndarray]:
+        keys, values = self._run(self._graph.table_export[table])
+        return keys, values
+
+    def lookup(self, table: str, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        values, exists = self._run(self._graph.table_lookup[table], {self._graph.rows_keys_in: keys})
+        return values, exists
 
 
 class ClusterTrainer(OnlineTrainer):
@@ -145,7 +162,9 @@ class ClusterTrainer(OnlineTrainer):
         self._start_samples: Optional[int] = None
         self.restored_from = self._join()
         self.metrics = ClusterMetrics(self._session_run, self.state, train.metrics_window_samples)
-        self.changes = ChangeTracker(self.specs)
+        # every trainer records its trained keys on the ps; the chief's publishers drain them there
+        self.changes = PulledChangeTracker(lambda: self._session_run(self.graph.drain_changed_keys)) \
+            if self.graph.publishes and cluster.is_chief else ChangeTracker(self.specs)
         self.stop_signal = StopSignal()
         self.clock = time.time
         self._source = source
@@ -318,6 +337,12 @@ class ClusterTrainer(OnlineTrainer):
 
     def table_sizes(self) -> Dict[str, int]:
         return {name: int(size) for name, size in self._session_run(self.graph.table_sizes).items()}
+
+    def table_rows(self) -> SessionTableRows:
+        return SessionTableRows(self._session_run, self.graph)
+
+    def read_variables(self, variables: Dict) -> Dict:
+        return self._session_run(dict(variables))
 
     def shrink(self) -> Dict[str, np.ndarray]:
         return {}

@@ -32,6 +32,8 @@ from easyonline.tasks import RankingTask
 from easyonline.train.optimizers import build_optimizer
 
 tf = ensure_legacy_keras()
+from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
+
 log = logging.getLogger(__name__)
 
 
@@ -55,6 +57,21 @@ def _place_table_updates_with_their_buffers(graph: tf.Graph, tables) -> None:
             if scope in op.name:
                 op._set_device(device)  # pylint: disable=protected-access
                 break
+
+
+def _changed_keys_table(table):
+    """A key set (rows of one unused float) beside ``table``, on the same ps: not checkpointed."""
+    return de.get_variable(table.params.name + "-changed", key_dtype=tf.int64, value_dtype=tf.float32, dim=1,
+                           devices=table.params.devices, initializer=0.0, trainable=False)
+
+
+def _drain(changed) -> tf.Tensor:
+    """The keys in ``changed``, removed once read. A key a step adds after the read is kept for the
+    next drain; one it adds between the read and the removal is published anyway, since the rows
+    are read after the drain."""
+    keys, _ = changed.export()
+    with tf.control_dependencies([changed.remove(keys)]):
+        return tf.identity(keys)
 
 
 class TrainGraph:
@@ -104,8 +121,16 @@ class TrainGraph:
                 apply = self.optimizer.apply_gradients(zip(gradients, variables),
                                                        experimental_aggregate_gradients=False)
             _place_table_updates_with_their_buffers(self.graph, self.model.tables.embeddings.values())
+            train = config.train_config
+            self.publishes = train.HasField("incr_save_config") or train.HasField("inference_save_config")
+            # every trainer's trained keys, per table on the table's ps, for the chief to publish
+            self.changed_keys = {name: _changed_keys_table(table) for name, table in
+                                 self.model.tables.embeddings.items()} if self.publishes else {}
             updates = [apply, *self.model.tables.graph_updates, *self.model.get_updates_for(None),
-                       *self.model.get_updates_for(features)]
+                       *self.model.get_updates_for(features),
+                       *[changed.upsert(wrapper.ids, tf.zeros([tf.size(wrapper.ids), 1]))
+                         for name, changed in self.changed_keys.items()
+                         for wrapper in self.model.tables.embeddings[name].wrappers]]
             with tf.control_dependencies(updates):
                 shared = self.state.step_updates(self.labels, self.probabilities, cluster.trainer_index)
             with tf.control_dependencies([shared]):
@@ -118,6 +143,11 @@ class TrainGraph:
                 self.positions_json = tf.Variable("{}", dtype=tf.string, trainable=False, name="stream_positions")
                 self.positions_json_in = v1.placeholder(tf.string, [], name="positions_json")
                 self.set_positions_json = self.positions_json.assign(self.positions_json_in)
+            self.rows_keys_in = v1.placeholder(tf.int64, [None], name="rows_keys")
+            self.table_lookup = {name: table.params.lookup(self.rows_keys_in, return_exists=True)
+                                 for name, table in self.model.tables.embeddings.items()}
+            self.table_export = {name: table.params.export() for name, table in self.model.tables.embeddings.items()}
+            self.drain_changed_keys = {name: _drain(changed) for name, changed in self.changed_keys.items()}
             self.global_variables = [v for v in self.graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)
                                      if v.device.startswith("/job:ps")]
             # this trainer's own: its variables, and its lookup buffers (local variables, on a ps or not)

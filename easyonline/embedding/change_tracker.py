@@ -9,7 +9,7 @@ and a key that was trained but never admitted is not sent at all. That
 rule needs no ordering between trains and deletes.
 """
 import threading
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 
@@ -85,6 +85,45 @@ class ChangeTracker:
         arrays = [(table, np.asarray(keys, np.int64)) for table, keys in evicted.items()]
         for log in self._logs:
             log.add([], arrays)
+
+
+class PulledChangeTracker(ChangeTracker):
+    """Changes recorded elsewhere, pulled on demand: a cluster's trainers record their trained keys on
+    the ps, and the chief's subscribers drain them from there.
+
+    ``pull`` returns {table: keys} and forgets them; every subscriber's drain
+    first pulls into every log, so two subscribers each see every key.
+    """
+
+    def __init__(self, pull: Callable[[], Dict[str, np.ndarray]]):  # pylint: disable=super-init-not-called
+        self._feature_tables = []
+        self._logs: List[ChangeLog] = []
+        self._pull = pull
+        self._pull_lock = threading.Lock()
+
+    def subscribe(self) -> ChangeLog:
+        log = _PullingLog(self)
+        self._logs.append(log)
+        return log
+
+    def record_batch(self, features) -> None:
+        """Nothing to do: the keys are recorded with each step, where the tables are."""
+
+    def pull_into_logs(self) -> None:
+        with self._pull_lock:
+            arrays = [(table, np.asarray(keys, np.int64)) for table, keys in self._pull().items() if len(keys)]
+            for log in self._logs:
+                log.add(arrays, [])
+
+
+class _PullingLog(ChangeLog):
+    def __init__(self, tracker: PulledChangeTracker):
+        super().__init__()
+        self._tracker = tracker
+
+    def drain(self) -> Tuple[Dict[str, List[np.ndarray]], Dict[str, List[np.ndarray]]]:
+        self._tracker.pull_into_logs()
+        return super().drain()
 
 
 def unique_keys(arrays: List[np.ndarray]) -> np.ndarray:

@@ -188,8 +188,9 @@ class InferenceSaves(Callback):
         self._prepare(trainer)
         started = time.time()
         trained, deleted = self._tracker.drain()
-        dense = {self._ids.dense[name]: v.numpy() for name, v in dense_variables(trainer.model).items()}
-        snapshot = take_snapshot(trainer.model.tables, self._ids, trainer.step, time.time(), dict(trainer.positions),
+        dense = {self._ids.dense[name]: value for name, value in
+                 trainer.read_variables(dense_variables(trainer.model)).items()}
+        snapshot = take_snapshot(trainer.table_rows(), self._ids, trainer.step, time.time(), dict(trainer.positions),
                                  dense, trained, deleted, full_sync=kind == BASE)
         previous = None if kind == BASE else self._previous.name
         info = write_save(self.save_dir, kind, snapshot, self._ids, self.model_name, self._base, previous)

@@ -47,7 +47,7 @@ class IncrementalPublish(Callback):
         ids = ensure_parameter_ids(self.model_dir, trainer.model)
         self._dense_vars = {ids.dense[name]: var for name, var in dense_variables(trainer.model).items()}
         self.tracker = trainer.changes.subscribe()
-        self.publisher = UpdatePublisher(self.sink, self.model_name, ids, trainer.model.tables,
+        self.publisher = UpdatePublisher(self.sink, self.model_name, ids, trainer.table_rows(),
                                          self.incr.max_message_bytes, self.incr.max_pending_updates)
         self.publisher.start(trainer.step)
         self._dense_schedule.mark(trainer.step)
@@ -60,7 +60,7 @@ class IncrementalPublish(Callback):
 
     def _job(self, trainer, dense: bool, full_sync: bool = False) -> PublishJob:
         trained, deleted = self.tracker.drain()
-        values = {i: var.numpy() for i, var in self._dense_vars.items()} if dense else None
+        values = trainer.read_variables(self._dense_vars) if dense else None
         return PublishJob(trainer.step, time.time(), dict(trainer.positions), values, trained, deleted, full_sync)
 
     def _maybe_publish(self, trainer) -> None:

@@ -24,7 +24,7 @@ from typing import Deque, Dict, List, Optional
 import numpy as np
 
 from easyonline.updates.param_ids import ParameterIds
-from easyonline.publish.snapshot import take_snapshot
+from easyonline.publish.snapshot import TableRows, take_snapshot
 from easyonline.updates.codec import UpdateSnapshot, encode_update
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ _STOP = object()
 class UpdatePublisher:
     """Owns the sender thread; the trainer calls ``has_room``/``offer``, ``take_full_sync`` and ``close``."""
 
-    def __init__(self, sink, model_name: str, ids: ParameterIds, tables, max_message_bytes: int,
+    def __init__(self, sink, model_name: str, ids: ParameterIds, tables: TableRows, max_message_bytes: int,
                  max_pending: int = 4):
         self.sink = sink
         self.model_name = model_name

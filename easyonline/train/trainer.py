@@ -31,6 +31,7 @@ from easyonline.inputs.bad_input import BadInputMonitor
 from easyonline.inputs.build_source import build_dead_letter, build_parser, build_source
 from easyonline.inputs.raw_batch import BatchSource
 from easyonline.protos import pipeline_pb2
+from easyonline.publish.snapshot import EagerTableRows, TableRows
 from easyonline.tasks import RankingTask
 from easyonline.train.optimizers import build_optimizer
 from easyonline.train.status import StatusReporter
@@ -232,6 +233,14 @@ class OnlineTrainer:
 
     def _before_final_checkpoint(self, stop_reason: str) -> None:
         """Called once the loop has ended, before the final checkpoint (a cluster waits for its trainers)."""
+
+    def table_rows(self) -> TableRows:
+        """The tables, for publishing and base/delta saves (thread-safe reads)."""
+        return EagerTableRows(self.model.tables)
+
+    def read_variables(self, variables: Dict) -> Dict:
+        """The current values of ``variables`` (a dict of the model's variables), as numpy."""
+        return {key: var.numpy() for key, var in variables.items()}
 
     def table_sizes(self) -> Dict[str, int]:
         return self.model.tables.sizes()

@@ -20,6 +20,11 @@ from easyonline.jobs.online_train import build_trainer
 from easyonline.config import ConfigError
 from easyonline.tools.local_cluster import LocalCluster
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
+from easyonline.updates.codec import decode_update
+from easyonline.updates.model_diff import differences_from_model
+from easyonline.updates.param_ids import read_parameter_ids
+from easyonline.updates.readers import DirectoryUpdateReader
+from easyonline.updates.replica import ParameterReplica
 from tests.conftest import online_config, python_env
 
 FAST = {"data_config.batch_size": 500, "data_config.batch_timeout_ms": 300, "train_config.log_step_count_secs": 1,
@@ -177,14 +182,16 @@ def test_killed_ps_stops_the_cluster_and_a_restart_with_another_trainer_count_re
     assert _trained_partitions(output) == [0] and _trained_partitions(cluster.output_of("worker0")) == [1]
 
 
-def test_a_cluster_refuses_publishing_and_its_checkpoint_continues_in_one_process(tmp_path):
-    """Files instead of Kafka: trainer i reads files i, i + n, ...; a single process continues the checkpoint."""
+def test_a_cluster_publishes_every_trainers_keys_and_its_checkpoint_continues_in_one_process(tmp_path):
+    """Files instead of Kafka: trainer i reads files i, i + n, ...; the chief publishes what both trained
+    (the replayed updates equal the final checkpoint, bit for bit); a single process continues it."""
     paths = []
     for i in range(2):
         data = tmp_path / f"train{i}.csv"
         data.write_bytes(b"\n".join(SyntheticCtrStream(seed=i).lines(0, 3000)) + b"\n")
         paths.append(str(data))
-    config = online_config(tmp_path / "m", **FAST)
+    config = online_config(tmp_path / "m", **FAST, **{"train_config.incr_save_config": {
+        "sparse_save_steps": 2, "dense_save_steps": 4, "fs": {"incr_save_dir": str(tmp_path / "updates")}}})
     c1 = next(f for f in config.feature_configs if list(f.input_names) == ["C1"])
     c1.admission.count_filter.min_count = 2  # statistics and admission, on the ps
     config.ClearField("kafka_train_input")
@@ -198,12 +205,19 @@ def test_a_cluster_refuses_publishing_and_its_checkpoint_continues_in_one_proces
     model.restore(summary["checkpoint"])
     sizes = model.model.tables.sizes()
     assert 0 < sizes["C1"] < sizes["C2"]  # admission held back C1's one-off ids
+    records = DirectoryUpdateReader(str(tmp_path / "updates")).read_available()
+    assert len(records) >= 3 and [s for s, _ in records] == list(range(1, len(records) + 1))
+    replica = ParameterReplica("m")
+    for _, data in records:
+        replica.apply(decode_update(data))
+    # every key either trainer trained, with its final row, and every dense parameter
+    assert differences_from_model(replica, model.model, read_parameter_ids(str(tmp_path / "m"))) == []
     single = easyonline.online_train(config, online=False)  # a single process goes on from the cluster's checkpoint
     assert single.steps > int(summary["steps"])
 
-    # refused before any server starts (the CLI exits with code 2 on a ConfigError)
-    config.train_config.incr_save_config.fs.incr_save_dir = str(tmp_path / "updates")
+    # eviction is refused before any server starts (the CLI exits with code 2 on a ConfigError)
+    c1.eviction.max_size = 100
     chief = parse_tf_config(json.dumps({"cluster": {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]},
                                         "task": {"type": "chief", "index": 0}}))
-    with pytest.raises(ConfigError, match=re.escape("train_config.incr_save_config")):
+    with pytest.raises(ConfigError, match=re.escape("eviction")):
         build_trainer(config, online=False, cluster=chief)
