@@ -30,6 +30,7 @@ waiting for the others.
 - **Publishing.** Every step adds its trained keys to a key set beside each
   table on the ps; the chief's publishers drain those sets and read the
   rows through its session, so an update carries every trainer's keys.
+  Eviction runs on the chief, on the ps's tables, through the same session.
 - **Offline runs** end when every trainer has caught up: each marks itself
   finished, and the chief waits for all before its final checkpoint.
 - **Failures.** A lost ps loses its parameters: every trainer stops with
@@ -41,7 +42,7 @@ import collections
 import logging
 import os
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 
@@ -51,10 +52,11 @@ from easyonline.checkpoint.positions import decode_positions, encode_positions
 from easyonline.config.secrets import apply_oss_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.callbacks import Callback
-from easyonline.core.errors import ClusterFailure, ConfigError
+from easyonline.core.errors import ClusterFailure
 from easyonline.core.stop_signal import StopSignal
 from easyonline.distributed.cluster_config import ClusterConfig
 from easyonline.distributed.server import start_server
+from easyonline.distributed.session_tables import SessionTableOps, SessionTableRows
 from easyonline.distributed.shared_state import ClusterMetrics, positions_array, positions_dict
 from easyonline.distributed.train_graph import TrainGraph
 from easyonline.embedding.change_tracker import ChangeTracker, PulledChangeTracker
@@ -93,33 +95,6 @@ def _is_lost_task(error: Exception) -> bool:
                               tf.errors.DeadlineExceededError))
 
 
-def _refuse_what_a_cluster_cannot_do_yet(config: pipeline_pb2.PipelineConfig) -> None:
-    """Eviction would need the chief to shrink tables on the ps between other trainers' steps: not built."""
-    for feature in config.feature_configs:
-        if feature.HasField("eviction"):
-            raise ConfigError(f"feature_configs[{'/'.join(feature.input_names)}].eviction",
-                              "is not supported on a ps cluster yet; admission is")
-
-
-class SessionTableRows:
-    """The cluster's tables read through the chief's session (publishing and base/delta saves)."""
-
-    def __init__(self, session_run, graph: TrainGraph):
-        self._run = session_run
-        self._graph = graph
-
-    def names(self) -> List[str]:
-        return list(self._graph.table_export)
-
-    def export(self, table: str) -> Tuple[np.ndarray, np.ndarray]:
-        keys, values = self._run(self._graph.table_export[table])
-        return keys, values
-
-    def lookup(self, table: str, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        values, exists = self._run(self._graph.table_lookup[table], {self._graph.rows_keys_in: keys})
-        return values, exists
-
-
 class ClusterTrainer(OnlineTrainer):
     """One trainer (the chief or a worker) of ``cluster``; otherwise the OnlineTrainer's arguments."""
 
@@ -132,7 +107,6 @@ class ClusterTrainer(OnlineTrainer):
         self.trainer_index = cluster.trainer_index
         self.name = "chief" if cluster.is_chief else f"worker {cluster.task_index}"
         train = config.train_config
-        _refuse_what_a_cluster_cannot_do_yet(config)
         apply_oss_config(config)
         self.specs = build_feature_specs(config)
         self.parser = build_parser(config, self.specs)
@@ -339,13 +313,13 @@ class ClusterTrainer(OnlineTrainer):
         return {name: int(size) for name, size in self._session_run(self.graph.table_sizes).items()}
 
     def table_rows(self) -> SessionTableRows:
-        return SessionTableRows(self._session_run, self.graph)
+        return SessionTableRows(self._session_run, self.graph.table_access)
+
+    def _table_ops(self) -> SessionTableOps:
+        return SessionTableOps(self._session_run, self.graph.table_access)
 
     def read_variables(self, variables: Dict) -> Dict:
         return self._session_run(dict(variables))
-
-    def shrink(self) -> Dict[str, np.ndarray]:
-        return {}
 
     def save_checkpoint(self) -> Optional[str]:
         """The chief: positions first, then the parameters (they hold at least every update up to them)."""

@@ -22,6 +22,7 @@ import numpy as np
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.distributed.cluster_config import ClusterConfig
+from easyonline.distributed.session_tables import TableAccess
 from easyonline.distributed.shared_state import ClusterState
 from easyonline.embedding.dynamic_tables import PsPlacement, ps_shards
 from easyonline.features.feature_spec import FeatureSpecs
@@ -143,10 +144,7 @@ class TrainGraph:
                 self.positions_json = tf.Variable("{}", dtype=tf.string, trainable=False, name="stream_positions")
                 self.positions_json_in = v1.placeholder(tf.string, [], name="positions_json")
                 self.set_positions_json = self.positions_json.assign(self.positions_json_in)
-            self.rows_keys_in = v1.placeholder(tf.int64, [None], name="rows_keys")
-            self.table_lookup = {name: table.params.lookup(self.rows_keys_in, return_exists=True)
-                                 for name, table in self.model.tables.embeddings.items()}
-            self.table_export = {name: table.params.export() for name, table in self.model.tables.embeddings.items()}
+            self.table_access = TableAccess(self.model.tables)
             self.drain_changed_keys = {name: _drain(changed) for name, changed in self.changed_keys.items()}
             self.global_variables = [v for v in self.graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)
                                      if v.device.startswith("/job:ps")]

@@ -5,7 +5,7 @@ never-admitted id whose statistics meet a delete rule leaves the statistics;
 with ``max_size``, at most 4 x max_size ids keep statistics.
 """
 import logging
-from typing import Dict
+from typing import Dict, Protocol, Tuple
 
 import numpy as np
 
@@ -16,16 +16,40 @@ log = logging.getLogger(__name__)
 STATS_PER_ROW = 4
 
 
-def _remove(variable, keys: np.ndarray) -> None:
-    if len(keys):
-        variable.remove(keys)
+class TableOps(Protocol):
+    """Reads and writes a TFRA table (de.Variable): eagerly in one process, through a cluster's session."""
+
+    def export(self, variable) -> Tuple[np.ndarray, np.ndarray]:
+        ...
+
+    def remove(self, variable, keys: np.ndarray) -> None:
+        ...
+
+    def upsert(self, variable, keys: np.ndarray, values: np.ndarray) -> None:
+        ...
 
 
-def shrink_table(tables: DynamicTables, table: str, now: float, seconds_per_day: float) -> np.ndarray:
+class EagerTableOps:
+    """TableOps of a single process's tables."""
+
+    def export(self, variable) -> Tuple[np.ndarray, np.ndarray]:
+        keys, values = variable.export()
+        return keys.numpy(), values.numpy()
+
+    def remove(self, variable, keys: np.ndarray) -> None:
+        if len(keys):
+            variable.remove(keys)
+
+    def upsert(self, variable, keys: np.ndarray, values: np.ndarray) -> None:
+        variable.upsert(keys, values)
+
+
+def shrink_table(tables: DynamicTables, table: str, now: float, seconds_per_day: float,
+                 ops: TableOps = EagerTableOps()) -> np.ndarray:
     """Applies the table's eviction config; returns the evicted keys that had rows."""
     policy = tables.table_spec(table).eviction
     stats = tables.statistics[table]
-    keys, values = (t.numpy() for t in stats.export())
+    keys, values = ops.export(stats)
     values = values.copy()
     values[:, SHOW] *= policy.show_click_decay_rate
     values[:, CLICK] *= policy.show_click_decay_rate
@@ -34,7 +58,7 @@ def shrink_table(tables: DynamicTables, table: str, now: float, seconds_per_day:
     if policy.delete_after_unseen_days > 0:
         delete |= (now - values[:, LAST_SEEN]) > policy.delete_after_unseen_days * seconds_per_day
     layer = tables.embeddings[table]
-    row_keys = layer.params.export()[0].numpy()
+    row_keys = ops.export(layer.params)[0]
     if policy.max_size and len(row_keys) > policy.max_size:
         # Rank the surviving rows by score, then recency; ids without statistics rank last.
         position = {int(k): i for i, k in enumerate(keys)}
@@ -62,17 +86,18 @@ def shrink_table(tables: DynamicTables, table: str, now: float, seconds_per_day:
             delete[candidates[order[max(room, 0):]]] = True
     doomed = np.concatenate([keys[delete], extra])
     evicted = row_keys[np.isin(row_keys, doomed)]
-    _remove(layer.params, evicted)
+    ops.remove(layer.params, evicted)
     for slot in tables.slot_variables(table):
-        _remove(slot, evicted)
-    _remove(stats, keys[delete])
+        ops.remove(slot, evicted)
+    ops.remove(stats, keys[delete])
     keep = ~delete
     if keep.any():
-        stats.upsert(keys[keep], values[keep])
+        ops.upsert(stats, keys[keep], values[keep])
     return evicted
 
 
-def shrink_tables(tables: DynamicTables, now: float, seconds_per_day: float) -> Dict[str, np.ndarray]:
+def shrink_tables(tables: DynamicTables, now: float, seconds_per_day: float,
+                  ops: TableOps = EagerTableOps()) -> Dict[str, np.ndarray]:
     """Shrinks every table that has an eviction config; ``now`` is seconds since STATS_EPOCH."""
-    return {table: shrink_table(tables, table, now, seconds_per_day)
+    return {table: shrink_table(tables, table, now, seconds_per_day, ops)
             for table in tables.embeddings if tables.table_spec(table).eviction is not None}

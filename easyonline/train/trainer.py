@@ -23,7 +23,7 @@ from easyonline.core.errors import ConfigError
 from easyonline.core.stop_signal import StopSignal
 from easyonline.embedding.change_tracker import ChangeTracker
 from easyonline.embedding.dynamic_tables import STATS_EPOCH, checkpoint_shards
-from easyonline.embedding.eviction import shrink_tables
+from easyonline.embedding.eviction import EagerTableOps, TableOps, shrink_tables
 from easyonline.features import build_feature_specs
 from easyonline.features.signature import empty_features, feature_signature
 from easyonline.inputs import Prefetcher
@@ -193,7 +193,7 @@ class OnlineTrainer:
     def shrink(self) -> Dict[str, np.ndarray]:
         """Evicts per the tables' eviction policies now; returns {table: evicted keys}, also kept in ``evicted``."""
         evicted = shrink_tables(self.model.tables, self.clock() - STATS_EPOCH,
-                                self.config.train_config.seconds_per_day)
+                                self.config.train_config.seconds_per_day, self._table_ops())
         for table, keys in evicted.items():
             self.evicted[table] = np.union1d(self.evicted.get(table, np.zeros(0, np.int64)), keys)
         self.changes.record_deleted(evicted)
@@ -233,6 +233,10 @@ class OnlineTrainer:
 
     def _before_final_checkpoint(self, stop_reason: str) -> None:
         """Called once the loop has ended, before the final checkpoint (a cluster waits for its trainers)."""
+
+    def _table_ops(self) -> TableOps:
+        """How eviction reads and writes the tables."""
+        return EagerTableOps()
 
     def table_rows(self) -> TableRows:
         """The tables, for publishing and base/delta saves (thread-safe reads)."""

@@ -16,7 +16,6 @@ import tensorflow as tf
 import easyonline
 from easyonline.config.loader import to_text
 from easyonline.distributed.cluster_config import parse_tf_config
-from easyonline.jobs.online_train import build_trainer
 from easyonline.config import ConfigError
 from easyonline.tools.local_cluster import LocalCluster
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
@@ -182,9 +181,10 @@ def test_killed_ps_stops_the_cluster_and_a_restart_with_another_trainer_count_re
     assert _trained_partitions(output) == [0] and _trained_partitions(cluster.output_of("worker0")) == [1]
 
 
-def test_a_cluster_publishes_every_trainers_keys_and_its_checkpoint_continues_in_one_process(tmp_path):
-    """Files instead of Kafka: trainer i reads files i, i + n, ...; the chief publishes what both trained
-    (the replayed updates equal the final checkpoint, bit for bit); a single process continues it."""
+def test_a_cluster_publishes_and_evicts_every_trainers_keys_and_its_checkpoint_continues_in_one_process(tmp_path):
+    """Files instead of Kafka: trainer i reads files i, i + n, ...; the chief evicts from the ps's tables
+    and publishes what both trained and what it evicted (the replayed updates equal the final checkpoint,
+    bit for bit); a single process continues the checkpoint."""
     paths = []
     for i in range(2):
         data = tmp_path / f"train{i}.csv"
@@ -194,12 +194,16 @@ def test_a_cluster_publishes_every_trainers_keys_and_its_checkpoint_continues_in
         "sparse_save_steps": 2, "dense_save_steps": 4, "fs": {"incr_save_dir": str(tmp_path / "updates")}}})
     c1 = next(f for f in config.feature_configs if list(f.input_names) == ["C1"])
     c1.admission.count_filter.min_count = 2  # statistics and admission, on the ps
+    c3 = next(f for f in config.feature_configs if list(f.input_names) == ["C3"])
+    c3.eviction.max_size = 50  # the chief shrinks the ps's tables every second; deletes are published
+    config.train_config.shrink_every_secs = 1
     config.ClearField("kafka_train_input")
     config.file_train_input.paths.extend(paths)
     with LocalCluster(2, 2, [f"--config={_config_file(tmp_path, config)}"], env=python_env()) as cluster:
         assert cluster.wait(300) == 0, cluster.chief_output()[-4000:]
     summary = _summary(cluster.chief_output())
     assert summary["samples"] == "6000"
+    assert re.search(r"shrink evicted \{'C3': [1-9]", cluster.chief_output()), cluster.chief_output()[-3000:]
     from easyonline.scoring.checkpoint_model import CheckpointModel
     model = CheckpointModel(config)
     model.restore(summary["checkpoint"])
@@ -215,9 +219,4 @@ def test_a_cluster_publishes_every_trainers_keys_and_its_checkpoint_continues_in
     single = easyonline.online_train(config, online=False)  # a single process goes on from the cluster's checkpoint
     assert single.steps > int(summary["steps"])
 
-    # eviction is refused before any server starts (the CLI exits with code 2 on a ConfigError)
-    c1.eviction.max_size = 100
-    chief = parse_tf_config(json.dumps({"cluster": {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]},
-                                        "task": {"type": "chief", "index": 0}}))
-    with pytest.raises(ConfigError, match=re.escape("eviction")):
-        build_trainer(config, online=False, cluster=chief)
+

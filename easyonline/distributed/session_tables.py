@@ -1,0 +1,74 @@
+"""A cluster's tables read and written through the chief's session: publishing, saves, eviction.
+
+A single process reads its TFRA tables eagerly; on a cluster they live on the
+ps, in a graph, so each access runs an op built with the training graph
+(train_graph.TableAccess) through the chief's session, which is thread-safe
+and reports a lost ps as ClusterFailure.
+"""
+from typing import Callable, Dict, List, Tuple
+
+import numpy as np
+
+from easyonline.core.bootstrap import ensure_legacy_keras
+
+tf = ensure_legacy_keras()
+
+
+class TableAccess:
+    """The ops: lookup and export of every table; export, remove and upsert of every evicting table's
+    parameters, optimizer slots and statistics. Build inside the training graph, after its optimizer."""
+
+    def __init__(self, tables):
+        v1 = tf.compat.v1
+        self.keys_in = v1.placeholder(tf.int64, [None], name="access_keys")
+        self.lookup = {name: table.params.lookup(self.keys_in, return_exists=True)
+                       for name, table in tables.embeddings.items()}
+        self.export_rows = {name: table.params.export() for name, table in tables.embeddings.items()}
+        self.variables: Dict[str, Dict] = {}
+        for name in tables.embeddings:
+            if tables.table_spec(name).eviction is None:
+                continue
+            for variable in [tables.embeddings[name].params, tables.statistics[name], *tables.slot_variables(name)]:
+                values_in = v1.placeholder(tf.float32, [None, variable.dim])
+                self.variables[variable.name] = {"export": variable.export(), "values_in": values_in,
+                                                 "remove": variable.remove(self.keys_in),
+                                                 "upsert": variable.upsert(self.keys_in, values_in)}
+
+
+class SessionTableRows:
+    """publish.snapshot.TableRows through a session."""
+
+    def __init__(self, session_run: Callable, access: TableAccess):
+        self._run = session_run
+        self._access = access
+
+    def names(self) -> List[str]:
+        return list(self._access.export_rows)
+
+    def export(self, table: str) -> Tuple[np.ndarray, np.ndarray]:
+        keys, values = self._run(self._access.export_rows[table])
+        return keys, values
+
+    def lookup(self, table: str, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        values, exists = self._run(self._access.lookup[table], {self._access.keys_in: keys})
+        return values, exists
+
+
+class SessionTableOps:
+    """embedding.eviction.TableOps through a session."""
+
+    def __init__(self, session_run: Callable, access: TableAccess):
+        self._run = session_run
+        self._access = access
+
+    def export(self, variable) -> Tuple[np.ndarray, np.ndarray]:
+        keys, values = self._run(self._access.variables[variable.name]["export"])
+        return keys, values
+
+    def remove(self, variable, keys: np.ndarray) -> None:
+        if len(keys):
+            self._run(self._access.variables[variable.name]["remove"], {self._access.keys_in: keys})
+
+    def upsert(self, variable, keys: np.ndarray, values: np.ndarray) -> None:
+        ops = self._access.variables[variable.name]
+        self._run(ops["upsert"], {self._access.keys_in: keys, ops["values_in"]: values})
