@@ -11,6 +11,7 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.dynamic_tables import DynamicTables
 from easyonline.features import build_feature_specs
 from easyonline.publish.publisher import PublishJob, UpdatePublisher
+from easyonline.publish.snapshot import EagerTableRows
 from easyonline.updates.codec import decode_update
 from easyonline.updates.directory_sink import DirectorySink
 from easyonline.updates.param_ids import ParameterIds
@@ -64,7 +65,7 @@ def _replay(directory):
 
 def test_a_job_becomes_messages_that_rebuild_the_rows(tmp_path):
     tables, ids = _tables()
-    publisher = UpdatePublisher(DirectorySink(str(tmp_path)), "m", ids, tables, max_message_bytes=4096)
+    publisher = UpdatePublisher(DirectorySink(str(tmp_path)), "m", ids, EagerTableRows(tables), max_message_bytes=4096)
     publisher.start(restored_step=0)
     # keys 1 and 2 trained (2 twice, -1 is padding), 7 deleted and not in the table, 9 trained but never admitted
     assert publisher.offer(_job(3, [1, 2, 2, -1, 9], deleted=[7], dense={0: np.array([0.5], np.float32)}))
@@ -81,7 +82,7 @@ def test_a_job_becomes_messages_that_rebuild_the_rows(tmp_path):
 def test_a_failing_sink_is_retried_without_a_gap(tmp_path):
     tables, ids = _tables()
     sink = FlakySink(str(tmp_path), failures=2)
-    publisher = UpdatePublisher(sink, "m", ids, tables, max_message_bytes=4096)
+    publisher = UpdatePublisher(sink, "m", ids, EagerTableRows(tables), max_message_bytes=4096)
     publisher.start(restored_step=0)
     publisher.offer(_job(1, [1]))
     publisher.offer(_job(2, [5]))
@@ -93,16 +94,16 @@ def test_a_failing_sink_is_retried_without_a_gap(tmp_path):
 
 def test_a_restart_continues_the_sequence_and_resyncs_when_out_of_step(tmp_path):
     tables, ids = _tables()
-    first = UpdatePublisher(DirectorySink(str(tmp_path)), "m", ids, tables, max_message_bytes=4096)
+    first = UpdatePublisher(DirectorySink(str(tmp_path)), "m", ids, EagerTableRows(tables), max_message_bytes=4096)
     first.start(restored_step=0)
     first.offer(_job(4, [1]))
     assert first.close(timeout=30)
-    in_step = UpdatePublisher(DirectorySink(str(tmp_path)), "m", ids, tables, max_message_bytes=4096)
+    in_step = UpdatePublisher(DirectorySink(str(tmp_path)), "m", ids, EagerTableRows(tables), max_message_bytes=4096)
     in_step.start(restored_step=4)  # the stream ends at step 4 too: no full sync
     in_step.offer(_job(5, [2]))
     assert in_step.close(timeout=30)
     assert not in_step.take_full_sync() and in_step.last_acked.first_sequence == 2
-    behind = UpdatePublisher(DirectorySink(str(tmp_path)), "m", ids, tables, max_message_bytes=4096)
+    behind = UpdatePublisher(DirectorySink(str(tmp_path)), "m", ids, EagerTableRows(tables), max_message_bytes=4096)
     behind.start(restored_step=3)  # a crash lost steps 4-5 of the model: every row must be sent again
     behind.offer(_job(4, [], full_sync=True))
     assert behind.close(timeout=30)
