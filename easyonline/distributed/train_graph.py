@@ -66,6 +66,12 @@ def _changed_keys_table(table):
                            devices=table.params.devices, initializer=0.0, trainable=False)
 
 
+def _record_keys(changed, ids: tf.Tensor) -> tf.Operation:
+    """Adds ``ids`` to the key set, computed where the ids are (a whole table's ps)."""
+    with tf.device(ids.device):
+        return changed.upsert(ids, tf.zeros([tf.size(ids), 1]))
+
+
 def _drain(changed) -> tf.Tensor:
     """The keys in ``changed``, removed once read. A key a step adds after the read is kept for the
     next drain; one it adds between the read and the removal is published anyway, since the rows
@@ -129,8 +135,7 @@ class TrainGraph:
                                  self.model.tables.embeddings.items()} if self.publishes else {}
             updates = [apply, *self.model.tables.graph_updates, *self.model.get_updates_for(None),
                        *self.model.get_updates_for(features),
-                       *[changed.upsert(wrapper.ids, tf.zeros([tf.size(wrapper.ids), 1]))
-                         for name, changed in self.changed_keys.items()
+                       *[_record_keys(changed, wrapper.ids) for name, changed in self.changed_keys.items()
                          for wrapper in self.model.tables.embeddings[name].wrappers]]
             with tf.control_dependencies(updates):
                 shared = self.state.step_updates(self.labels, self.probabilities, cluster.trainer_index)
