@@ -15,6 +15,7 @@ trainer's process spends its CPU on training; a batch that parser declines
 goes over as lines, for CsvParser.
 """
 import multiprocessing
+import os
 import queue
 import time
 from typing import Dict, Optional, Tuple
@@ -24,11 +25,16 @@ from easyonline.features.vector_csv import VectorCsvParser
 from easyonline.inputs.kafka_input import KafkaInput
 from easyonline.inputs.raw_batch import BatchSource, BlobLines, RawBatch
 from easyonline.protos import pipeline_pb2
+from easyonline.utils.child_process import die_with_parent
 
 
 def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoint_positions, path: str,
            max_message_bytes: int, vector_parser, batches: "multiprocessing.Queue",
-           commands: "multiprocessing.Queue", partition_share=None) -> None:
+           commands: "multiprocessing.Queue", partition_share=None, trainer_pid: int = 0) -> None:
+    # A trainer killed outright (SIGKILL, the OOM killer) cannot close its reader: it must not live on.
+    die_with_parent()
+    if trainer_pid and os.getppid() != trainer_pid:
+        return  # the trainer died before the line above took effect
     kafka = pipeline_pb2.KafkaInput.FromString(kafka_bytes)
     try:
         source = KafkaInput(kafka, batch_size, batch_timeout_ms, checkpoint_positions, path,
@@ -96,7 +102,7 @@ class KafkaReaderProcess(BatchSource):
         self._process = context.Process(
             target=_child, name="easyonline-kafka-reader", daemon=True,
             args=(kafka.SerializeToString(), batch_size, batch_timeout_ms, checkpoint_positions, path,
-                  max_message_bytes, vector_parser, self._batches, self._commands, partition_share))
+                  max_message_bytes, vector_parser, self._batches, self._commands, partition_share, os.getpid()))
         self._process.start()
         try:
             first = self._batches.get(timeout=start_timeout)

@@ -5,6 +5,7 @@ Each cluster is started by easyonline.tools.local_cluster.LocalCluster, as
 runs the chief and trainers - 1 workers, each training its own partitions.
 """
 import json
+import os
 import re
 import threading
 import time
@@ -116,6 +117,27 @@ def test_two_ps_two_trainers_train_every_sample_exactly_once(broker, topic, tmp_
     assert sum(model.model.tables.sizes().values()) == int(summary["table keys"]) > 0
 
 
+def _children(pid: int) -> list:
+    """Pids whose parent is ``pid`` (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if entry.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return False
+
+
 def test_killed_worker_restarts_and_loses_nothing(broker, topic, tmp_path):
     broker.create_topic(topic, 2)
     config = online_config(tmp_path / "m", broker.bootstrap, topic, **FAST,
@@ -126,8 +148,11 @@ def test_killed_worker_restarts_and_loses_nothing(broker, topic, tmp_path):
         _wait_for(cluster, r"step=\d+ samples=")
         producer.start()
         _wait_for(cluster, r"step=(?:[3-9]|\d\d+) samples=")
+        readers = _children(cluster.processes["worker0"].pid)
+        assert readers  # its Kafka reader process
         cluster.kill("worker0")  # SIGKILL, mid-stream, while the chief goes on
         time.sleep(3)
+        assert not [pid for pid in readers if _alive(pid)]  # the reader died with it
         cluster.start_task("worker", 0)  # it resumes its partition from the shared positions
         _wait_for(cluster, r"samples=(?:2[4-9]|[3-9]\d)\d\d\d ", timeout=240)  # at least every sample
         producer.join()
