@@ -111,6 +111,8 @@ class TrainGraph:
                                        cluster.trainer_index, accumulate)):
                 self.model = build_model(config, specs)
             self.optimizer = build_optimizer(config.train_config.optimizer_config, accumulate=accumulate)
+            # several trainers apply to the same dense variables and slots on the ps: lock each apply
+            self.optimizer._use_locking = accumulate  # pylint: disable=protected-access
             logits = self.model(features, training=True, labels=self.labels, now=self.now)
             loss = task.loss(self.labels, logits, self.model.losses)
             score_logits = logits
