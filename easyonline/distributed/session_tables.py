@@ -2,7 +2,7 @@
 
 A single process reads its TFRA tables eagerly; on a cluster they live on the
 ps, in a graph, so each access runs an op built with the training graph
-(train_graph.TableAccess) through the chief's session, which is thread-safe
+(TableAccess, below) through the chief's session, which is thread-safe
 and reports a lost ps as ClusterFailure.
 """
 from typing import Callable, Dict, List, Tuple
@@ -46,12 +46,10 @@ class SessionTableRows:
         return list(self._access.export_rows)
 
     def export(self, table: str) -> Tuple[np.ndarray, np.ndarray]:
-        keys, values = self._run(self._access.export_rows[table])
-        return keys, values
+        return tuple(self._run(self._access.export_rows[table]))
 
     def lookup(self, table: str, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        values, exists = self._run(self._access.lookup[table], {self._access.keys_in: keys})
-        return values, exists
+        return tuple(self._run(self._access.lookup[table], {self._access.keys_in: keys}))
 
 
 class SessionTableOps:
@@ -62,8 +60,7 @@ class SessionTableOps:
         self._access = access
 
     def export(self, variable) -> Tuple[np.ndarray, np.ndarray]:
-        keys, values = self._run(self._access.variables[variable.name]["export"])
-        return keys, values
+        return tuple(self._run(self._access.variables[variable.name]["export"]))
 
     def remove(self, variable, keys: np.ndarray) -> None:
         if len(keys):

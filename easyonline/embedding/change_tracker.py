@@ -96,7 +96,6 @@ class PulledChangeTracker(ChangeTracker):
     """
 
     def __init__(self, pull: Callable[[], Dict[str, np.ndarray]]):  # pylint: disable=super-init-not-called
-        self._feature_tables = []
         self._logs: List[ChangeLog] = []
         self._pull = pull
         self._pull_lock = threading.Lock()
