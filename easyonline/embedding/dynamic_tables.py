@@ -118,7 +118,7 @@ class GraphEmbedding(tf.Module):
         self.trainer = placement.trainer
         self.params = de.get_variable(name + "-parameter", key_dtype=tf.int64, value_dtype=tf.float32,
                                       dim=embedding_size, devices=devices, initializer=initializer,
-                                      bp_v2=placement.accumulate)
+                                      bp_v2=placement.accumulate, short_file_name=True)
         # The TrainableWrappers of this graph's lookups (their optimizer slots hang off them). Not
         # checkpointed: reading one needs its batch.
         self.wrappers: List = data_structures.NoDependency([])

@@ -115,6 +115,14 @@ def test_two_ps_two_trainers_train_every_sample_exactly_once(broker, topic, tmp_
     model = CheckpointModel(config)
     model.restore(summary["checkpoint"])
     assert sum(model.model.tables.sizes().values()) == int(summary["table keys"]) > 0
+    # the trainers share each table's Adam slots: one m and one v per table, holding every trained key
+    shapes = tf.train.load_checkpoint(summary["checkpoint"]).get_variable_to_shape_map()
+    keys = lambda prefix: sum(shape[0] for name, shape in shapes.items()
+                              if name.startswith(prefix) and name.endswith("table-keys"))
+    slots = {name.split("/")[1] for name in shapes if name.startswith("optimizer/emb_")}
+    assert slots == {f"emb_{t}-parameter.S{s}" for t in model.model.tables.sizes() for s in "mv"}, sorted(slots)
+    for table in model.model.tables.sizes():
+        assert keys(f"optimizer/emb_{table}-parameter.Sm/") == keys(f"model/tables/embeddings/{table}/") > 0
 
 
 def _children(pid: int) -> list:

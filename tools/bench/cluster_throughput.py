@@ -104,10 +104,21 @@ def step_overlap(span_files: list) -> dict:
             "common_seconds": round(end - begin, 1), "steps": [len(s) for s in spans]}
 
 
+def run_shape(name: str) -> tuple:
+    """(ps, trainers) of a run name: ``single`` or ``<M>ps_x_<N>trainer[s]``."""
+    if name == "single":
+        return 0, 0
+    match = re.fullmatch(r"(\d+)ps_x_(\d+)trainers?", name)
+    if not match:
+        raise SystemExit(f"--runs: {name!r} is neither 'single' nor like '2ps_x_2trainers'")
+    return int(match.group(1)), int(match.group(2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=300000, help="samples in the topic (each run trains them all)")
-    parser.add_argument("--runs", default="single,1ps_x_1trainer,2ps_x_2trainers", help="which runs, comma-separated")
+    parser.add_argument("--runs", default="single,1ps_x_1trainer,2ps_x_2trainers",
+                        help="which runs, comma-separated: single or <M>ps_x_<N>trainers")
     args = parser.parse_args()
     import easyonline  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     from easyonline.config import load_pipeline_config  # pylint: disable=g-import-not-at-top
@@ -121,8 +132,8 @@ def main() -> None:
     with LocalBroker() as broker:
         broker.create_topic("bench", 2)
         produce(broker.bootstrap, "bench", SyntheticCtrStream().chunks(0, args.samples), partitions=2)
-        runs = (("single", 0, 0), ("1ps_x_1trainer", 1, 1), ("2ps_x_2trainers", 2, 2))
-        for name, ps, trainers in [run for run in runs if run[0] in args.runs.split(",")]:
+        for name in args.runs.split(","):
+            ps, trainers = run_shape(name)
             config = load_pipeline_config(os.path.join(ROOT, "samples", "online.config"))
             config.model_dir = os.path.join(work, name)
             config.kafka_train_input.server = broker.bootstrap
