@@ -7,6 +7,8 @@ runs the chief and trainers - 1 workers, each training its own partitions.
 import json
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -199,19 +201,26 @@ def test_killed_ps_stops_the_cluster_and_a_restart_with_another_trainer_count_re
     assert 0 < done < 20000
     step = int(last.rsplit("-", 1)[1])
 
-    # restart with another number of trainers (2 instead of 1), offline: to the end of the topic
-    config.train_config.save_checkpoints_steps = 10000
-    with LocalCluster(2, 2, [f"--config={_config_file(tmp_path, config, 'restart.config')}"],
-                      env=python_env()) as cluster:
-        assert cluster.wait(300) == 0, cluster.chief_output()[-4000:]
-    output = cluster.chief_output()
+    # restart with another number of trainers (2 instead of 1), offline (to the end of the topic), from the
+    # command line as docs/distributed.md shows it, with a config override that every trainer gets
+    edits = json.dumps({"train_config.save_checkpoints_steps": 10000})
+    proc = subprocess.run([sys.executable, "-m", "easyonline.tools.local_cluster", "--ps", "2", "--workers", "2",
+                           "--", f"--config={config_path}", f"--edit_config_json={edits}"],
+                          env=python_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    by_role = lambda role: "\n".join(line[len(role) + 3:] for line in proc.stdout.splitlines()
+                                     if line.startswith(f"[{role}] "))
+    output = by_role("chief")
     restored = {int(k): v for k, v in positions.items()}
     assert f"(step {step}, positions {restored})" in output  # restored exactly
     summary = _summary(output)
     assert summary["positions"] == "{0: 10000, 1: 10000}"
     # every partition resumed where the checkpoint was: the cluster trained exactly the rest
     assert int(summary["samples"]) == 20000 - done
-    assert _trained_partitions(output) == [0] and _trained_partitions(cluster.output_of("worker0")) == [1]
+    assert _trained_partitions(output) == [0] and _trained_partitions(by_role("worker0")) == [1]
+    # the override reached the chief: the config's 5 steps would have saved a checkpoint every 5 steps
+    assert len(re.findall(r"saved checkpoint", output)) == 1, re.findall(r"saved checkpoint.*", output)
+    assert "[local_cluster] chief exited with 0; cluster stopped" in proc.stdout
 
 
 def test_a_cluster_publishes_and_evicts_every_trainers_keys_and_its_checkpoint_continues_in_one_process(tmp_path):
