@@ -40,3 +40,15 @@ def extra_consumer_config(kafka: pipeline_pb2.KafkaInput, path: str) -> Dict[str
             raise ConfigError(f"{path}.config[{key}]", "is not a kafka-python consumer setting")
         extra[key] = typed_setting(value, f"{path}.config[{key}]")
     return extra
+
+
+def security_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
+    """The connection-security part of a client's settings (``security_protocol``, ``ssl_*``, ``sasl_*``).
+
+    Every client the project opens on a cluster (dead letters, exports,
+    servers, predictions) takes these from the section it connects through,
+    so a SASL/SSL cluster works for all of them, not only for the trainer's
+    consumer.
+    """
+    return {key: value for key, value in settings.items()
+            if key == "security_protocol" or key.startswith(("ssl_", "sasl_"))}

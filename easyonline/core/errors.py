@@ -3,14 +3,15 @@
 2: a bad config or flag. 3: something to read from is missing or unreachable
 (a checkpoint, a file, the broker). 4: more bad input than
 ``data_config.max_bad_fraction`` allows. 5: the cluster lost a parameter
-server (restart it: training resumes from the last checkpoint).
+server (restart it: training resumes from the last checkpoint). 6: another
+trainer is writing to the same ``model_dir``.
 
 The classes live here, on the ground floor, so that the one place that maps
 errors to exit codes (``exit_codes.py``) needs no other package; the parts
 raise them.
 """
 
-BAD_CONFIG, UNREACHABLE, BAD_INPUT, CLUSTER_FAILURE = 2, 3, 4, 5
+BAD_CONFIG, UNREACHABLE, BAD_INPUT, CLUSTER_FAILURE, MODEL_DIR_LOCKED = 2, 3, 4, 5, 6
 
 
 class EasyOnlineError(Exception):
@@ -54,6 +55,12 @@ class ClusterFailure(EasyOnlineError, RuntimeError):
     """
 
     exit_code = CLUSTER_FAILURE
+
+
+class ModelDirLockedError(EasyOnlineError, RuntimeError):
+    """Another trainer holds the model_dir's lease (``checkpoint/writer_lock.py``)."""
+
+    exit_code = MODEL_DIR_LOCKED
 
 
 class KerasVersionError(ImportError):

@@ -278,6 +278,9 @@ class ClusterTrainer(OnlineTrainer):
     def last_saved_step(self) -> int:
         return self._last_saved_step if self.cluster.is_chief else self.step
 
+    def _writes_model_dir(self) -> bool:
+        return self.cluster.is_chief  # the workers write only their status files
+
     def _status_dir(self) -> str:
         return fileio.join(self.local_dir, "train" if self.cluster.is_chief else f"train_worker{self.cluster.task_index}")
 
@@ -325,6 +328,7 @@ class ClusterTrainer(OnlineTrainer):
         """The chief: positions first, then the parameters (they hold at least every update up to them)."""
         if not self.cluster.is_chief:
             return self.last_checkpoint
+        self._check_writer_lock()
         positions = positions_dict(self._session_run(self.state.positions))
         self._session_run(self.graph.set_positions_json, {self.graph.positions_json_in: encode_positions(positions)})
         step = int(self._session_run(self.state.global_step))

@@ -21,14 +21,26 @@ tf = ensure_legacy_keras()
 _EMPTY = np.zeros(0, np.int64)
 
 
+# A log merges its arrays into distinct keys once they hold this many ids, or twice the distinct keys
+# of its last merge if that is more: its memory stays within a few times the distinct keys it holds.
+MERGE_AT_IDS = 1_000_000
+
+
 class ChangeLog:
-    """One subscriber's view: the trained and deleted keys per table since its last ``drain``."""
+    """One subscriber's view: the trained and deleted keys per table since its last ``drain``.
+
+    Memory is bounded by the distinct keys changed since the last drain, not
+    by the batches: while nobody drains (a publisher whose sink is down), the
+    arrays are merged into distinct keys every ``MERGE_AT_IDS`` ids or so.
+    """
 
     def __init__(self):
         self._lock = threading.Lock()
         self._trained: Dict[str, List[np.ndarray]] = {}
         self._deleted: Dict[str, List[np.ndarray]] = {}
         self._count = 0
+        self._merge_at = 0
+        self.merges = 0
 
     def add(self, trained: List[Tuple[str, np.ndarray]], deleted: List[Tuple[str, np.ndarray]]) -> None:
         """Records (table, ids) arrays, as they are (the tracker shares them between logs)."""
@@ -37,10 +49,21 @@ class ChangeLog:
                 for table, ids in arrays:
                     target.setdefault(table, []).append(ids)
                     self._count += len(ids)
+            if self._count >= max(self._merge_at, MERGE_AT_IDS):
+                self._merge()
+
+    def _merge(self) -> None:
+        """Replaces each table's arrays by its distinct keys (called with the lock held)."""
+        for target in (self._trained, self._deleted):
+            for table, arrays in target.items():
+                target[table] = [unique_keys(arrays)]
+        self._count = sum(len(a[0]) for target in (self._trained, self._deleted) for a in target.values())
+        self._merge_at = 2 * self._count
+        self.merges += 1
 
     @property
     def pending_ids(self) -> int:
-        """Ids recorded since the last drain (with repeats): a cheap gauge of the next update's size."""
+        """Ids recorded since the last drain (with repeats until merged): a cheap gauge of the next update's size."""
         return self._count
 
     def drain(self) -> Tuple[Dict[str, List[np.ndarray]], Dict[str, List[np.ndarray]]]:
@@ -48,6 +71,7 @@ class ChangeLog:
         with self._lock:
             trained, deleted = self._trained, self._deleted
             self._trained, self._deleted, self._count = {}, {}, 0
+            self._merge_at = 0
         return trained, deleted
 
 

@@ -8,6 +8,7 @@ records and, for plain CSV, parses them too (see reader_process.py); files
 import logging
 from typing import Dict, Optional, Tuple
 
+from easyonline.config.kafka_settings import extra_consumer_config
 from easyonline.features import FeatureSpecs
 from easyonline.features.record_parser import make_parser
 from easyonline.features.vector_csv import VectorCsvParser, supports
@@ -55,5 +56,6 @@ def build_dead_letter(config: pipeline_pb2.PipelineConfig) -> Optional[DeadLette
     """The dead-letter sink ``data_config.dead_letter_topic`` names, on the training input's brokers."""
     if config.data_config.dead_letter_topic and config.HasField("kafka_train_input"):
         return DeadLetterSink(config.kafka_train_input.server, config.data_config.dead_letter_topic,
-                              fileio.basename(config.model_dir))
+                              fileio.basename(config.model_dir),
+                              extra_consumer_config(config.kafka_train_input, "kafka_train_input"))
     return None

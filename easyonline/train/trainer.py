@@ -15,6 +15,7 @@ import numpy as np
 
 from easyonline.checkpoint.checkpointer import Checkpointer, write_pipeline_config
 from easyonline.checkpoint.restore import model_with_shards
+from easyonline.checkpoint.writer_lock import WriterLock
 from easyonline.config.loader import to_text
 from easyonline.config.secrets import apply_oss_config
 from easyonline.core.bootstrap import ensure_legacy_keras
@@ -273,6 +274,7 @@ class OnlineTrainer:
 
     def save_checkpoint(self) -> str:
         """Checkpoints the model with the positions after the last trained batch, then commits them."""
+        self._check_writer_lock()
         path = self.checkpointer.save(self.positions)
         if self.source is not None:
             self.source.commit(self.positions)
@@ -305,8 +307,31 @@ class OnlineTrainer:
         logs["input_wait"] = wait_share
         self.dispatch("on_metrics", logs)
 
+    def _check_writer_lock(self) -> None:
+        """Raises ModelDirLockedError when another trainer took model_dir over (never write beside it)."""
+        lock = getattr(self, "writer_lock", None)
+        if lock is not None:
+            lock.check()
+
+    def _writes_model_dir(self) -> bool:
+        """Whether this trainer writes checkpoints and updates to model_dir (and so holds its lock)."""
+        return True
+
     def run(self) -> TrainSummary:
-        """Trains until the input ends (offline), num_steps, or a stop; returns the summary."""
+        """Trains until the input ends (offline), num_steps, or a stop; returns the summary.
+
+        Holds model_dir's writer lock meanwhile: a second trainer on it stops (exit code 6).
+        """
+        self.writer_lock = WriterLock(self.config.model_dir, "trainer") if self._writes_model_dir() else None
+        if self.writer_lock is not None:
+            self.writer_lock.acquire()
+        try:
+            return self._run_holding_the_lock()
+        finally:
+            if self.writer_lock is not None:
+                self.writer_lock.release()
+
+    def _run_holding_the_lock(self) -> TrainSummary:
         config, train = self.config, self.config.train_config
         write_pipeline_config(config.model_dir, to_text(config))
         self.stop_signal.install_signal_handlers()

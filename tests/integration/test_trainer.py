@@ -79,9 +79,17 @@ def test_sigterm_stops_the_cli_cleanly_with_a_checkpoint(broker, topic, tmp_path
         if "step=" in line and "samples=5000 " in line:
             break
     assert any("samples=5000 " in l for l in output), "".join(output[-20:])
+    # a second trainer on the same model_dir stops with its own exit code, and writes nothing
+    second = subprocess.run([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
+                             "--online", f"--model_dir={model_dir}", f"--edit_config_json={json.dumps(edits)}"],
+                            env=python_env(), capture_output=True, text=True, timeout=120)
+    assert second.returncode == 6, second.stderr[-3000:]
+    assert "another trainer is writing to this model_dir" in second.stderr and f"pid {proc.pid}" in second.stderr
+    assert (model_dir / "TRAINER_LOCK").exists()
     proc.send_signal(signal.SIGTERM)
     rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, rest[-3000:]
+    assert not (model_dir / "TRAINER_LOCK").exists()  # released at a clean stop
     assert "received SIGTERM" in rest
     assert "training summary" in rest
     assert os.path.exists(model_dir / "checkpoint")

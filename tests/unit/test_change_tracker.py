@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from easyonline.config import parse_pipeline_config
+from easyonline.embedding import change_tracker
 from easyonline.embedding.change_tracker import ChangeTracker, split_changes, unique_keys
 from easyonline.features.feature_spec import build_feature_specs
 
@@ -97,6 +98,31 @@ def test_pending_ids_counts_trained_and_deleted_ids_with_repeats(specs):
     assert log.pending_ids == 14  # 12 + 2 deleted keys
     log.drain()
     assert log.pending_ids == 0
+
+
+def test_an_undrained_log_merges_repeats_so_its_memory_follows_the_distinct_keys(specs, monkeypatch):
+    """While nobody drains (the sink is down), a log keeps distinct keys, not every batch's arrays."""
+    monkeypatch.setattr(change_tracker, "MERGE_AT_IDS", 100)
+    tracker = ChangeTracker(specs)
+    log = tracker.subscribe()
+    rng = np.random.default_rng(0)
+    every = {"user": set(), "item": set(), "tags": set()}
+    for _ in range(500):  # 500 batches of 40 ids over 20 distinct keys per table
+        user, item, seen = (rng.integers(0, 20, 10) for _ in range(3))
+        tags = [list(rng.integers(0, 20, 1)) for _ in range(10)]
+        tracker.record_batch(_batch(user, item, seen, tags))
+        every["user"] |= set(user.tolist())
+        every["item"] |= set(item.tolist()) | set(seen.tolist())
+        every["tags"] |= {t[0] for t in tags}
+        assert log.pending_ids <= 2 * 60 + 100  # never more than twice the distinct keys, or one merge's worth
+    tracker.record_deleted({"user": np.array([3, 3, 99])})
+    assert log.merges > 50
+    trained, deleted = log.drain()
+    # nothing lost: every key trained is there once, and the deletes too
+    assert {t: sorted(unique_keys(a).tolist()) for t, a in trained.items()} == {t: sorted(k) for t, k in every.items()}
+    assert sum(len(a) for arrays in trained.values() for a in arrays) <= 60 + 160  # merged keys + batches since
+    assert sorted(unique_keys(deleted["user"]).tolist()) == [3, 99]
+    assert log.drain() == ({}, {}) and log.pending_ids == 0
 
 
 def test_recording_without_a_subscriber_keeps_nothing(specs):
