@@ -25,6 +25,7 @@ class FakeOss:
     def __init__(self):
         self.objects: Dict[str, Dict[str, bytes]] = {}
         self.requests = 0
+        self.failing = False  # True: every request gets 503 ServiceUnavailable (a transient OSS error)
         store = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -39,6 +40,10 @@ class FakeOss:
 
             def _reply(self, code, body=b"", headers=None):
                 store.requests += 1
+                if store.failing:
+                    code, headers = 503, {"Content-Type": "application/xml"}
+                    body = (b"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>ServiceUnavailable</Code>"
+                            b"<Message>Please reduce your request rate.</Message></Error>")
                 self.send_response(code)
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)

@@ -27,6 +27,9 @@ def define_flags() -> None:
     flags.DEFINE_string("host", "127.0.0.1", "Address to bind; loopback unless you mean otherwise.")
     flags.DEFINE_string("model_name", "", "Name in the URLs; default: the export's model name.")
     flags.DEFINE_integer("max_request_bytes", 16 * 1024 * 1024, "Larger predict requests get HTTP 413.")
+    flags.DEFINE_integer("max_rows_per_request", 10000, "Predict requests with more rows get HTTP 413.")
+    flags.DEFINE_float("idle_timeout_secs", 30.0, "A connection idle (or stalled mid-request) this long is closed.")
+    flags.DEFINE_integer("max_connections", 1024, "Open connections at most (one thread each); more get HTTP 503.")
     flags.DEFINE_float("status_secs", 10.0, "Seconds between status lines in the log.")
     flags.DEFINE_string("log_level", "INFO", "Python log level: DEBUG, INFO, WARNING, ERROR.")
 
@@ -45,8 +48,12 @@ def main(argv) -> int:
         return 3
     name = FLAGS.model_name or export.update_info.get("model_name") or "model"
     follower = UpdateFollower(export).start()
-    state = ServingState(export, follower, name, FLAGS.max_request_bytes)
-    server = make_server(state, FLAGS.host, FLAGS.port)
+    if FLAGS.max_connections < 1 or FLAGS.idle_timeout_secs <= 0 or FLAGS.max_rows_per_request < 1:
+        print("error: --max_connections, --idle_timeout_secs and --max_rows_per_request must be positive",
+              file=sys.stderr)
+        return 2
+    state = ServingState(export, follower, name, FLAGS.max_request_bytes, FLAGS.max_rows_per_request)
+    server = make_server(state, FLAGS.host, FLAGS.port, FLAGS.idle_timeout_secs, FLAGS.max_connections)
     stopped = threading.Event()
 
     def stop(*_):

@@ -6,11 +6,17 @@
 - ``GET /v1/models/<name>``: version, last applied step and sequence, update lag;
 - ``GET /metrics``: the same and request counters, in Prometheus text format.
 
-Requests larger than ``max_request_bytes`` get 413, malformed ones 400 with
-the reason; the server keeps answering while updates are applied.
+Requests larger than ``max_request_bytes`` or with more than
+``max_rows_per_request`` rows get 413, malformed ones 400 with the reason;
+the server keeps answering while updates are applied. It speaks HTTP/1.1
+with keep-alive; a connection idle for ``idle_timeout_secs`` is closed (no
+slowloris), and at most ``max_connections`` are open at once, one thread
+each (more get 503 and are closed).
 """
 import json
 import logging
+import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,10 +59,14 @@ def request_inputs(body: dict) -> Tuple[Dict[str, list], bool]:
 class ServingState:
     """What the handlers share: the model, the follower, counters."""
 
-    def __init__(self, export: LoadedExport, follower: UpdateFollower, model_name: str, max_request_bytes: int):
+    def __init__(self, export: LoadedExport, follower: UpdateFollower, model_name: str, max_request_bytes: int,
+                 max_rows_per_request: int = 10000):
         self.export, self.follower, self.model_name = export, follower, model_name
         self.max_request_bytes = max_request_bytes
-        self.requests: Dict[str, int] = {"ok": 0, "bad_request": 0, "too_large": 0, "not_found": 0, "error": 0}
+        self.max_rows_per_request = max_rows_per_request
+        self.requests: Dict[str, int] = {"ok": 0, "bad_request": 0, "too_large": 0, "not_found": 0, "error": 0,
+                                         "over_capacity": 0}
+        self.open_connections = 0
         self.predicted = 0
         self.predict_seconds = 0.0
         self.started = time.time()
@@ -102,6 +112,7 @@ class ServingState:
         lines.append("# TYPE easyonline_serving_requests_total counter")
         for outcome, count in sorted(self.requests.items()):
             lines.append(f'easyonline_serving_requests_total{{outcome="{outcome}"}} {count}')
+        gauge("open_connections", self.open_connections, "HTTP connections open now")
         gauge("predicted_samples_total", self.predicted, "samples scored since start")
         gauge("predict_seconds_total", round(self.predict_seconds, 6), "time spent scoring")
         return "\n".join(lines) + "\n"
@@ -109,6 +120,8 @@ class ServingState:
 
 class Handler(BaseHTTPRequestHandler):
     server_version = "easyonline-serve"
+    protocol_version = "HTTP/1.1"  # keep-alive: every answer has a Content-Length
+    timeout = 30.0  # seconds a connection may stay idle or stall mid-request (set by make_server)
     state: ServingState  # set on the subclass made by make_server
 
     def log_message(self, fmt, *args):  # the access log goes to DEBUG, not stderr
@@ -138,12 +151,18 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
         path = self.path.split("?", 1)[0]
         if path != f"/v1/models/{self.state.model_name}:predict":
+            self.close_connection = True  # its body is not read
             self._error(404, "not_found", f"POST /v1/models/{self.state.model_name}:predict, not {path}")
             return
         try:
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:
+            self.close_connection = True
             self._error(411, "bad_request", "a Content-Length header is required")
+            return
+        if length < 0:
+            self.close_connection = True
+            self._error(400, "bad_request", f"Content-Length {length} is negative")
             return
         if length > self.state.max_request_bytes:
             self.close_connection = True
@@ -159,8 +178,17 @@ class Handler(BaseHTTPRequestHandler):
             return
         started = time.perf_counter()
         try:
-            body = json.loads(self.rfile.read(length))
+            data = self.rfile.read(length)
+            if len(data) < length:
+                self.close_connection = True
+                raise BadRequest(f"the body ended after {len(data)} of {length} bytes (Content-Length)")
+            body = json.loads(data)
             inputs, rows = request_inputs(body)
+            count = max((len(v) for v in inputs.values()), default=0)
+            if count > self.state.max_rows_per_request:
+                self._error(413, "too_large", f"request of {count} rows is over the limit of "
+                                              f"{self.state.max_rows_per_request} (--max_rows_per_request)")
+                return
             out = self.state.export.predict(inputs)
         except ValueError as e:  # BadRequest and JSONDecodeError are ValueErrors
             self._error(400, "bad_request", str(e))
@@ -178,8 +206,48 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, {"outputs": out})
 
 
-def make_server(state: ServingState, host: str, port: int) -> ThreadingHTTPServer:
-    handler = type("BoundHandler", (Handler,), {"state": state})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
-    return server
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """One thread per connection, at most ``max_connections`` at once; one more gets 503 and is closed."""
+
+    daemon_threads = True
+    request_queue_size = 128
+
+    def __init__(self, address, handler, state: ServingState, max_connections: int):
+        super().__init__(address, handler)
+        self.state = state
+        self._slots = threading.BoundedSemaphore(max_connections)
+
+    def process_request(self, request, client_address):
+        if not self._slots.acquire(blocking=False):
+            self.state.count("over_capacity")
+            try:
+                body = b'{"error": "too many open connections; retry later"}'
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        with self.state._lock:  # pylint: disable=protected-access
+            self.state.open_connections += 1
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self.state._lock:  # pylint: disable=protected-access
+                self.state.open_connections -= 1
+            self._slots.release()
+
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], (socket.timeout, ConnectionError)):
+            return  # an idle or vanished client: nothing to report
+        super().handle_error(request, client_address)
+
+
+def make_server(state: ServingState, host: str, port: int, idle_timeout_secs: float = 30.0,
+                max_connections: int = 1024) -> ThreadingHTTPServer:
+    """The HTTP server on ``host:port``; call ``serve_forever()``."""
+    handler = type("BoundHandler", (Handler,), {"state": state, "timeout": idle_timeout_secs})
+    return BoundedHTTPServer((host, port), handler, state, max_connections)

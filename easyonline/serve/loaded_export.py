@@ -66,7 +66,7 @@ class LoadedExport:
         for name, dtype in self.inputs.items():
             try:
                 tensors[name] = _tensor(inputs[name], dtype)
-            except (TypeError, ValueError) as e:
+            except (TypeError, ValueError, OverflowError) as e:  # e.g. an int over int64
                 raise ValueError(f"input {name!r}: expected {dtype.name} values ({e})") from None
         out = self._serve(tensors)
         return {name: value.numpy() for name, value in out.items()}

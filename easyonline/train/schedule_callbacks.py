@@ -59,5 +59,7 @@ class StopFile(Callback):
         try:
             if fileio.exists(self.path):
                 trainer.stop(f"found stop signal {self.path}")
-        except OSError as e:
-            log.warning("cannot check stop signal %s: %s", self.path, e)
+        except Exception as e:  # pylint: disable=broad-except
+            # OSError locally; oss2's errors (not OSErrors) on OSS: a transient one must not stop training
+            log.warning("cannot check stop signal %s (%s: %s); trying again in %.0f s", self.path,
+                        type(e).__name__, e, self._poll_secs)

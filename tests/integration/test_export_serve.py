@@ -3,8 +3,10 @@
 Export and serving run as subprocesses, as users run them (TFRA's inference
 mode, which export switches on, is process-global).
 """
+import http.client
 import json
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -197,7 +199,8 @@ def served_from_files(tmp_path_factory):
     trainer = build_trainer(config, online=False)
     trainer.run()
     export(tmp_path / "m", tmp_path / "export", f"--embedding_export_dir={tmp_path / 'vectors'}")
-    server = Server(tmp_path / "export", tmp_path / "serve.log", "--max_request_bytes=20000")
+    server = Server(tmp_path / "export", tmp_path / "serve.log", "--max_request_bytes=20000",
+                    "--idle_timeout_secs=2", "--max_rows_per_request=20")
     yield trainer, server, updates, read_parameter_ids(str(tmp_path / "m")), tmp_path
     server.stop()
 
@@ -252,6 +255,61 @@ def test_bad_and_oversized_predict_requests_get_clear_errors(served_from_files):
     metrics = urllib.request.urlopen(server.url("/metrics"), timeout=10).read().decode()
     assert 'easyonline_serving_requests_total{outcome="bad_request"} 4' in metrics
     assert 'easyonline_serving_requests_total{outcome="too_large"} 1' in metrics
+
+
+def _raw(server, data: bytes, timeout: float = 10) -> bytes:
+    """Sends ``data`` on a new connection and reads the answer until the server closes it."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as conn:
+        conn.sendall(data)
+        chunks = []
+        while True:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+
+def test_http_keep_alive_timeouts_limits_and_bad_numbers(served_from_files):
+    _, server, _, _, _ = served_from_files
+    row = instances(SyntheticCtrStream().lines(0, 1))[0]
+    path = "/v1/models/m:predict"
+    # a negative Content-Length does not get around the size limit
+    answer = _raw(server, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{{}}".encode())
+    assert answer.startswith(b"HTTP/1.1 400") and b"negative" in answer
+    # a number no input type can hold is a 400, not a 500
+    code, body = server.post(b'{"instances": [' + json.dumps(row)[:-1].encode() + b', "I3": ' + b"9" * 400 + b"}]}")
+    assert code == 400 and "I3" in body["error"], body
+    # more rows than --max_rows_per_request
+    code, body = server.post(json.dumps({"inputs": {k: [v] * 21 for k, v in row.items()}}).encode())
+    assert code == 413 and "max_rows_per_request" in body["error"]
+    # HTTP/1.1 keep-alive: two requests on one connection
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    sockets = []
+    for _ in range(2):
+        conn.request("POST", path, json.dumps({"instances": [row]}), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 200 and response.version == 11 and not response.will_close
+        sockets.append(conn.sock)
+        assert len(json.loads(response.read())["predictions"]) == 1
+    assert sockets[0] is sockets[1]  # the same connection served both
+    conn.close()
+    # an idle connection is closed after --idle_timeout_secs (2 s), as is one that stalls mid-request
+    started = time.monotonic()
+    assert _raw(server, b"") == b"" and 1.5 < time.monotonic() - started < 8
+    started = time.monotonic()
+    assert _raw(server, b"POST /v1/models/m:predict HTTP/1.1\r\nContent-Le") == b""
+    assert time.monotonic() - started < 8
+    # 300 idle connections at once do not keep a predict request waiting
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(300)]
+    try:
+        started = time.monotonic()
+        assert server.post(json.dumps({"instances": [row]}).encode())[0] == 200
+        assert time.monotonic() - started < 1.0
+    finally:
+        for conn in idle:
+            conn.close()
+    metrics = urllib.request.urlopen(server.url("/metrics"), timeout=10).read().decode()
+    assert "easyonline_serving_open_connections " in metrics
 
 
 def test_embedding_export_writes_every_table_exactly(served_from_files):

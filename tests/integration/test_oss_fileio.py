@@ -56,6 +56,10 @@ def test_stop_signal_is_polled_on_oss(fake_oss):
     stop_file.on_tick(trainer)
     assert trainer.reason is None
     fileio.write_text_atomic(f"oss://bkt/models/online/{STOP_SIGNAL_FILE}", "")
+    fake_oss.failing = True  # a transient OSS error while polling: logged, training goes on
+    stop_file.on_tick(trainer)
+    assert trainer.reason is None
+    fake_oss.failing = False
     stop_file.on_tick(trainer)
     assert trainer.reason and STOP_SIGNAL_FILE in trainer.reason
 
