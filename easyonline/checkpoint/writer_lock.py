@@ -34,20 +34,19 @@ STALE_SECS = 30.0
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # (a PermissionError: it runs, as another user)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
 class WriterLock:
     """``acquire()`` before writing to model_dir, ``release()`` at the end; ``check()`` before each write."""
 
-    def __init__(self, model_dir: str, who: str = "trainer"):
+    def __init__(self, model_dir: str):
         self.path = fileio.join(model_dir, LOCK_FILE)
-        self.who = who
         self.token = uuid.uuid4().hex
         self.lost: Optional[str] = None
         self._stop = threading.Event()
@@ -61,11 +60,10 @@ class WriterLock:
 
     def _write(self) -> None:
         fileio.write_text_atomic(self.path, json.dumps({
-            "token": self.token, "host": socket.gethostname(), "pid": os.getpid(), "who": self.who,
-            "refreshed": time.time()}))
+            "token": self.token, "host": socket.gethostname(), "pid": os.getpid(), "refreshed": time.time()}))
 
     def _describe(self, lease: dict) -> str:
-        return f"{lease.get('who', 'a trainer')} (pid {lease.get('pid')} on {lease.get('host')})"
+        return f"a trainer (pid {lease.get('pid')} on {lease.get('host')})"
 
     def _wait_for_owner(self, lease: dict) -> None:
         """Returns when ``lease`` went stale; raises if its owner rewrites it."""

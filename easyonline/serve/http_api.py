@@ -72,6 +72,11 @@ class ServingState:
         self.started = time.time()
         self._lock = threading.Lock()
 
+    def connection_opened(self, change: int = 1) -> None:
+        """Counts a connection opened (``change`` -1: closed), for the open_connections gauge."""
+        with self._lock:
+            self.open_connections += change
+
     def count(self, outcome: str, samples: int = 0, seconds: float = 0.0) -> None:
         with self._lock:
             self.requests[outcome] += 1
@@ -228,16 +233,14 @@ class BoundedHTTPServer(ThreadingHTTPServer):
                 pass
             self.shutdown_request(request)
             return
-        with self.state._lock:  # pylint: disable=protected-access
-            self.state.open_connections += 1
+        self.state.connection_opened()
         super().process_request(request, client_address)
 
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            with self.state._lock:  # pylint: disable=protected-access
-                self.state.open_connections -= 1
+            self.state.connection_opened(-1)
             self._slots.release()
 
     def handle_error(self, request, client_address):

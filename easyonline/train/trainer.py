@@ -87,6 +87,8 @@ class OnlineTrainer:
     callbacks (checkpoints, shrinks, the stop file, publishing, base/delta saves).
     """
 
+    writer_lock: Optional[WriterLock] = None  # model_dir's lease while ``run`` holds it
+
     def __init__(self, config: pipeline_pb2.PipelineConfig, online: bool = True,
                  source: Optional[BatchSource] = None, callbacks: Sequence[Callback] = ()):
         self.config = config
@@ -309,9 +311,8 @@ class OnlineTrainer:
 
     def _check_writer_lock(self) -> None:
         """Raises ModelDirLockedError when another trainer took model_dir over (never write beside it)."""
-        lock = getattr(self, "writer_lock", None)
-        if lock is not None:
-            lock.check()
+        if self.writer_lock is not None:
+            self.writer_lock.check()
 
     def _writes_model_dir(self) -> bool:
         """Whether this trainer writes checkpoints and updates to model_dir (and so holds its lock)."""
@@ -322,7 +323,7 @@ class OnlineTrainer:
 
         Holds model_dir's writer lock meanwhile: a second trainer on it stops (exit code 6).
         """
-        self.writer_lock = WriterLock(self.config.model_dir, "trainer") if self._writes_model_dir() else None
+        self.writer_lock = WriterLock(self.config.model_dir) if self._writes_model_dir() else None
         if self.writer_lock is not None:
             self.writer_lock.acquire()
         try:
