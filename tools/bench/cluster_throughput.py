@@ -18,7 +18,12 @@ the issue's targets (2x2 at >= 0.75 of the single process's samples/s, AUC
 within 0.01) as met or missed: on a shared 2-core machine they are noisy,
 so they are figures to read, not a pass/fail.
 
-    .venv/bin/python tools/bench/cluster_throughput.py [--samples 300000]
+``--rounds N`` repeats the runs N times, alternating, and judges the median
+round's ratio (and reports whether every round met it): this machine's
+speed drifts by 30% between minutes, so one pair of runs is a coin toss
+near the target.
+
+    .venv/bin/python tools/bench/cluster_throughput.py [--samples 300000] [--rounds 3]
 """
 import argparse
 import json
@@ -114,11 +119,62 @@ def run_shape(name: str) -> tuple:
     return int(match.group(1)), int(match.group(2))
 
 
+def _run(name: str, work: str, broker, env: dict, load_pipeline_config, to_text, local_cluster) -> dict:
+    """Trains the whole topic once as ``name`` says; returns its summary, CPU per sample and overlap."""
+    ps, trainers = run_shape(name)
+    config = load_pipeline_config(os.path.join(ROOT, "samples", "online.config"))
+    config.model_dir = os.path.join(work, name)
+    config.kafka_train_input.server = broker.bootstrap
+    config.kafka_train_input.topic = "bench"
+    config.train_config.ClearField("incr_save_config")
+    os.makedirs(work, exist_ok=True)
+    path = os.path.join(work, name + ".config")
+    with open(path, "w") as f:
+        f.write(to_text(config))
+    started, broker_cpu = time.time(), process_cpu_seconds(broker.process.pid)
+    if not ps:
+        proc = subprocess.run([sys.executable, "-m", "easyonline.train", f"--config={path}"], env=env,
+                              capture_output=True, text=True, timeout=1800)
+        output, code = proc.stdout + proc.stderr, proc.returncode
+        trainer_outputs, ps_outputs = [output], []
+    else:
+        with local_cluster(ps, trainers, [f"--config={path}"], env=env) as cluster:
+            code = cluster.wait(1800)
+        output = cluster.chief_output()
+        trainer_outputs = [output] + [cluster.output_of(f"worker{i}") for i in range(trainers - 1)]
+        ps_outputs = [cluster.output_of(f"ps{i}") for i in range(ps)]
+    if code != 0:
+        raise SystemExit(f"{name} failed ({code}):\n{output[-3000:]}")
+    result = dict(summary_of(output), wall_seconds=round(time.time() - started, 1))
+    result.update(cpu_per_sample(result["samples"], trainer_outputs, ps_outputs,
+                                 process_cpu_seconds(broker.process.pid) - broker_cpu))
+    if trainers > 1:
+        files = [os.path.join(config.model_dir, "train", "step_spans.npy")] + [
+            os.path.join(config.model_dir, f"train_worker{i}", "step_spans.npy") for i in range(trainers - 1)]
+        result.update(step_overlap(files))
+    return result
+
+
+def _print_table(round_index: int, results: dict) -> None:
+    print(f"\nround {round_index + 1}\n{'run':<18}{'samples/s':>11}{'ratio':>8}{'AUC':>8}{'overlap':>9}{'busy':>14}"
+          f"{'wall s':>8}{'cpu us/sample: trainers':>25}{'ps':>6}{'broker':>8}{'total':>7}", flush=True)
+    for name, r in results.items():
+        overlap = f"{r['overlap']:.0%}" if "overlap" in r else "-"
+        busy = "/".join(f"{b:.0%}" for b in r.get("busy", [])) or "-"
+        cpu, ratio = r["cpu_us_per_sample"], r["ratio_to_single"]
+        print(f"{name:<18}{r['samples_per_sec']:>11.0f}{ratio if ratio is not None else '-':>8}"
+              f"{r['auc'] or 0:>8.4f}{overlap:>9}{busy:>14}{r['wall_seconds']:>8}{cpu['trainers']:>25}{cpu['ps']:>6}"
+              f"{cpu['broker']:>8}{cpu['total']:>7}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=300000, help="samples in the topic (each run trains them all)")
     parser.add_argument("--runs", default="single,1ps_x_1trainer,2ps_x_2trainers",
                         help="which runs, comma-separated: single or <M>ps_x_<N>trainers")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="repeat every run this many times, alternating, and judge the median ratio "
+                             "(this machine's speed drifts between runs)")
     args = parser.parse_args()
     import easyonline  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     from easyonline.config import load_pipeline_config  # pylint: disable=g-import-not-at-top
@@ -128,62 +184,33 @@ def main() -> None:
     from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # pylint: disable=g-import-not-at-top
     work = tempfile.mkdtemp(prefix="easyonline-bench-cluster-")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    results = {}
+    rounds = []
     with LocalBroker() as broker:
         broker.create_topic("bench", 2)
         produce(broker.bootstrap, "bench", SyntheticCtrStream().chunks(0, args.samples), partitions=2)
-        for name in args.runs.split(","):
-            ps, trainers = run_shape(name)
-            config = load_pipeline_config(os.path.join(ROOT, "samples", "online.config"))
-            config.model_dir = os.path.join(work, name)
-            config.kafka_train_input.server = broker.bootstrap
-            config.kafka_train_input.topic = "bench"
-            config.train_config.ClearField("incr_save_config")
-            path = os.path.join(work, name + ".config")
-            with open(path, "w") as f:
-                f.write(to_text(config))
-            started, broker_cpu = time.time(), process_cpu_seconds(broker.process.pid)
-            if not ps:
-                proc = subprocess.run([sys.executable, "-m", "easyonline.train", f"--config={path}"], env=env,
-                                      capture_output=True, text=True, timeout=1800)
-                output, code = proc.stdout + proc.stderr, proc.returncode
-                trainer_outputs, ps_outputs = [output], []
-            else:
-                with LocalCluster(ps, trainers, [f"--config={path}"], env=env) as cluster:
-                    code = cluster.wait(1800)
-                output = cluster.chief_output()
-                trainer_outputs = [output] + [cluster.output_of(f"worker{i}") for i in range(trainers - 1)]
-                ps_outputs = [cluster.output_of(f"ps{i}") for i in range(ps)]
-            if code != 0:
-                raise SystemExit(f"{name} failed ({code}):\n{output[-3000:]}")
-            results[name] = dict(summary_of(output), wall_seconds=round(time.time() - started, 1))
-            results[name].update(cpu_per_sample(results[name]["samples"], trainer_outputs, ps_outputs,
-                                                process_cpu_seconds(broker.process.pid) - broker_cpu))
-            if trainers > 1:
-                files = [os.path.join(config.model_dir, "train", "step_spans.npy")] + [
-                    os.path.join(config.model_dir, f"train_worker{i}", "step_spans.npy") for i in range(trainers - 1)]
-                results[name].update(step_overlap(files))
-    for name, result in results.items():
-        assert result["samples"] == args.samples, (name, result["samples"], args.samples)  # each sample once
-    base = results["single"]["samples_per_sec"]
-    for result in results.values():
-        result["ratio_to_single"] = round(result["samples_per_sec"] / base, 3)
+        for round_index in range(args.rounds):
+            results = {}
+            for name in args.runs.split(","):
+                results[name] = _run(name, os.path.join(work, f"r{round_index}"), broker, env, load_pipeline_config,
+                                     to_text, LocalCluster)
+                assert results[name]["samples"] == args.samples, (name, results[name]["samples"])  # each sample once
+            base = results.get("single", {}).get("samples_per_sec")
+            for result in results.values():
+                result["ratio_to_single"] = round(result["samples_per_sec"] / base, 3) if base else None
+            rounds.append(results)
+            _print_table(round_index, results)
     targets = {}
-    if "2ps_x_2trainers" in results:
-        two = results["2ps_x_2trainers"]
-        targets = {"2x2 samples/s >= 0.75 of single": bool(two["ratio_to_single"] >= 0.75),
-                   "2x2 AUC within 0.01 of single": bool(abs(two["auc"] - results["single"]["auc"]) <= 0.01),
-                   "2x2 trainers' steps overlap": bool(two.get("overlap", 0) > 0)}
-    print(json.dumps({"samples": args.samples, "results": results, "targets": targets}, indent=1))
-    print(f"\n{'run':<18}{'samples/s':>11}{'ratio':>8}{'AUC':>8}{'overlap':>9}{'busy':>14}{'wall s':>8}"
-          f"{'cpu us/sample: trainers':>25}{'ps':>6}{'broker':>8}{'total':>7}")
-    for name, r in results.items():
-        overlap = f"{r['overlap']:.0%}" if "overlap" in r else "-"
-        busy = "/".join(f"{b:.0%}" for b in r.get("busy", [])) or "-"
-        cpu = r["cpu_us_per_sample"]
-        print(f"{name:<18}{r['samples_per_sec']:>11.0f}{r['ratio_to_single']:>8.3f}{r['auc'] or 0:>8.4f}"
-              f"{overlap:>9}{busy:>14}{r['wall_seconds']:>8}{cpu['trainers']:>25}{cpu['ps']:>6}{cpu['broker']:>8}"
-              f"{cpu['total']:>7}")
+    pairs = [r for r in rounds if "2ps_x_2trainers" in r and "single" in r]
+    if pairs:
+        ratios = sorted(r["2ps_x_2trainers"]["ratio_to_single"] for r in pairs)
+        gaps = sorted(abs(r["2ps_x_2trainers"]["auc"] - r["single"]["auc"]) for r in pairs)
+        median_ratio, median_gap = ratios[len(ratios) // 2], gaps[len(gaps) // 2]
+        print(f"\n2x2 ratio to single per round: {ratios} (median {median_ratio}); AUC gap: {gaps}")
+        targets = {"2x2 samples/s >= 0.75 of single (median of rounds)": bool(median_ratio >= 0.75),
+                   "2x2 samples/s >= 0.75 of single (every round)": bool(ratios[0] >= 0.75),
+                   "2x2 AUC within 0.01 of single (median of rounds)": bool(median_gap <= 0.01),
+                   "2x2 trainers' steps overlap": all(r["2ps_x_2trainers"].get("overlap", 0) > 0 for r in pairs)}
+    print(json.dumps({"samples": args.samples, "rounds": rounds, "targets": targets}, indent=1))
     for target, met in targets.items():
         print(f"{target}: {'met' if met else 'MISSED'}")
 
