@@ -7,6 +7,7 @@ importing models, embeddings or the trainer.
 SAVED_MODEL_FILE = "saved_model.pb"  # a version is complete once it has this
 ASSETS_DIR = "assets"
 INCR_UPDATE_FILE = "incr_update.txt"  # JSON: the update stream and where this export starts in it
+DENSE_SHAPES_FILE = "dense_shapes.json"  # JSON: dense parameter id -> shape (update messages are checked against it)
 PIPELINE_FILE = "pipeline.config"  # the config the model was trained with (secrets redacted)
 SERVING_SIGNATURE = "serving_default"
 UPDATE_SIGNATURE = "incr_update_sig"

@@ -9,14 +9,19 @@ into the next job. A failed send is retried with the same sequence numbers
 until it succeeds, so the stream has no gaps and no reordering.
 
 At start the thread reads the last header on the stream: sequence numbers
-continue from it, and if its step differs from the restored checkpoint's
-(a crash after publishing, or a stop before the last publish got out), it
-asks for a full sync: every row is sent once more.
+continue from it, on its stream, and if its step differs from the restored
+checkpoint's (a crash after publishing, or a stop before the last publish
+got out), it asks for a full sync: every row is sent once more. When the
+topic holds none of this model's messages (new, recreated, or emptied by
+retention), it starts a new stream (a random ``stream_id``) from sequence
+1, so that readers at a higher sequence of the old stream do not take the
+new numbers for duplicates: they switch at the new stream's full sync.
 """
 import collections
 import dataclasses
 import logging
 import queue
+import secrets
 import threading
 import time
 from typing import Deque, Dict, List, Optional
@@ -76,6 +81,7 @@ class UpdatePublisher:
         self._deadline: Optional[float] = None
         self._thread: Optional[threading.Thread] = None
         self.next_sequence: Optional[int] = None
+        self.stream_id = 0
         self.last_acked: Optional[PublishResult] = None
         self.error: Optional[str] = None
         self.error_since: Optional[float] = None
@@ -171,12 +177,14 @@ class UpdatePublisher:
         self._recovered()
         self.next_sequence = last.sequence + 1 if last is not None else 1
         self._update_id = last.update_id + 1 if last is not None else 1
+        self.stream_id = last.stream_id if last is not None else secrets.randbits(63) + 1
         behind = (last is None and restored_step > 0) or (last is not None and last.global_step != restored_step)
         if behind:
             log.info("update stream is at step %s, the restored model at %d: re-sending every row once",
                      None if last is None else last.global_step, restored_step)
             self._full_sync.set()
-        log.info("publishing updates to %s from sequence %d", self.sink.description, self.next_sequence)
+        log.info("publishing updates to %s from sequence %d of stream %d%s", self.sink.description,
+                 self.next_sequence, self.stream_id, "" if last is not None else " (new: no earlier message found)")
         return True
 
     def _run(self, restored_step: int) -> None:
@@ -196,7 +204,7 @@ class UpdatePublisher:
             if snapshot.empty:
                 continue
             messages = encode_update(snapshot, self.model_name, self.next_sequence, self._update_id,
-                                     self._max_bytes, {i: w for i, w in self._ids.tables.values()})
+                                     self._max_bytes, {i: w for i, w in self._ids.tables.values()}, self.stream_id)
             numbered = list(zip(range(self.next_sequence, self.next_sequence + len(messages)), messages))
             backoff = 0.5
             while True:

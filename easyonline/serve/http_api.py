@@ -90,6 +90,7 @@ class ServingState:
                                           "status": {"error_code": "OK", "error_message": ""}}],
                 "model_name": self.model_name, "export": self.export.path,
                 "last_applied_step": follower.step, "last_applied_sequence": follower.last_sequence,
+                "update_stream_id": follower.cursor.stream_id,
                 "applied_updates": follower.applied, "skipped_updates": follower.skipped,
                 "refused_updates": dict(follower.refused), "update_lag_messages": follower.lag_messages,
                 "update_lag_seconds": None if lag is None else round(lag, 3), "update_error": follower.error}

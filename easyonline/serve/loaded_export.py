@@ -6,12 +6,12 @@ the tables are TFRA ops that stock TensorFlow does not know.
 import json
 import os
 import threading
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.export.layout import ASSETS_DIR, INCR_UPDATE_FILE, PIPELINE_FILE, SAVED_MODEL_FILE
+from easyonline.export.layout import ASSETS_DIR, DENSE_SHAPES_FILE, INCR_UPDATE_FILE, PIPELINE_FILE, SAVED_MODEL_FILE
 from easyonline.protos import update_pb2
 from easyonline.updates.apply_rules import message_changes
 from easyonline.updates.param_ids import read_parameter_ids
@@ -49,6 +49,13 @@ class LoadedExport:
         (raw_specs,), _ = self._serve.concrete_functions[0].structured_input_signature
         self.inputs: Dict[str, tf.DType] = {name: spec.dtype for name, spec in raw_specs.items()}
         self._widths = {table_id: width for table_id, width in self.ids.tables.values()}
+        # The served dense shapes: an update's dense entries are checked against them, not only against
+        # themselves (exports made before the file existed check the latter only).
+        shapes_path = os.path.join(assets, DENSE_SHAPES_FILE)
+        self._dense_shapes: Optional[Dict[int, Tuple[int, ...]]] = None
+        if os.path.exists(shapes_path):
+            with open(shapes_path) as f:
+                self._dense_shapes = {int(i): tuple(shape) for i, shape in json.load(f).items()}
         self._update_lock = threading.Lock()
 
     def predict(self, inputs: Dict[str, List]) -> Dict[str, np.ndarray]:
@@ -80,7 +87,7 @@ class LoadedExport:
 
         Raises ValueError, before anything is applied, when an entry does not fit this export.
         """
-        dense, tables = message_changes(message, self._widths)
+        dense, tables = message_changes(message, self._widths, self._dense_shapes)
         tensors = {
             "dense_ids": tf.constant([w.id for w in dense], tf.int64, shape=[len(dense)]),
             "dense_offsets": tf.constant([w.offset for w in dense], tf.int64, shape=[len(dense)]),
@@ -95,7 +102,10 @@ class LoadedExport:
             tensors[f"table_{table_id}_values"] = tf.constant(changes.rows if changes
                                                               else np.zeros((0, width), np.float32))
         with self._update_lock:
-            return int(self._update(tensors)["applied"].numpy())
+            try:
+                return int(self._update(tensors)["applied"].numpy())
+            except tf.errors.OpError as e:  # checked above; a message that still breaks the graph is refused too
+                raise ValueError(f"the update function refused the message: {e.message}") from None
 
 
 def _tensor(values: List, dtype: tf.DType) -> tf.Tensor:

@@ -1,12 +1,17 @@
 """Follows the update stream named in the export's incr_update.txt and applies it in order.
 
-Rules (updates/apply_rules.py, the same for every reader): messages of
-other models are ignored; a sequence number at or below the last applied is
-a duplicate and skipped; one above the next expected is a gap and refused,
-unless it starts a full sync (which re-sends everything, so it heals the
-gap); a message that does not decode, or does not fit the export, is refused. Every refusal is counted by
-reason and logged (at most once every 10 s per reason). A broker outage is
-retried with backoff; nothing already applied is lost.
+Rules (updates/apply_rules.py, the same for every reader, through its
+StreamCursor): messages of other models are ignored; a sequence number at or
+below the last applied is a duplicate and skipped; one above the next
+expected is a gap and refused, unless it starts a full sync (which re-sends
+everything, so it heals the gap); a message of another stream of the model
+is refused unless it starts that stream with a full sync; a message that
+does not decode, or does not fit the export, is refused, and the rest of its
+poll is still handled. Every refusal is counted by reason and logged (at
+most once every 10 s per reason). While the newest message of the model was
+refused, serving is stale and ``lag_seconds`` says how stale, even when the
+reader is at the end of the topic. A broker outage is retried with backoff;
+nothing already applied is lost.
 """
 import collections
 import logging
@@ -14,7 +19,7 @@ import threading
 import time
 from typing import Dict, Optional
 
-from easyonline.updates.apply_rules import DUPLICATE, GAP, OTHER_MODEL, sequence_verdict
+from easyonline.updates.apply_rules import DUPLICATE, NEXT, OTHER_MODEL, StreamCursor
 from easyonline.updates.codec import MalformedUpdateError, decode_update
 from easyonline.updates.transport import KAFKA, StreamLocation, open_reader
 from easyonline.serve.loaded_export import LoadedExport
@@ -28,7 +33,10 @@ class UpdateFollower:
         info = export.update_info
         self.location = StreamLocation.from_info(info)
         self.model_name = info.get("model_name", "")
-        self.next_sequence = int(info.get("sequence", 1))
+        stream_id = info.get("stream_id")
+        self.cursor = StreamCursor(self.model_name, int(info.get("sequence", 1)),
+                                   None if stream_id is None else int(stream_id))
+        self.stale_since: Optional[float] = None  # when a message of the model was refused, until one applies
         self.step: Optional[int] = info.get("step")
         self.last_create_time: Optional[float] = None
         self.applied = 0
@@ -56,14 +64,21 @@ class UpdateFollower:
             self._thread.join(10)
 
     @property
+    def next_sequence(self) -> int:
+        return self.cursor.next_sequence
+
+    @property
     def last_sequence(self) -> int:
         return self.next_sequence - 1
 
     def lag_seconds(self) -> Optional[float]:
-        """0 when caught up; else how old the newest applied update is."""
-        if self.lag_messages == 0:
+        """0 when caught up; else how old the newest applied update is (or, when none applied since the
+        export, how long ago a message was refused). Caught up means at the end of the topic with the
+        newest message of the model applied (or skipped as a duplicate), not refused."""
+        if self.lag_messages == 0 and self.stale_since is None:
             return 0.0
-        return None if self.last_create_time is None else max(time.time() - self.last_create_time, 0.0)
+        since = self.last_create_time if self.last_create_time is not None else self.stale_since
+        return None if since is None else max(time.time() - since, 0.0)
 
     def _open(self):
         start = int(self.export.update_info["offset"]) if self.location.storage == KAFKA else self.next_sequence
@@ -76,8 +91,11 @@ class UpdateFollower:
                 if self._reader is None:
                     self._reader = self._open()
                 records = self._reader.poll(500)
-                for _, data in records:
-                    self.handle(data)
+                for position, data in records:
+                    try:
+                        self.handle(data)
+                    except Exception as e:  # pylint: disable=broad-except  (one bad message, not an outage)
+                        self._refuse("failed", f"message at {position}: {type(e).__name__}: {e}")
                 self.lag_messages = self._reader.lag_messages()
                 if self.error is not None:
                     log.info("update stream readable again")
@@ -95,6 +113,8 @@ class UpdateFollower:
     def _refuse(self, reason: str, detail: str) -> None:
         self.refused[reason] += 1
         now = time.time()
+        if self.stale_since is None:
+            self.stale_since = now
         if now >= self._next_log.get(reason, 0.0):
             log.error("refused an update message (%s): %s [%d so far]", reason, detail, self.refused[reason])
             self._next_log[reason] = now + 10
@@ -107,21 +127,26 @@ class UpdateFollower:
             self._refuse("malformed", str(e))
             return False
         header = message.header
-        verdict = sequence_verdict(header, self.model_name, self.next_sequence)
+        verdict = self.cursor.verdict(header)
         if verdict == OTHER_MODEL:
             return False
         if verdict == DUPLICATE:
             self.skipped += 1
             return False
-        if verdict == GAP:
-            self._refuse("gap", f"expected sequence {self.next_sequence}, got {header.sequence}")
+        if verdict != NEXT:
+            self._refuse(verdict, f"expected sequence {self.cursor.next_sequence} of stream {self.cursor.stream_id}, "
+                                  f"got {header.sequence} of stream {header.stream_id}")
             return False
         try:
             self.export.apply(message)
         except ValueError as e:
             self._refuse("inconsistent", str(e))
             return False
-        self.next_sequence = header.sequence + 1
+        if header.stream_id != self.cursor.stream_id and self.cursor.stream_id is not None:
+            log.warning("following a new update stream %d from its full sync (was %d): the trainer found none "
+                        "of the earlier messages on the topic", header.stream_id, self.cursor.stream_id)
+        self.cursor.advance(header)
+        self.stale_since = None
         self.step = header.global_step
         self.last_create_time = header.create_time
         self.applied += 1

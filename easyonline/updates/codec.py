@@ -100,8 +100,8 @@ class _Packer:
 
 
 def encode_update(snapshot: UpdateSnapshot, model_name: str, first_sequence: int, update_id: int,
-                  max_bytes: int, table_dims: Dict[int, int]) -> List[bytes]:
-    """The snapshot as serialized messages, each <= max_bytes, numbered from ``first_sequence``."""
+                  max_bytes: int, table_dims: Dict[int, int], stream_id: int = 0) -> List[bytes]:
+    """The snapshot as serialized messages, each <= max_bytes, numbered from ``first_sequence`` on ``stream_id``."""
     packer = _Packer(max_bytes)
     # Deletes first: a reader applying part by part never deletes a row this update re-sends.
     for table_id, keys in sorted(snapshot.deletes.items()):
@@ -125,6 +125,7 @@ def encode_update(snapshot: UpdateSnapshot, model_name: str, first_sequence: int
         header.part = part
         header.parts = len(messages)
         header.full_sync = snapshot.full_sync
+        header.stream_id = stream_id
         data = message.SerializeToString()
         if len(data) > max_bytes:  # the reserve is generous; this guards a too-long model name or positions map
             raise ValueError(f"update message of {len(data)} bytes exceeds max_message_bytes={max_bytes}")
@@ -175,7 +176,7 @@ def sparse_arrays(entry: update_pb2.SparseEntry) -> Tuple[np.ndarray, np.ndarray
 def describe(message: update_pb2.UpdateMessage, sample_keys: int = 0) -> Dict:
     """A JSON-friendly summary (for logs and read_updates)."""
     header = message.header
-    summary = {"sequence": header.sequence, "step": header.global_step, "update": header.update_id,
+    summary = {"stream": header.stream_id, "sequence": header.sequence, "step": header.global_step, "update": header.update_id,
                "part": f"{header.part + 1}/{header.parts}", "model": header.model_name,
                "created": round(header.create_time, 3), "positions": dict(header.positions),
                "dense": len(message.dense), "rows": {}, "deletes": {}}

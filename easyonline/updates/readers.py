@@ -5,6 +5,7 @@ continue the sequence numbers after a restart). Readers return raw bytes
 with their position (Kafka offset, or sequence number for directories);
 decoding and order checks are the caller's (codec.py, apply_rules.py).
 """
+import logging
 import re
 import time
 from typing import Dict, List, Optional, Tuple
@@ -15,7 +16,10 @@ from easyonline.config.kafka_settings import bootstrap_servers
 from easyonline.protos import update_pb2
 from easyonline.utils import fileio
 
+log = logging.getLogger(__name__)
+
 PARTITION = 0
+MAX_SCAN_MESSAGES = 200_000  # how far back a restarting publisher looks for its model's last message
 _FILE = re.compile(r"^update-(\d{12})\.pb$")
 DONE_SUFFIX = ".done"
 
@@ -83,42 +87,63 @@ class KafkaUpdateReader:
                     break
         return out
 
-    def start_after_step(self, model_name: str, step: int, window: int = 256) -> Tuple[int, int]:
-        """(offset, sequence) of the first message of ``model_name`` made after ``step``: where a model
-        exported from that step starts following. The end of the topic when there is none yet."""
-        end = self._end_estimate()
-        start = max(0, end - window)
+    def start_after_step(self, model_name: str, step: int, window: int = 256
+                         ) -> Tuple[int, int, Optional[int]]:
+        """(offset, sequence, stream id) of the first message of ``model_name`` made after ``step``: where a
+        model exported from that step starts following. The end of the topic when there is none yet (stream
+        id None when the topic holds no message of the model: the reader takes the first stream it meets)."""
+        begin, end = self._bounds()
+        hi, records = end, []
         while True:
-            self.seek(start)
-            records = [(offset, _header_of(value)) for offset, value in self.read_available()]
+            lo = max(begin, hi - window)
+            records = self._read_range(lo, hi) + records
             ours = [(offset, h) for offset, h in records if h is not None and h.model_name == model_name]
-            newer = [(offset, h) for offset, h in ours if h.global_step > step]
-            if start == 0 or (ours and ours[0][1].global_step <= step):
+            if lo <= begin or (ours and ours[0][1].global_step <= step):
+                newer = [(offset, h) for offset, h in ours if h.global_step > step]
                 if newer:
-                    return newer[0][0], newer[0][1].sequence
-                last_offset = records[-1][0] + 1 if records else end
-                return max(last_offset, end), (ours[-1][1].sequence + 1 if ours else 1)
-            start = max(0, start - window)
+                    return newer[0][0], newer[0][1].sequence, newer[0][1].stream_id
+                if ours:
+                    return max(records[-1][0] + 1, end), ours[-1][1].sequence + 1, ours[-1][1].stream_id
+                return end, 1, None
+            hi, window = lo, min(window * 2, 65536)
 
-    def _end_estimate(self) -> int:
-        return self._consumer.end_offsets([self._tp]).get(self._tp) or 0
+    def _bounds(self) -> Tuple[int, int]:
+        """(first, end) offsets of the partition: retention may have removed the messages before the first."""
+        begin = self._consumer.beginning_offsets([self._tp]).get(self._tp) or 0
+        return begin, max(self._consumer.end_offsets([self._tp]).get(self._tp) or 0, begin)
+
+    def _read_range(self, start: int, end: int, timeout_secs: float = 30.0
+                    ) -> List[Tuple[int, Optional[update_pb2.UpdateHeader]]]:
+        """(offset, header or None) of the messages in [start, end)."""
+        out: List[Tuple[int, Optional[update_pb2.UpdateHeader]]] = []
+        if start >= end:
+            return out
+        self.seek(start)
+        deadline, empty_polls = time.time() + timeout_secs, 0
+        while self.position < end and time.time() < deadline and empty_polls < 5:
+            batch = self.poll(200)
+            empty_polls = 0 if batch else empty_polls + 1
+            out.extend((offset, _header_of(value)) for offset, value in batch if offset < end)
+        return out
 
     def last_header(self, model_name: str, window: int = 256) -> Optional[update_pb2.UpdateHeader]:
-        """The newest header of ``model_name``; scans back from the end in windows."""
+        """The newest header of ``model_name``: scans back from the end in growing windows, reading each
+        message once, over at most MAX_SCAN_MESSAGES (None past that: the publisher then starts a new stream,
+        which readers cannot mistake for the old one)."""
         if self.topic not in (self._consumer.topics() or set()):
             return None
-        end = self._end_estimate()
-        start = max(0, end - window)
-        while True:
-            self.seek(start)
-            found = None
-            for _, value in self.read_available():
-                header = _header_of(value)
-                if header is not None and header.model_name == model_name:
-                    found = header
-            if found is not None or start == 0:
-                return found
-            end, start = start, max(0, start - window)
+        begin, end = self._bounds()
+        hi = end
+        while hi > begin and end - hi < MAX_SCAN_MESSAGES:
+            lo = max(begin, hi - window)
+            ours = [h for _, h in self._read_range(lo, hi) if h is not None and h.model_name == model_name]
+            if ours:
+                return ours[-1]
+            hi, window = lo, min(window * 2, 65536)
+        if hi > begin:
+            log.warning("none of model %s's messages in the last %d of %s: a new update stream starts",
+                        model_name, end - hi, self.topic)
+        return None
 
     def close(self) -> None:
         self._consumer.close()
@@ -151,15 +176,18 @@ class DirectoryUpdateReader:
                 self.next_sequence = sequence + 1
         return out
 
-    def start_after_step(self, model_name: str, step: int) -> Tuple[int, int]:
-        """(sequence, sequence) of the first message made after ``step`` (see KafkaUpdateReader)."""
+    def start_after_step(self, model_name: str, step: int) -> Tuple[int, int, Optional[int]]:
+        """(sequence, sequence, stream id) of the first message made after ``step`` (see KafkaUpdateReader)."""
         sequences = self.sequences()
+        stream_id = None
         for sequence in reversed(sequences):
             header = _header_of(fileio.read_bytes(fileio.join(self.directory, update_file_name(sequence))))
-            if header is not None and header.model_name == model_name and header.global_step <= step:
-                return sequence + 1, sequence + 1
+            if header is not None and header.model_name == model_name:
+                stream_id = header.stream_id if stream_id is None else stream_id
+                if header.global_step <= step:
+                    return sequence + 1, sequence + 1, header.stream_id
         first = sequences[0] if sequences else 1
-        return first, first
+        return first, first, stream_id
 
     def last_header(self, model_name: str) -> Optional[update_pb2.UpdateHeader]:
         sequences = self.sequences()

@@ -12,20 +12,21 @@ from typing import Dict, Optional
 import numpy as np
 
 from easyonline.protos import update_pb2
-from easyonline.updates.apply_rules import DUPLICATE, GAP, OTHER_MODEL, message_changes, sequence_verdict
+from easyonline.updates.apply_rules import DUPLICATE, GAP, NEXT, OTHER_MODEL, StreamCursor, message_changes
 
 
 class UpdateGapError(ValueError):
-    """A message's sequence number is not the next one: something in between was lost."""
+    """A message cannot follow the last one applied: something in between was lost, or it is of
+    another stream, or its sequence number is implausible."""
 
 
 class ParameterReplica:
     """Published parameters as numpy, rebuilt by the rules of apply_rules.py; refuses a gap by raising."""
 
     def __init__(self, model_name: Optional[str] = None, next_sequence: int = 1,
-                 table_widths: Optional[Dict[int, int]] = None):
+                 table_widths: Optional[Dict[int, int]] = None, stream_id: Optional[int] = None):
         self.model_name = model_name
-        self.next_sequence = next_sequence
+        self.cursor = StreamCursor(model_name, next_sequence, stream_id)
         self.table_widths = table_widths
         self.dense: Dict[int, np.ndarray] = {}
         self.tables: Dict[int, Dict[int, np.ndarray]] = {}
@@ -37,7 +38,7 @@ class ParameterReplica:
     def apply(self, message: update_pb2.UpdateMessage) -> bool:
         """Applies a decoded message; False if it was already reflected; UpdateGapError on a gap."""
         header = message.header
-        verdict = sequence_verdict(header, self.model_name, self.next_sequence)
+        verdict = self.cursor.verdict(header)
         if verdict == OTHER_MODEL:
             return False
         if verdict == DUPLICATE:
@@ -46,6 +47,9 @@ class ParameterReplica:
         if verdict == GAP:
             raise UpdateGapError(f"expected sequence {self.next_sequence}, got {header.sequence}: "
                                  f"{header.sequence - self.next_sequence} message(s) missing")
+        if verdict != NEXT:
+            raise UpdateGapError(f"{verdict}: expected sequence {self.next_sequence} of stream "
+                                 f"{self.cursor.stream_id}, got {header.sequence} of stream {header.stream_id}")
         dense, tables = message_changes(message, self.table_widths)
         for table_id, changes in tables.items():
             table = self.tables.setdefault(table_id, {})
@@ -58,11 +62,19 @@ class ParameterReplica:
             if current is None or current.shape != write.shape:
                 current = self.dense[write.id] = np.zeros(write.shape, np.float32)
             current.reshape(-1)[write.offset:write.offset + len(write.values)] = write.values
-        self.next_sequence = header.sequence + 1
+        self.cursor.advance(header)
         self.step = header.global_step
         self.positions = dict(header.positions)
         self.applied += 1
         return True
+
+    @property
+    def next_sequence(self) -> int:
+        return self.cursor.next_sequence
+
+    @next_sequence.setter
+    def next_sequence(self, value: int) -> None:
+        self.cursor.next_sequence = value
 
     def table_arrays(self, table_id: int):
         """(sorted keys, rows) of one table."""

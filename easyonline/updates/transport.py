@@ -51,8 +51,8 @@ class UpdateReader(Protocol):
     def lag_messages(self) -> Optional[int]:
         """Messages there but not yet read (None when unknown)."""
 
-    def start_after_step(self, model_name: str, step: int) -> Tuple[int, int]:
-        """(position, sequence) of the first message of ``model_name`` made after ``step``."""
+    def start_after_step(self, model_name: str, step: int) -> Tuple[int, int, Optional[int]]:
+        """(position, sequence, stream id) of the first message of ``model_name`` made after ``step``."""
 
     def close(self) -> None:
         """Releases the reader."""

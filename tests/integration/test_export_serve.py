@@ -3,6 +3,7 @@
 Export and serving run as subprocesses, as users run them (TFRA's inference
 mode, which export switches on, is process-global).
 """
+import collections
 import http.client
 import json
 import os
@@ -94,10 +95,13 @@ def test_served_predictions_follow_training_and_match_the_trainer(broker, topic,
         export_dir = tmp_path / "export"
         version = export(model_dir, export_dir)
         assets = os.path.join(version, "assets")
-        assert sorted(os.listdir(assets)) == ["DENSE_UPDATE_VARIABLES", "embed_name_to_ids.txt",
+        assert sorted(os.listdir(assets)) == ["DENSE_UPDATE_VARIABLES", "dense_shapes.json", "embed_name_to_ids.txt",
                                               "incr_update.txt", "pipeline.config"]
+        shapes = json.load(open(os.path.join(assets, "dense_shapes.json")))
+        dense_ids = json.load(open(os.path.join(assets, "DENSE_UPDATE_VARIABLES")))
+        assert sorted(shapes) == sorted(str(i) for i in dense_ids.values()) and shapes[str(dense_ids["bias"])] == []
         info = json.load(open(os.path.join(assets, "incr_update.txt")))
-        assert info["storage"] == "kafka" and info["topic"] == topic + "_updates"
+        assert info["storage"] == "kafka" and info["topic"] == topic + "_updates" and info["stream_id"] > 0
         cli = subprocess.run([os.path.join(os.path.dirname(PYTHON), "saved_model_cli"), "show", "--all",
                               "--dir", version], capture_output=True, text=True, timeout=120)
         assert "signature_def['serving_default']" in cli.stdout and "signature_def['incr_update_sig']" in cli.stdout
@@ -136,13 +140,14 @@ def test_served_predictions_follow_training_and_match_the_trainer(broker, topic,
         server.stop()
 
 
-def one_row_update(trainer, ids, model_name, sequence, line):
-    """An update message that sets the C1 row of ``line``'s id to 0.5 everywhere."""
+def one_row_update(trainer, ids, model_name, sequence, line, stream_id, value=0.5, full_sync=False, dense=None):
+    """An update message of stream ``stream_id`` that sets the C1 row of ``line``'s id to ``value`` everywhere
+    (and writes ``dense``, {id: array}, if given)."""
     table_id, width = ids.tables["C1"]
     key = int(trainer.parser.parse([line]).features["C1"].numpy()[0])
-    snapshot = UpdateSnapshot(trainer.step + 1, time.time(), {},
-                              rows={table_id: (np.array([key], np.int64), np.full((1, width), 0.5, np.float32))})
-    return encode_update(snapshot, model_name, sequence, 10**6 + sequence, 1 << 20, {table_id: width})[0]
+    snapshot = UpdateSnapshot(trainer.step + 1, time.time(), {}, dense=dense or {}, full_sync=full_sync,
+                              rows={table_id: (np.array([key], np.int64), np.full((1, width), value, np.float32))})
+    return encode_update(snapshot, model_name, sequence, 10**6 + sequence, 1 << 20, {table_id: width}, stream_id)[0]
 
 
 def test_serving_survives_an_update_broker_outage(tmp_path):
@@ -161,7 +166,8 @@ def test_serving_survives_an_update_broker_outage(tmp_path):
         export(tmp_path / "m", tmp_path / "export")
         server = Server(tmp_path / "export", tmp_path / "serve.log")
         try:
-            last = server.wait_for(lambda s: s["update_lag_messages"] == 0)["last_applied_sequence"]
+            status = server.wait_for(lambda s: s["update_lag_messages"] == 0)
+            last, stream = status["last_applied_sequence"], status["update_stream_id"]
             line = SyntheticCtrStream().lines(0, 1)[0]
             before = server.predict(instances([line]))
             broker.pause()
@@ -174,7 +180,7 @@ def test_serving_survives_an_update_broker_outage(tmp_path):
             from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
             producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
             producer.send("updates", one_row_update(trainer, read_parameter_ids(str(tmp_path / "m")), "m", last + 1,
-                                                    line), key=b"m", partition=0).get(timeout=30)
+                                                    line, stream), key=b"m", partition=0).get(timeout=30)
             producer.close()
             status = server.wait_for(lambda s: s["last_applied_sequence"] == last + 1, timeout=120)
             assert status["refused_updates"] == {}
@@ -220,7 +226,7 @@ def test_file_updates_duplicates_gaps_and_garbage_are_handled(served_from_files)
         (updates / (update_file_name(sequence_in_name) + ".done")).write_bytes(b"")
 
     def message(sequence):
-        return one_row_update(trainer, ids, status["model_name"], sequence, requests[0])
+        return one_row_update(trainer, ids, status["model_name"], sequence, requests[0], status["update_stream_id"])
 
     duplicate = (updates / update_file_name(last)).read_bytes()
     write(last + 1, duplicate)                      # an old sequence again: skipped
@@ -235,6 +241,43 @@ def test_file_updates_duplicates_gaps_and_garbage_are_handled(served_from_files)
     server.wait_for(lambda s: s["last_applied_sequence"] == last + 1)
     changed = server.predict(instances(requests))
     assert abs(changed[0] - expected[0]) > 1e-4  # the row of its C1 id was replaced
+
+
+def test_updates_of_another_stream_or_with_bad_values_are_refused_and_a_new_stream_takes_over(served_from_files):
+    """A message of another stream of the model is not taken for a duplicate, NaN and unknown dense
+    parameters are refused (and serving says it is stale), and a new stream's full sync is followed."""
+    trainer, server, updates, ids, _ = served_from_files
+    requests = list(SyntheticCtrStream().lines(0, 5))
+    status = server.status()
+    last, stream, model = status["last_applied_sequence"], status["update_stream_id"], status["model_name"]
+    assert stream, status  # the trainer's stream has an identity
+    refused_before = collections.Counter(status["refused_updates"])
+    before = server.predict(instances(requests))
+    names = [int(n[7:19]) for n in os.listdir(updates) if n.endswith(".pb")]
+    file_numbers = iter(range(max(names) + 1, max(names) + 100))
+
+    def write(data):
+        name = update_file_name(next(file_numbers))
+        (updates / name).write_bytes(data)
+        (updates / (name + ".done")).write_bytes(b"")
+
+    def update(sequence, stream_id, **kwargs):
+        return one_row_update(trainer, ids, model, sequence, requests[0], stream_id, **kwargs)
+
+    write(update(last + 1, stream, dense={ids.dense["bias"]: np.array(np.nan, np.float32)}))
+    write(update(last + 1, stream, dense={999: np.ones(1, np.float32)}))
+    write(update(last + 1, stream, dense={ids.dense["bias"]: np.ones(3, np.float32)}))  # bias is a scalar
+    write(update(1, stream + 1))  # another stream, low numbers: not a duplicate, refused
+    status = server.wait_for(lambda s: sum(s["refused_updates"].values()) >= sum(refused_before.values()) + 4)
+    assert collections.Counter(status["refused_updates"]) - refused_before == {"inconsistent": 3, "other_stream": 1}
+    assert status["last_applied_sequence"] == last and status["update_stream_id"] == stream
+    assert status["update_lag_messages"] == 0 and status["update_lag_seconds"] > 0  # at the end, but stale
+    np.testing.assert_allclose(server.predict(instances(requests)), before, atol=1e-6)  # nothing applied
+    write(update(2, stream + 1, value=0.25, full_sync=True))  # the new stream's full sync: followed
+    status = server.wait_for(lambda s: s["update_stream_id"] == stream + 1)
+    assert status["last_applied_sequence"] == 2
+    server.wait_for(lambda s: s["update_lag_seconds"] == 0)
+    assert abs(server.predict(instances(requests))[0] - before[0]) > 1e-4
 
 
 def test_bad_and_oversized_predict_requests_get_clear_errors(served_from_files):

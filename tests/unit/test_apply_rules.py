@@ -5,15 +5,15 @@ import numpy as np
 import pytest
 
 from easyonline.protos import update_pb2
-from easyonline.updates.apply_rules import (DUPLICATE, GAP, NEXT, OTHER_MODEL, DenseWrite, message_changes,
-                                            sequence_verdict)
+from easyonline.updates.apply_rules import (DUPLICATE, GAP, IMPLAUSIBLE, MAX_FULL_SYNC_JUMP, NEXT, OTHER_MODEL,
+                                            OTHER_STREAM, DenseWrite, StreamCursor, message_changes, sequence_verdict)
 from easyonline.updates.codec import UpdateSnapshot, decode_update, encode_update
 from easyonline.updates.replica import ParameterReplica, UpdateGapError
 
 
-def _header(sequence, model_name="m", full_sync=False, part=0, parts=1):
+def _header(sequence, model_name="m", full_sync=False, part=0, parts=1, stream_id=0):
     return update_pb2.UpdateHeader(model_name=model_name, format_version=1, sequence=sequence,
-                                   full_sync=full_sync, part=part, parts=parts)
+                                   full_sync=full_sync, part=part, parts=parts, stream_id=stream_id)
 
 
 def _f32(values):
@@ -54,6 +54,31 @@ def _message(sequence, dense=(), sparse=(), step=0, **header):
 ])
 def test_sequence_verdict(header, model_name, expected):
     assert sequence_verdict(header, model_name, next_sequence=5) == expected
+
+
+@pytest.mark.parametrize("header, expected", [
+    (_header(5, stream_id=7), NEXT),                                   # the reader's stream, in order
+    (_header(5, stream_id=8), OTHER_STREAM),                           # another stream of the model: refused
+    (_header(1, stream_id=8), OTHER_STREAM),                           # even low numbers (not duplicates)
+    (_header(1, stream_id=8, full_sync=True, part=0, parts=3), NEXT),  # a new stream's full sync: switch
+    (_header(4, stream_id=8, full_sync=True, part=0, parts=3), NEXT),  # (a few updates may precede it)
+    (_header(MAX_FULL_SYNC_JUMP + 2, stream_id=8, full_sync=True), OTHER_STREAM),
+    (_header(1, stream_id=8, full_sync=True, part=1, parts=3), OTHER_STREAM),  # not its first part
+    (_header(5 + MAX_FULL_SYNC_JUMP, stream_id=7, full_sync=True), NEXT),       # a full sync heals a gap ...
+    (_header(6 + MAX_FULL_SYNC_JUMP, stream_id=7, full_sync=True), IMPLAUSIBLE),  # ... not an absurd one
+    (_header(2 ** 64 - 1, stream_id=7, full_sync=True), IMPLAUSIBLE),   # a forged one would freeze the reader
+])
+def test_sequence_verdict_on_streams(header, expected):
+    assert sequence_verdict(header, "m", next_sequence=5, stream_id=7) == expected
+
+
+def test_a_cursor_without_a_stream_takes_the_first_it_meets_and_keeps_it():
+    cursor = StreamCursor("m", next_sequence=3)
+    assert cursor.verdict(_header(3, stream_id=9)) == NEXT
+    cursor.advance(_header(3, stream_id=9))
+    assert (cursor.next_sequence, cursor.stream_id) == (4, 9)
+    assert cursor.verdict(_header(4, stream_id=10)) == OTHER_STREAM
+    assert cursor.verdict(_header(2, stream_id=9)) == DUPLICATE
 
 
 def test_other_model_wins_over_the_sequence_checks():
@@ -103,6 +128,25 @@ def test_message_changes_checks_tables_and_widths_when_given():
         message_changes(known, {3: 4})
     # Without table_widths nothing is checked: any table, any width.
     assert sorted(message_changes(_message(1, sparse=[(9, 7, [1], [[0] * 7], [])]))[1]) == [9]
+
+
+def test_message_changes_checks_dense_entries_against_the_model_and_refuses_non_finite_values():
+    shapes = {0: (2, 3), 4: ()}
+    good = _message(1, dense=[(0, (2, 3), 2, [5, 6, 7])])
+    assert [w.id for w in message_changes(good, dense_shapes=shapes)[0]] == [0]
+    for message, error in [
+        (_message(1, dense=[(7, (2, 3), 0, [1])]), r"dense id 7 is not one of this model's dense parameters \(\[0, 4\]\)"),
+        (_message(1, dense=[(0, (3, 2), 0, [1])]), r"dense id 0: shape \[3, 2\], the model has \[2, 3\]"),
+        (_message(1, dense=[(0, (2, 3), 5, [1, 2])]), r"dense id 0: 2 values at offset 5 overrun shape \[2, 3\]"),
+        (_message(1, dense=[(0, (2, 3), 0, [1, np.nan])]), "dense id 0: NaN or infinite values"),
+        (_message(1, dense=[(4, (), 0, [np.inf])]), "dense id 4: NaN or infinite values"),
+        (_message(1, sparse=[(3, 2, [1, 2], [[1, 2], [np.nan, 0]], [])]), "table id 3: NaN or infinite values"),
+    ]:
+        with pytest.raises(ValueError, match=error):
+            message_changes(message, {3: 2}, shapes)
+    # A slice that overruns the shape its own entry names is refused even without the model's shapes.
+    with pytest.raises(ValueError, match="overrun"):
+        message_changes(_message(1, dense=[(0, (2,), 1, [1, 2])]))
 
 
 # ParameterReplica ------------------------------------------------------------------------------------------
@@ -178,3 +222,20 @@ def test_a_full_sync_heals_a_gap_from_its_part_0():
     np.testing.assert_array_equal(got_keys, np.append(keys, 500))  # the full sync deletes nothing it does not name
     np.testing.assert_array_equal(got_rows[:100], values)
     assert (replica.step, replica.positions, replica.applied) == (9, {0: 5}, 3)
+
+
+def test_replica_switches_to_a_new_stream_at_its_full_sync_and_refuses_its_other_messages():
+    replica = ParameterReplica("m", table_widths={3: 1})
+    assert replica.apply(_message(1, sparse=[(3, 1, [1], [[1]], [])], stream_id=5))
+    assert replica.apply(_message(2, sparse=[(3, 1, [2], [[2]], [])], stream_id=5))
+    # The trainer restarted on a topic that lost the stream: numbering starts again on stream 6.
+    with pytest.raises(UpdateGapError, match="other_stream: expected sequence 3 of stream 5, got 1 of stream 6"):
+        replica.apply(_message(1, sparse=[(3, 1, [9], [[9]], [])], stream_id=6))  # not a duplicate
+    assert replica.apply(_message(2, sparse=[(3, 1, [1, 2], [[10], [20]], [])], stream_id=6, full_sync=True))
+    assert (replica.cursor.stream_id, replica.next_sequence) == (6, 3)
+    assert {k: float(v[0]) for k, v in replica.tables[3].items()} == {1: 10.0, 2: 20.0}
+    with pytest.raises(UpdateGapError, match="other_stream"):
+        replica.apply(_message(3, sparse=[(3, 1, [1], [[0]], [])], stream_id=5))  # the old stream is over
+    with pytest.raises(UpdateGapError, match="implausible_sequence"):
+        replica.apply(_message(2 ** 63, full_sync=True, stream_id=6))
+    assert replica.apply(_message(3, sparse=[(3, 1, [1], [[11]], [])], stream_id=6))  # still following

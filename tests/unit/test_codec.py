@@ -233,7 +233,7 @@ def test_describe_summarizes_a_part():
     message.sparse.add(table_id=2, dim=1, keys=np.int64([10]).tobytes(), values=np.float32([4]).tobytes(),
                        deleted_keys=np.int64([1, 2]).tobytes())
     summary = describe(message, sample_keys=2)
-    assert summary == {"sequence": 12, "step": 300, "update": 5, "part": "2/3", "model": "m",
+    assert summary == {"stream": 0, "sequence": 12, "step": 300, "update": 5, "part": "2/3", "model": "m",
                        "created": 1.235, "positions": {0: 40}, "dense": 1,
                        "rows": {2: 4},  # 3 + 1 keys over two entries of table 2; table 4 only deletes
                        "deletes": {2: 3, 4: 1},  # 1 + 2 deleted keys of table 2

@@ -4,7 +4,10 @@ and a restart continues the numbering (and asks for a full sync when the stream 
 Real TFRA tables and a real DirectorySink in a temporary directory; the flaky sink is a DirectorySink whose
 first sends raise, the way a broker outage looks to the publisher.
 """
+import time
+
 import numpy as np
+import pytest
 
 from easyonline.config import parse_pipeline_config
 from easyonline.core.bootstrap import ensure_legacy_keras
@@ -16,7 +19,7 @@ from easyonline.updates.codec import decode_update
 from easyonline.updates.directory_sink import DirectorySink
 from easyonline.updates.param_ids import ParameterIds
 from easyonline.updates.readers import DirectoryUpdateReader
-from easyonline.updates.replica import ParameterReplica
+from easyonline.updates.replica import ParameterReplica, UpdateGapError
 
 tf = ensure_legacy_keras()
 
@@ -110,3 +113,41 @@ def test_a_restart_continues_the_sequence_and_resyncs_when_out_of_step(tmp_path)
     assert behind.take_full_sync()
     assert behind.last_acked.first_sequence == 3 and behind.last_acked.full_sync and behind.last_acked.rows == 3
     assert _replay(str(tmp_path)).next_sequence == 4
+
+
+def test_a_restart_on_an_emptied_stream_starts_a_new_one_that_readers_switch_to(tmp_path):
+    """Retention or a recreated topic removed every message: numbering restarts at 1 on a new stream_id,
+    with a full sync, and a reader of the old stream neither takes it for duplicates nor stays behind."""
+    tables, ids = _tables()
+    first = UpdatePublisher(DirectorySink(str(tmp_path)), "m", ids, EagerTableRows(tables), max_message_bytes=4096)
+    first.start(restored_step=0)
+    for step in (1, 2, 3):
+        first.offer(_job(step, [1]))
+    assert first.close(timeout=30)
+    again = UpdatePublisher(DirectorySink(str(tmp_path)), "m", ids, EagerTableRows(tables), max_message_bytes=4096)
+    again.start(restored_step=3)
+    assert again.close(timeout=30)
+    assert again.stream_id == first.stream_id > 0  # a restart that finds the stream continues it
+    reader = _replay(str(tmp_path))
+    assert (reader.next_sequence, reader.cursor.stream_id) == (4, first.stream_id)
+
+    for path in tmp_path.iterdir():  # the stream's messages are gone
+        path.unlink()
+    tables.embeddings["user"].params.upsert(tf.constant([1], tf.int64), tf.constant([[7.0, 7.0, 7.0]]))
+    fresh = UpdatePublisher(DirectorySink(str(tmp_path)), "m", ids, EagerTableRows(tables), max_message_bytes=4096)
+    fresh.start(restored_step=3)
+    fresh.offer(_job(4, [2]))  # queued before the full sync: refused by the old stream's readers, harmless
+    deadline = time.time() + 30
+    while not fresh.take_full_sync():  # the restored model is ahead of an empty stream: every row once more
+        assert time.time() < deadline
+        time.sleep(0.05)
+    fresh.offer(_job(4, [], full_sync=True))
+    assert fresh.close(timeout=30)
+    assert fresh.stream_id not in (0, first.stream_id)
+    messages = [decode_update(data) for _, data in DirectoryUpdateReader(str(tmp_path)).read_available()]
+    assert [(m.header.sequence, m.header.full_sync, m.header.stream_id) for m in messages] == [
+        (1, False, fresh.stream_id), (2, True, fresh.stream_id)]
+    with pytest.raises(UpdateGapError, match="other_stream"):
+        reader.apply(messages[0])  # sequence 1 < 4, but not a duplicate: another stream
+    assert reader.apply(messages[1]) and reader.cursor.stream_id == fresh.stream_id
+    np.testing.assert_array_equal(reader.tables[0][1], [7, 7, 7])  # the full sync brought the current rows

@@ -78,10 +78,10 @@ def test_open_sink_picks_the_configured_transport(tmp_path):
     assert not (tmp_path / "u").exists()  # created by connect(), not by open_sink
 
 
-def _messages(first_sequence, step):
+def _messages(first_sequence, step, stream_id=77):
     snapshot = UpdateSnapshot(step=step, create_time=1.0, positions={0: step})
     snapshot.deletes[3] = np.array([1, 2], np.int64)
-    return encode_update(snapshot, "m", first_sequence, first_sequence, 1 << 16, {3: 4})
+    return encode_update(snapshot, "m", first_sequence, first_sequence, 1 << 16, {3: 4}, stream_id)
 
 
 def test_directory_sink_and_reader_round_trip(tmp_path):
@@ -105,8 +105,10 @@ def test_directory_sink_and_reader_round_trip(tmp_path):
     later = open_reader(StreamLocation.from_config(incr), start=2)
     assert later.lag_messages() == 1 and later.read_available() == [(2, second)]
     # The first message made after step 10 is sequence 2; after step 20 there is none yet: the next one, 3.
-    assert later.start_after_step("m", 10) == (2, 2)
-    assert later.start_after_step("m", 20) == (3, 3)
+    # Both on the stream the messages carry; a model without messages has no stream yet.
+    assert later.start_after_step("m", 10) == (2, 2, 77)
+    assert later.start_after_step("m", 20) == (3, 3, 77)
+    assert later.start_after_step("other", 20) == (1, 1, None)
 
 
 def test_directory_reader_waits_for_the_done_file(tmp_path):

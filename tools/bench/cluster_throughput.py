@@ -203,7 +203,7 @@ def main() -> None:
     pairs = [r for r in rounds if "2ps_x_2trainers" in r and "single" in r]
     if pairs:
         ratios = sorted(r["2ps_x_2trainers"]["ratio_to_single"] for r in pairs)
-        gaps = sorted(abs(r["2ps_x_2trainers"]["auc"] - r["single"]["auc"]) for r in pairs)
+        gaps = sorted(round(abs(r["2ps_x_2trainers"]["auc"] - r["single"]["auc"]), 4) for r in pairs)
         median_ratio, median_gap = ratios[len(ratios) // 2], gaps[len(gaps) // 2]
         print(f"\n2x2 ratio to single per round: {ratios} (median {median_ratio}); AUC gap: {gaps}")
         targets = {"2x2 samples/s >= 0.75 of single (median of rounds)": bool(median_ratio >= 0.75),
