@@ -93,7 +93,8 @@ class KafkaUpdateReader:
         model exported from that step starts following. The end of the topic when there is none yet (stream
         id None when the topic holds no message of the model: the reader takes the first stream it meets)."""
         begin, end = self._bounds()
-        hi, records = end, []
+        hi = end
+        records: List[Tuple[int, Optional[update_pb2.UpdateHeader]]] = []
         while True:
             lo = max(begin, hi - window)
             records = self._read_range(lo, hi) + records
