@@ -42,6 +42,20 @@ def extra_consumer_config(kafka: pipeline_pb2.KafkaInput, path: str) -> Dict[str
     return extra
 
 
+def consumer_settings_from_flags(pairs: List[str], flag: str) -> Dict[str, Any]:
+    """``key=value`` strings (a repeated command-line flag) as kafka-python consumer kwargs."""
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(flag, f"expected key=value, got {pair!r}")
+        if key not in KafkaConsumer.DEFAULT_CONFIG:
+            raise ConfigError(f"{flag} {key}", "is not a kafka-python consumer setting")
+        settings[key] = typed_setting(value, f"{flag} {key}")
+    return settings
+
+
 def security_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
     """The connection-security part of a client's settings (``security_protocol``, ``ssl_*``, ``sasl_*``).
 

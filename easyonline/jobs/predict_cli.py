@@ -12,6 +12,8 @@ import sys
 from absl import flags
 
 from easyonline.checkpoint.checkpointer import latest_checkpoint
+from easyonline.config.kafka_settings import consumer_settings_from_flags, security_settings
+from easyonline.config.secrets import REDACTED
 from easyonline.core.exit_codes import run_job
 from easyonline.core.stop_signal import StopSignal
 from easyonline.export.layout import ASSETS_DIR, PIPELINE_FILE
@@ -21,7 +23,7 @@ from easyonline.inputs import FileInput, KafkaInput
 from easyonline.inputs.bad_input import BadInputMonitor
 from easyonline.jobs.config_flags import config_from_flags, define_config_flags
 from easyonline.predict import predictor
-from easyonline.predict.sinks import FileSink, TopicSink
+from easyonline.predict.sinks import FileSink, PredictionSink, TopicSink
 from easyonline.protos import pipeline_pb2
 from easyonline.scoring.passes import parsed_batches
 from easyonline.serve.loaded_export import newest_version
@@ -46,6 +48,10 @@ def define_flags() -> None:
     flags.DEFINE_integer("max_samples", 0, "Score at most this many samples (0: all).")
     flags.DEFINE_string("output_path", "", "Write predictions to this file (local or oss://).")
     flags.DEFINE_string("output_topic", "", "Send predictions to this Kafka topic, one message per sample.")
+    flags.DEFINE_multi_string("kafka_config", [], "key=value, repeatable: a kafka-python setting for --input_topic "
+                              "and --output_topic, e.g. sasl_plain_password=${KAFKA_PASSWORD} (${NAME}: from the "
+                              "environment). The SASL/SSL settings of the config's kafka_train_input are used "
+                              "already; give the ones an export's pipeline.config redacted.")
 
 
 def main(argv) -> int:
@@ -76,13 +82,22 @@ def _predict() -> int:
         score = predictor.checkpoint_scorer(config, path)
     data = config.data_config
     server = FLAGS.kafka_server or config.kafka_train_input.server
+    # The input's SASL/SSL settings (not its tuning), then the flags': for the input and the output topic.
+    consumer_settings_from_flags(FLAGS.kafka_config, "--kafka_config")  # names a bad key or value
+    raw = {key: value for key, value in security_settings(dict(config.kafka_train_input.config)).items()
+           if value != REDACTED}
+    raw.update(tuple(pair.split("=", 1)) for pair in FLAGS.kafka_config)
     if FLAGS.input_topic:
-        source = KafkaInput(pipeline_pb2.KafkaInput(server=server, topic=FLAGS.input_topic, group=""),
+        source = KafkaInput(pipeline_pb2.KafkaInput(server=server, topic=FLAGS.input_topic, group="", config=raw),
                             data.batch_size, data.batch_timeout_ms, path="--input_topic",
                             max_message_bytes=data.max_message_bytes)
     else:
         source = FileInput(FLAGS.input_path.split(","), data.batch_size)
-    sink = TopicSink(server, FLAGS.output_topic) if FLAGS.output_topic else FileSink(FLAGS.output_path)
+    if FLAGS.output_topic:
+        typed = consumer_settings_from_flags([f"{key}={value}" for key, value in raw.items()], "--kafka_config")
+        sink: PredictionSink = TopicSink(server, FLAGS.output_topic, security_settings(typed))
+    else:
+        sink = FileSink(FLAGS.output_path)
     bad_input = BadInputMonitor(data)
     stop = StopSignal()
     stop.install_signal_handlers()

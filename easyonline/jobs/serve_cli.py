@@ -12,6 +12,8 @@ import threading
 
 from absl import flags
 
+from easyonline.config.kafka_settings import consumer_settings_from_flags
+from easyonline.core.errors import ConfigError
 from easyonline.serve.http_api import ServingState, make_server
 from easyonline.serve.loaded_export import LoadedExport
 from easyonline.serve.update_follower import UpdateFollower
@@ -31,6 +33,10 @@ def define_flags() -> None:
     flags.DEFINE_float("idle_timeout_secs", 30.0, "A connection idle (or stalled mid-request) this long is closed.")
     flags.DEFINE_integer("max_connections", 1024, "Open connections at most (one thread each); more get HTTP 503.")
     flags.DEFINE_float("status_secs", 10.0, "Seconds between status lines in the log.")
+    flags.DEFINE_multi_string("kafka_config", [], "key=value, repeatable: a kafka-python consumer setting for "
+                              "reading a Kafka update stream, e.g. sasl_plain_password=${KAFKA_PASSWORD} (a "
+                              "${NAME} value is read from the environment). SASL/SSL settings of the export's "
+                              "pipeline.config are used already; give the ones its export redacted.")
     flags.DEFINE_string("log_level", "INFO", "Python log level: DEBUG, INFO, WARNING, ERROR.")
 
 
@@ -47,7 +53,12 @@ def main(argv) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 3
     name = FLAGS.model_name or export.update_info.get("model_name") or "model"
-    follower = UpdateFollower(export).start()
+    try:
+        kafka_settings = consumer_settings_from_flags(FLAGS.kafka_config, "--kafka_config")
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    follower = UpdateFollower(export, kafka_settings=kafka_settings).start()
     if FLAGS.max_connections < 1 or FLAGS.idle_timeout_secs <= 0 or FLAGS.max_rows_per_request < 1:
         print("error: --max_connections, --idle_timeout_secs and --max_rows_per_request must be positive",
               file=sys.stderr)

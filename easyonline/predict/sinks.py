@@ -7,7 +7,7 @@ can be joined back to its input.
 import abc
 import os
 import tempfile
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 from kafka import KafkaProducer
@@ -59,10 +59,12 @@ class FileSink(PredictionSink):
 class TopicSink(PredictionSink):
     """One message per prediction; ``close`` waits until the broker acknowledged every one, or raises."""
 
-    def __init__(self, server: str, topic: str):
+    def __init__(self, server: str, topic: str, settings: Optional[Dict[str, Any]] = None):
+        """``settings``: SASL/SSL settings of the connection (kafka-python producer kwargs)."""
         self.topic = topic
         self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers(server), acks=1, linger_ms=20,
-                                       api_version_auto_timeout_ms=10000, client_id="easyonline-predict")
+                                       api_version_auto_timeout_ms=10000, client_id="easyonline-predict",
+                                       **(settings or {}))
         self._futures = []
         self.sent = 0
 

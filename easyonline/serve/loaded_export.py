@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from easyonline.config.loader import parse_pipeline_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.export.layout import ASSETS_DIR, DENSE_SHAPES_FILE, INCR_UPDATE_FILE, PIPELINE_FILE, SAVED_MODEL_FILE
 from easyonline.protos import update_pb2
@@ -46,6 +47,7 @@ class LoadedExport:
             self.update_info = json.load(f)
         with open(os.path.join(assets, PIPELINE_FILE)) as f:
             self.pipeline_config = f.read()
+        self.config = parse_pipeline_config(self.pipeline_config, PIPELINE_FILE)
         (raw_specs,), _ = self._serve.concrete_functions[0].structured_input_signature
         self.inputs: Dict[str, tf.DType] = {name: spec.dtype for name, spec in raw_specs.items()}
         self._widths = {table_id: width for table_id, width in self.ids.tables.values()}

@@ -21,17 +21,23 @@ from typing import Dict, Optional
 
 from easyonline.updates.apply_rules import DUPLICATE, NEXT, OTHER_MODEL, StreamCursor
 from easyonline.updates.codec import MalformedUpdateError, decode_update
-from easyonline.updates.transport import KAFKA, StreamLocation, open_reader
+from easyonline.updates.transport import KAFKA, StreamLocation, kafka_security, open_reader
 from easyonline.serve.loaded_export import LoadedExport
 
 log = logging.getLogger(__name__)
 
 
 class UpdateFollower:
-    def __init__(self, export: LoadedExport, poll_secs: float = 0.2):
+    def __init__(self, export: LoadedExport, poll_secs: float = 0.2, kafka_settings: Optional[Dict] = None):
+        """``kafka_settings``: consumer settings for a Kafka stream (SASL/SSL, fetch tuning), over the
+        SASL/SSL settings of the export's pipeline.config (its ``${NAME}`` references resolved here)."""
         self.export = export
         info = export.update_info
         self.location = StreamLocation.from_info(info)
+        if self.location is not None and self.location.storage == KAFKA:
+            incr = export.config.train_config.incr_save_config
+            own = kafka_security(incr) if incr.WhichOneof("storage") == "kafka" else {}
+            self.location = self.location.with_settings({**own, **(kafka_settings or {})})
         self.model_name = info.get("model_name", "")
         stream_id = info.get("stream_id")
         self.cursor = StreamCursor(self.model_name, int(info.get("sequence", 1)),

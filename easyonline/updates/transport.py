@@ -8,8 +8,10 @@ from the config (``train_config.incr_save_config``) or from the
 """
 import dataclasses
 import os
-from typing import List, Optional, Protocol, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 
+from easyonline.config.kafka_settings import security_settings, typed_setting
+from easyonline.config.secrets import REDACTED
 from easyonline.protos import pipeline_pb2, update_pb2
 from easyonline.updates.directory_sink import DirectorySink
 from easyonline.updates.kafka_sink import KafkaSink
@@ -58,20 +60,36 @@ class UpdateReader(Protocol):
         """Releases the reader."""
 
 
+def kafka_security(incr: pipeline_pb2.IncrSaveConfig) -> Dict[str, Any]:
+    """The SASL/SSL settings of ``incr_save_config.kafka.config`` (``${NAME}`` resolved; values redacted in
+    an export's pipeline.config are left out, for ``serve --kafka_config`` to give)."""
+    path = "train_config.incr_save_config.kafka.config"
+    raw = security_settings({key: value for key, value in incr.kafka.config.items() if value != REDACTED})
+    return {key: typed_setting(value, f"{path}[{key}]") for key, value in raw.items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class StreamLocation:
-    """A Kafka topic (``server``, ``topic``) or a directory (``directory``)."""
+    """A Kafka topic (``server``, ``topic``, and ``client_settings`` for its readers, e.g. SASL/SSL, never
+    written to an export) or a directory (``directory``)."""
 
     storage: str
     server: str = ""
     topic: str = ""
     directory: str = ""
+    client_settings: Tuple[Tuple[str, Any], ...] = ()
 
     @classmethod
     def from_config(cls, incr: pipeline_pb2.IncrSaveConfig) -> "StreamLocation":
         if incr.WhichOneof("storage") == "kafka":
-            return cls(KAFKA, server=incr.kafka.server, topic=incr.kafka.topic)
+            return cls(KAFKA, server=incr.kafka.server, topic=incr.kafka.topic,
+                       client_settings=tuple(sorted(kafka_security(incr).items())))
         return cls(DIRECTORY, directory=incr.fs.incr_save_dir)
+
+    def with_settings(self, settings: Dict[str, Any]) -> "StreamLocation":
+        """This location, its readers taking ``settings`` (kafka-python consumer kwargs) over its own."""
+        merged = {**dict(self.client_settings), **settings}
+        return dataclasses.replace(self, client_settings=tuple(sorted(merged.items())))
 
     @classmethod
     def from_info(cls, info: dict) -> Optional["StreamLocation"]:
@@ -112,5 +130,5 @@ def open_sink(incr: pipeline_pb2.IncrSaveConfig) -> UpdateSink:
 def open_reader(location: StreamLocation, start: int = 0) -> UpdateReader:
     """A reader of ``location`` from ``start``: a Kafka offset, or a sequence number for a directory."""
     if location.storage == KAFKA:
-        return KafkaUpdateReader(location.server, location.topic, start_offset=start)
+        return KafkaUpdateReader(location.server, location.topic, start_offset=start, extra=dict(location.client_settings))
     return DirectoryUpdateReader(location.directory, start_sequence=max(start, 1))

@@ -11,6 +11,7 @@ from easyonline.updates.model_diff import differences_from_model
 from easyonline.updates.replica import ParameterReplica
 from easyonline.updates.codec import decode_update
 from easyonline.updates.readers import DirectoryUpdateReader, KafkaUpdateReader
+from easyonline.updates.transport import KAFKA, StreamLocation, open_reader
 from easyonline.tools.local_broker import LocalBroker
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.core.callbacks import Callback
@@ -64,7 +65,10 @@ def test_published_stream_rebuilds_the_trainer_exactly_with_deletes_and_splittin
     broker.create_topic(topic, 2)
     produce(broker.bootstrap, topic, SyntheticCtrStream().chunks(0, 12000), partitions=2)
     updates = topic + "_updates"
-    reader = KafkaUpdateReader(broker.bootstrap, updates)
+    location = StreamLocation(KAFKA, broker.bootstrap, updates).with_settings(
+        {"security_protocol": "PLAINTEXT", "ssl_check_hostname": False})  # (this broker speaks neither SASL nor SSL)
+    reader = open_reader(location)
+    assert reader._consumer.config["ssl_check_hostname"] is False  # pylint: disable=protected-access
     assert reader.last_header("model") is None  # the update topic does not exist yet
     reader.close()
     config = online_config(tmp_path / "model", broker.bootstrap, topic, **FAST, **{

@@ -4,12 +4,14 @@ import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before anything loads
 import numpy as np
 import pytest
 
+from easyonline.config.kafka_settings import consumer_settings_from_flags
+from easyonline.core.errors import ConfigError
 from easyonline.protos import pipeline_pb2
 from easyonline.updates.codec import UpdateSnapshot, decode_update, encode_update
 from easyonline.updates.directory_sink import DirectorySink
 from easyonline.updates.kafka_sink import KafkaSink
 from easyonline.updates.readers import DirectoryUpdateReader
-from easyonline.updates.transport import (DIRECTORY, KAFKA, StreamLocation, default_model_name, open_reader, open_sink,
+from easyonline.updates.transport import (DIRECTORY, KAFKA, StreamLocation, default_model_name, kafka_security, open_reader, open_sink,
                                           stream_model_name)
 
 
@@ -120,3 +122,29 @@ def test_directory_reader_waits_for_the_done_file(tmp_path):
     assert reader.lag_messages() == 1 and [s for s, _ in reader.read_available()] == [1]
     (tmp_path / "update-000000000002.pb.done").write_bytes(b"")
     assert [s for s, _ in reader.read_available()] == [2]
+
+
+def test_update_readers_take_the_streams_sasl_ssl_settings(monkeypatch):
+    """Exports and servers read the update topic with the SASL/SSL settings of incr_save_config.kafka.config
+    (``${NAME}`` resolved, values an export redacted left out, tuning settings not taken), and serve's
+    ``--kafka_config`` over them."""
+    monkeypatch.setenv("UPDATES_PASSWORD", "s3cret")
+    incr = pipeline_pb2.IncrSaveConfig()
+    incr.kafka.server, incr.kafka.topic = "127.0.0.1:1", "updates"
+    incr.kafka.config.update({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
+                              "sasl_plain_username": "trainer", "sasl_plain_password": "${UPDATES_PASSWORD}",
+                              "ssl_check_hostname": "false", "ssl_cafile": "<redacted>", "linger_ms": "5"})
+    location = StreamLocation.from_config(incr)
+    assert dict(location.client_settings) == {
+        "security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "sasl_plain_username": "trainer",
+        "sasl_plain_password": "s3cret", "ssl_check_hostname": False}
+    assert "client_settings" not in str(location.to_info()) and "s3cret" not in str(location.to_info())
+    served = StreamLocation.from_info(location.to_info()).with_settings(
+        {**kafka_security(incr), **consumer_settings_from_flags(["ssl_cafile=/etc/ca.pem", "fetch_max_wait_ms=50"],
+                                                                "--kafka_config")})
+    assert dict(served.client_settings)["ssl_cafile"] == "/etc/ca.pem"
+    assert dict(served.client_settings)["fetch_max_wait_ms"] == 50
+    with pytest.raises(ConfigError, match="--kafka_config acks: is not a kafka-python consumer setting"):
+        consumer_settings_from_flags(["acks=all"], "--kafka_config")
+    with pytest.raises(ConfigError, match="expected key=value"):
+        consumer_settings_from_flags(["ssl_cafile"], "--kafka_config")
