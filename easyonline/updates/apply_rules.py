@@ -28,7 +28,7 @@ trainer's wherever it is rebuilt:
   before anything is applied.
 """
 import dataclasses
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -96,7 +96,7 @@ class TableChanges:
 
 
 def message_changes(message: update_pb2.UpdateMessage, table_widths: Optional[Dict[int, int]] = None,
-                    dense_shapes: Optional[Dict[int, Sequence[int]]] = None
+                    dense_shapes: Optional[Mapping[int, Sequence[int]]] = None
                     ) -> Tuple[List[DenseWrite], Dict[int, TableChanges]]:
     """The message's dense writes and its changes per table id, checked by the rules above.
 

@@ -7,7 +7,7 @@ apply_rules.py, which the serving processor follows too. Tests and the demo
 use it to prove the stream reproduces the trainer; base/delta loading uses it
 to rebuild a saved model.
 """
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -24,10 +24,14 @@ class ParameterReplica:
     """Published parameters as numpy, rebuilt by the rules of apply_rules.py; refuses a gap by raising."""
 
     def __init__(self, model_name: Optional[str] = None, next_sequence: int = 1,
-                 table_widths: Optional[Dict[int, int]] = None, stream_id: Optional[int] = None):
+                 table_widths: Optional[Dict[int, int]] = None, stream_id: Optional[int] = None,
+                 dense_shapes: Optional[Dict[int, Tuple[int, ...]]] = None):
+        """``table_widths`` and ``dense_shapes``: the parameters to check messages against, as serving does
+        (None: any table or dense parameter is taken as the message describes it)."""
         self.model_name = model_name
         self.cursor = StreamCursor(model_name, next_sequence, stream_id)
         self.table_widths = table_widths
+        self.dense_shapes = dense_shapes
         self.dense: Dict[int, np.ndarray] = {}
         self.tables: Dict[int, Dict[int, np.ndarray]] = {}
         self.step: Optional[int] = None
@@ -50,7 +54,7 @@ class ParameterReplica:
         if verdict != NEXT:
             raise UpdateGapError(f"{verdict}: expected sequence {self.next_sequence} of stream "
                                  f"{self.cursor.stream_id}, got {header.sequence} of stream {header.stream_id}")
-        dense, tables = message_changes(message, self.table_widths)
+        dense, tables = message_changes(message, self.table_widths, self.dense_shapes)
         for table_id, changes in tables.items():
             table = self.tables.setdefault(table_id, {})
             for key in changes.deleted.tolist():
