@@ -15,7 +15,8 @@ from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from tests.conftest import PYTHON, online_config, python_env
 
 SAMPLES = 24000
-RATE = 250  # samples/s: the stream (96 s) outlasts the kills and restarts, even on a loaded machine
+RATE = 250  # samples/s (the stream takes 96 s)
+TAIL = 4000  # samples produced only after the last kill: the stream outlasts the kills however slow the restarts
 KILLS = 4
 
 
@@ -74,7 +75,7 @@ def last_auc(records, first):
 
 def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_the_unsaved(broker, topic, tmp_path):
     broker.create_topic(topic, 2)
-    producer = threading.Thread(target=produce, args=(broker.bootstrap, topic, [numbered_lines(0, SAMPLES)]),
+    producer = threading.Thread(target=produce, args=(broker.bootstrap, topic, [numbered_lines(0, SAMPLES - TAIL)]),
                                 kwargs={"rate": RATE, "partitions": 2}, daemon=True)
     producer.start()
     config_path = write_config(tmp_path, "faulted", broker, topic)
@@ -96,6 +97,9 @@ def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_the_unsaved(br
         with open(records_path, "a") as f:
             f.write(f"K {kill} killed\n")
     producer.join(120)
+    tail = threading.Thread(target=produce, args=(broker.bootstrap, topic, [numbered_lines(SAMPLES - TAIL, TAIL)]),
+                            kwargs={"rate": RATE, "partitions": 2}, daemon=True)
+    tail.start()
     proc = start_trainer(config_path, records_path, log)  # the last run trains to the end, then stops cleanly
     deadline = time.time() + 240
     while time.time() < deadline:
@@ -103,6 +107,7 @@ def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_the_unsaved(br
         if len(trained) >= SAMPLES:
             break
         time.sleep(0.5)
+    tail.join(60)
     time.sleep(1)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(120) == 0, open(tmp_path / "trainer.log").read()[-3000:]
