@@ -12,7 +12,7 @@ import sys
 from absl import flags
 
 from easyonline.checkpoint.checkpointer import latest_checkpoint
-from easyonline.config.kafka_settings import consumer_settings_from_flags, security_settings
+from easyonline.config.kafka_settings import consumer_settings_from_flags, extra_consumer_config, security_settings
 from easyonline.config.secrets import REDACTED
 from easyonline.core.exit_codes import run_job
 from easyonline.core.stop_signal import StopSignal
@@ -86,16 +86,16 @@ def _predict() -> int:
     consumer_settings_from_flags(FLAGS.kafka_config, "--kafka_config")  # names a bad key or value
     raw = {key: value for key, value in security_settings(dict(config.kafka_train_input.config)).items()
            if value != REDACTED}
-    raw.update(tuple(pair.split("=", 1)) for pair in FLAGS.kafka_config)
+    raw.update(pair.split("=", 1) for pair in FLAGS.kafka_config)
+    connection = pipeline_pb2.KafkaInput(server=server, topic=FLAGS.input_topic, group="", config=raw)
     if FLAGS.input_topic:
-        source = KafkaInput(pipeline_pb2.KafkaInput(server=server, topic=FLAGS.input_topic, group="", config=raw),
-                            data.batch_size, data.batch_timeout_ms, path="--input_topic",
+        source = KafkaInput(connection, data.batch_size, data.batch_timeout_ms, path="--input_topic",
                             max_message_bytes=data.max_message_bytes)
     else:
         source = FileInput(FLAGS.input_path.split(","), data.batch_size)
     if FLAGS.output_topic:
-        typed = consumer_settings_from_flags([f"{key}={value}" for key, value in raw.items()], "--kafka_config")
-        sink: PredictionSink = TopicSink(server, FLAGS.output_topic, security_settings(typed))
+        sink: PredictionSink = TopicSink(server, FLAGS.output_topic,
+                                         security_settings(extra_consumer_config(connection, "--kafka_config")))
     else:
         sink = FileSink(FLAGS.output_path)
     bad_input = BadInputMonitor(data)

@@ -47,22 +47,22 @@ def main(argv) -> int:
     if not FLAGS.export_dir:
         print("error: --export_dir is required", file=sys.stderr)
         return 2
+    if FLAGS.max_connections < 1 or FLAGS.idle_timeout_secs <= 0 or FLAGS.max_rows_per_request < 1:
+        print("error: --max_connections, --idle_timeout_secs and --max_rows_per_request must be positive",
+              file=sys.stderr)
+        return 2
+    try:
+        kafka_settings = consumer_settings_from_flags(FLAGS.kafka_config, "--kafka_config")
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         export = LoadedExport(FLAGS.export_dir)
     except (FileNotFoundError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 3
     name = FLAGS.model_name or export.update_info.get("model_name") or "model"
-    try:
-        kafka_settings = consumer_settings_from_flags(FLAGS.kafka_config, "--kafka_config")
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     follower = UpdateFollower(export, kafka_settings=kafka_settings).start()
-    if FLAGS.max_connections < 1 or FLAGS.idle_timeout_secs <= 0 or FLAGS.max_rows_per_request < 1:
-        print("error: --max_connections, --idle_timeout_secs and --max_rows_per_request must be positive",
-              file=sys.stderr)
-        return 2
     state = ServingState(export, follower, name, FLAGS.max_request_bytes, FLAGS.max_rows_per_request)
     server = make_server(state, FLAGS.host, FLAGS.port, FLAGS.idle_timeout_secs, FLAGS.max_connections)
     stopped = threading.Event()

@@ -119,8 +119,11 @@ def run_shape(name: str) -> tuple:
     return int(match.group(1)), int(match.group(2))
 
 
-def _run(name: str, work: str, broker, env: dict, load_pipeline_config, to_text, local_cluster) -> dict:
+def _run(name: str, work: str, broker, env: dict) -> dict:
     """Trains the whole topic once as ``name`` says; returns its summary, CPU per sample and overlap."""
+    from easyonline.config import load_pipeline_config  # pylint: disable=g-import-not-at-top
+    from easyonline.config.loader import to_text  # pylint: disable=g-import-not-at-top
+    from easyonline.tools.local_cluster import LocalCluster  # pylint: disable=g-import-not-at-top
     ps, trainers = run_shape(name)
     config = load_pipeline_config(os.path.join(ROOT, "samples", "online.config"))
     config.model_dir = os.path.join(work, name)
@@ -138,7 +141,7 @@ def _run(name: str, work: str, broker, env: dict, load_pipeline_config, to_text,
         output, code = proc.stdout + proc.stderr, proc.returncode
         trainer_outputs, ps_outputs = [output], []
     else:
-        with local_cluster(ps, trainers, [f"--config={path}"], env=env) as cluster:
+        with LocalCluster(ps, trainers, [f"--config={path}"], env=env) as cluster:
             code = cluster.wait(1800)
         output = cluster.chief_output()
         trainer_outputs = [output] + [cluster.output_of(f"worker{i}") for i in range(trainers - 1)]
@@ -177,10 +180,7 @@ def main() -> None:
                              "(this machine's speed drifts between runs)")
     args = parser.parse_args()
     import easyonline  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-    from easyonline.config import load_pipeline_config  # pylint: disable=g-import-not-at-top
-    from easyonline.config.loader import to_text  # pylint: disable=g-import-not-at-top
     from easyonline.tools.local_broker import LocalBroker  # pylint: disable=g-import-not-at-top
-    from easyonline.tools.local_cluster import LocalCluster  # pylint: disable=g-import-not-at-top
     from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # pylint: disable=g-import-not-at-top
     work = tempfile.mkdtemp(prefix="easyonline-bench-cluster-")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -191,8 +191,7 @@ def main() -> None:
         for round_index in range(args.rounds):
             results = {}
             for name in args.runs.split(","):
-                results[name] = _run(name, os.path.join(work, f"r{round_index}"), broker, env, load_pipeline_config,
-                                     to_text, LocalCluster)
+                results[name] = _run(name, os.path.join(work, f"r{round_index}"), broker, env)
                 assert results[name]["samples"] == args.samples, (name, results[name]["samples"])  # each sample once
             base = results.get("single", {}).get("samples_per_sec")
             for result in results.values():
