@@ -123,26 +123,77 @@ class GraphEmbedding(tf.Module):
         # checkpointed: reading one needs its batch.
         self.wrappers: List = data_structures.NoDependency([])
 
-    def __call__(self, ids):
-        name = f"{self.name}-lookup-t{self.trainer}"
+    @property
+    def ps_device(self) -> Optional[str]:
+        """The ps holding this whole table, or None (split by key, or in this process)."""
         devices = self.params.devices
-        if len(devices) != 1 or not devices[0].startswith("/job:ps"):
-            values, wrapper = de.embedding_lookup_unique(self.params, ids, name=name, return_trainable=True)
+        return devices[0] if len(devices) == 1 and devices[0].startswith("/job:ps") else None
+
+    def __call__(self, ids):
+        if self.ps_device is None:
+            values, wrapper = de.embedding_lookup_unique(self.params, ids, name=f"{self.name}-lookup-t{self.trainer}",
+                                                         return_trainable=True)
             self.wrappers.append(wrapper)
             return values
-        # The whole table on one ps: the buffer, its optimizer slots and their update live there too,
-        # so a step sends the rows and their gradient once, not the rows and every slot both ways.
-        unique, index = tf.unique(ids)
-        with tf.device(devices[0]):
-            unique = tf.identity(unique)  # TFRA puts the buffer where the ids are
-            rows, wrapper = de.embedding_lookup(self.params, unique, name=name, return_trainable=True)
+        return lookup_together([self], [ids])[0]
+
+    def lookup_on_ps(self, unique_ids):
+        """The rows of ``unique_ids`` (a tensor on the table's ps), through a lookup buffer there.
+
+        The buffer, its optimizer slots and their update live on the ps too, so
+        a step sends the rows and their gradient once, not the rows and every
+        slot both ways.
+        """
+        rows, wrapper = de.embedding_lookup(self.params, unique_ids, name=f"{self.name}-lookup-t{self.trainer}",
+                                            return_trainable=True)
         self.wrappers.append(wrapper)
-        return tf.gather(tf.identity(rows), index)  # (on this trainer, as is its gradient)
+        return rows
 
     @property
     def optimizer_vars(self) -> List:
         """The optimizer's slot tables of this table (TFRA keeps them on each wrapper)."""
         return [slot for wrapper in self.wrappers for slot in getattr(wrapper, "_optimizer_vars").value]
+
+
+def lookup_together(layers: List, ids: List[tf.Tensor]) -> List[tf.Tensor]:
+    """The rows of ``ids[i]`` in ``layers[i]``, with one transfer each way per ps for the tables there.
+
+    A cluster trainer's step would otherwise send ids, rows and gradients
+    per table (five tensors each, 26 tables in DeepFM): the tables of one ps
+    and one width get their distinct ids in one tensor, the ps looks each
+    table's part up and sends all rows back in one tensor, and the gradient
+    returns the same way. Other layers (a single process's Keras tables,
+    tables split by key) look up one by one.
+    """
+    values: List[Optional[tf.Tensor]] = [None] * len(layers)
+    groups: Dict[tuple, List[int]] = {}
+    for i, layer in enumerate(layers):
+        if isinstance(layer, GraphEmbedding) and layer.ps_device is not None:
+            groups.setdefault((layer.ps_device, layer.embedding_size), []).append(i)
+        else:
+            values[i] = layer(ids[i])
+    for (device, _), members in groups.items():
+        uniques, indexes = zip(*(tf.unique(ids[i]) for i in members))
+        sizes = tf.stack([tf.size(unique) for unique in uniques])
+        packed = tf.concat(uniques, 0)
+        with tf.device(device):
+            parts = tf.split(tf.identity(packed), tf.identity(sizes), num=len(members))
+            rows = tf.concat([layers[i].lookup_on_ps(part) for i, part in zip(members, parts)], 0)
+        rows = tf.identity(rows)  # (on this trainer, as is its gradient)
+        offsets = tf.cumsum(sizes, exclusive=True)
+        for k, i in enumerate(members):
+            values[i] = tf.gather(rows, indexes[k] + offsets[k])
+    return values  # type: ignore[return-value]
+
+
+@dataclasses.dataclass
+class _TableIds:
+    """The ids of one table's features in one vector (see ``DynamicTables._table_ids``)."""
+
+    ids: tf.Tensor
+    sizes: List[tf.Tensor]
+    row_ids: List[Optional[tf.Tensor]]
+    labels: Optional[tf.Tensor]
 
 
 class DynamicTables(tf.keras.layers.Layer):
@@ -204,31 +255,17 @@ class DynamicTables(tf.keras.layers.Layer):
         return self._specs.tables[table].keeps_statistics or any(f.padding or not f.string_ids for f in features)
 
     def call(self, features, training=False, labels=None, now=None):
+        inputs = {table: self._table_ids(table, features, labels) for table in self.embeddings}
+        plain = [table for table in self.embeddings if training and not self._needs_masking(table)]
+        values = dict(zip(plain, lookup_together([self.embeddings[t] for t in plain],
+                                                 [inputs[t].ids for t in plain])))
         rows = {}
-        for table, layer in self.embeddings.items():
-            table_features = self._specs.features_of_table(table)
-            flat, sizes, row_ids, labels_flat = [], [], [], []
-            for feature in table_features:
-                ids = features[feature.name]
-                if isinstance(ids, tf.RaggedTensor):
-                    flat.append(ids.flat_values)
-                    row_ids.append(ids.value_rowids())
-                else:
-                    flat.append(ids)
-                    row_ids.append(None)
-                sizes.append(tf.size(flat[-1]))
-                if labels is not None:
-                    labels_flat.append(tf.gather(labels, row_ids[-1]) if row_ids[-1] is not None else labels)
-            all_ids = tf.concat(flat, 0) if len(flat) > 1 else flat[0]
-            if training and not self._needs_masking(table):
-                values = layer(all_ids)
-            else:
-                all_labels = None
-                if labels_flat:
-                    all_labels = tf.concat(labels_flat, 0) if len(labels_flat) > 1 else labels_flat[0]
-                values = self._masked_lookup(table, all_ids, training, all_labels, now)
-            pieces = tf.split(values, tf.stack(sizes), axis=0) if len(flat) > 1 else [values]
-            for feature, piece, rowid in zip(table_features, pieces, row_ids):
+        for table, ids in inputs.items():
+            if table not in values:
+                values[table] = self._masked_lookup(table, ids.ids, training, ids.labels, now)
+            pieces = tf.split(values[table], tf.stack(ids.sizes), axis=0) if len(ids.sizes) > 1 \
+                else [values[table]]
+            for feature, piece, rowid in zip(self._specs.features_of_table(table), pieces, ids.row_ids):
                 if rowid is None:
                     rows[feature.name] = piece
                     continue
@@ -238,6 +275,25 @@ class DynamicTables(tf.keras.layers.Layer):
                     pooled = pooled / tf.cast(tf.maximum(ragged.row_lengths(), 1), pooled.dtype)[:, None]
                 rows[feature.name] = pooled
         return rows
+
+    def _table_ids(self, table: str, features, labels) -> "_TableIds":
+        """The ids of every feature of ``table`` in one vector, and what splits them back per feature."""
+        flat, sizes, row_ids, labels_flat = [], [], [], []
+        for feature in self._specs.features_of_table(table):
+            ids = features[feature.name]
+            if isinstance(ids, tf.RaggedTensor):
+                flat.append(ids.flat_values)
+                row_ids.append(ids.value_rowids())
+            else:
+                flat.append(ids)
+                row_ids.append(None)
+            sizes.append(tf.size(flat[-1]))
+            if labels is not None:
+                labels_flat.append(tf.gather(labels, row_ids[-1]) if row_ids[-1] is not None else labels)
+        all_labels = None
+        if labels_flat:
+            all_labels = tf.concat(labels_flat, 0) if len(labels_flat) > 1 else labels_flat[0]
+        return _TableIds(tf.concat(flat, 0) if len(flat) > 1 else flat[0], sizes, row_ids, all_labels)
 
     def _masked_lookup(self, table: str, ids, training: bool, labels: Optional[tf.Tensor], now):
         """Rows for ``ids``: zeros for padding, non-admitted and (outside training) unknown ids."""
