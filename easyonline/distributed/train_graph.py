@@ -81,6 +81,32 @@ def _drain(changed) -> tf.Tensor:
         return tf.identity(keys)
 
 
+def cross_task_tensors(fetches, own_device: str) -> Dict[str, int]:
+    """How many tensors a run of ``fetches`` sends between tasks, by receiving task.
+
+    An op's task is its device's, else (placed by TensorFlow) the task of a
+    resource it uses (resource ops run where the resource lives), else this
+    trainer's. Resource handles themselves are not counted (no data moves).
+    """
+    def task(op) -> str:
+        device = op.device or next((t.op.device for t in op.inputs if t.dtype == tf.resource and t.op.device), "")
+        return (device or own_device).split("/device:")[0]
+
+    ops, stack = set(), [t.op if isinstance(t, tf.Tensor) else t for t in tf.nest.flatten(fetches)]
+    while stack:
+        op = stack.pop()
+        if op not in ops:
+            ops.add(op)
+            stack.extend(t.op for t in op.inputs)
+            stack.extend(op.control_inputs)
+    crossing = {(t.name, task(op)) for op in ops for t in op.inputs
+                if t.dtype != tf.resource and task(t.op) != task(op)}
+    counts: Dict[str, int] = {}
+    for _, receiver in crossing:
+        counts[receiver] = counts.get(receiver, 0) + 1
+    return counts
+
+
 class TrainGraph:
     """The graph, its placeholders and ops; ``feed`` turns a parsed batch into a feed dict."""
 
@@ -164,9 +190,12 @@ class TrainGraph:
             self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
                                                   step=self.state.global_step, samples=self.state.samples,
                                                   positions=self.positions_json)
-        log.info("training graph: %d variables on the ps, %d tables %s", len(self.global_variables),
-                 len(self.table_sizes), "split by key over every ps" if config.train_config.ps_shard_tables_by_key
-                 else "each whole on one ps")
+        self.transfers = cross_task_tensors(self.train_op, cluster.device)
+        log.info("training graph: %d variables on the ps, %d tables %s; a step sends %d tensors to the ps "
+                 "and receives %d", len(self.global_variables), len(self.table_sizes),
+                 "split by key over every ps" if config.train_config.ps_shard_tables_by_key else "each whole on one ps",
+                 sum(n for task, n in self.transfers.items() if task.startswith("/job:ps")),
+                 self.transfers.get(cluster.device, 0))
 
     def feed(self, features, labels, now: float, positions: Dict[int, int], lag: int) -> dict:
         """The feed dict of one parsed batch (eager tensors or numpy) and the positions after it."""
