@@ -61,8 +61,13 @@ class Checkpointer:
     def positions(self) -> Dict[int, int]:
         return self._positions.value()
 
-    def save(self, positions: Dict[int, int]) -> str:
-        self._positions.assign(positions)
+    @property
+    def positions_topic(self) -> str:
+        """The topic the positions are for ("" if the checkpoint predates saving it)."""
+        return self._positions.topic()
+
+    def save(self, positions: Dict[int, int], topic: str = "") -> str:
+        self._positions.assign(positions, topic)
         path = self.manager.save(checkpoint_number=int(self.step.numpy()))
         if self.mirror:
             path = self.mirror.push(path, self.manager.checkpoints)

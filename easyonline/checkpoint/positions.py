@@ -16,24 +16,37 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 tf = ensure_legacy_keras()
 
 
-def encode_positions(positions: Dict[int, int]) -> str:
-    """{partition: offset} as the checkpoint's JSON text."""
-    return json.dumps({str(k): int(v) for k, v in sorted(positions.items())})
+def encode_positions(positions: Dict[int, int], topic: str = "") -> str:
+    """{partition: offset} of ``topic`` as the checkpoint's JSON text (the topic tells a restart which stream)."""
+    return json.dumps({"topic": topic, "offsets": {str(k): int(v) for k, v in sorted(positions.items())}})
+
+
+def _decode(text) -> dict:
+    value = json.loads(text.decode() if isinstance(text, bytes) else text)
+    return value if "offsets" in value else {"topic": "", "offsets": value}  # (written before topics were saved)
 
 
 def decode_positions(text) -> Dict[int, int]:
-    """The inverse of ``encode_positions`` (bytes or str)."""
-    return {int(k): int(v) for k, v in json.loads(text.decode() if isinstance(text, bytes) else text).items()}
+    """The {partition: offset} of ``encode_positions``'s text (bytes or str)."""
+    return {int(k): int(v) for k, v in _decode(text)["offsets"].items()}
+
+
+def decode_topic(text) -> str:
+    """The topic of ``encode_positions``'s text; "" if unknown (a checkpoint from before topics were saved)."""
+    return str(_decode(text)["topic"])
 
 
 class StreamPositions:
-    """{partition: next offset to read}, held in a checkpointable string variable."""
+    """{partition: next offset to read} and the topic, held in a checkpointable string variable."""
 
     def __init__(self):
         self.variable = tf.Variable("{}", dtype=tf.string, trainable=False, name="stream_positions")
 
-    def assign(self, positions: Dict[int, int]) -> None:
-        self.variable.assign(encode_positions(positions))
+    def assign(self, positions: Dict[int, int], topic: str = "") -> None:
+        self.variable.assign(encode_positions(positions, topic))
 
     def value(self) -> Dict[int, int]:
         return decode_positions(self.variable.numpy())
+
+    def topic(self) -> str:
+        return decode_topic(self.variable.numpy())

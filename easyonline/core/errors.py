@@ -27,6 +27,7 @@ class ConfigError(EasyOnlineError, ValueError):
 
     def __init__(self, path: str, message: str):
         self.path = path
+        self.detail = message
         super().__init__(f"config field {path}: {message}" if path else f"config: {message}")
 
 

@@ -48,7 +48,7 @@ import numpy as np
 
 from easyonline.checkpoint.checkpointer import CHECKPOINT_NAME, latest_checkpoint
 from easyonline.checkpoint.mirror import CheckpointMirror
-from easyonline.checkpoint.positions import decode_positions, encode_positions
+from easyonline.checkpoint.positions import decode_positions, decode_topic, encode_positions
 from easyonline.config.secrets import apply_oss_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.callbacks import Callback
@@ -63,8 +63,9 @@ from easyonline.embedding.change_tracker import ChangeTracker, PulledChangeTrack
 from easyonline.embedding.dynamic_tables import STATS_EPOCH
 from easyonline.features import build_feature_specs
 from easyonline.inputs.bad_input import BadInputMonitor
-from easyonline.inputs.build_source import build_dead_letter, build_parser, build_source
+from easyonline.inputs.build_source import build_dead_letter, build_parser, build_source, stream_topic
 from easyonline.inputs.raw_batch import BatchSource
+from easyonline.inputs.start_position import usable_checkpoint_positions
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import RankingTask
 from easyonline.train.trainer import OnlineTrainer
@@ -214,7 +215,11 @@ class ClusterTrainer(OnlineTrainer):
         with self.graph.graph.as_default():
             if path is not None:
                 self.graph.checkpoint.restore(path).expect_partial().run_restore_ops(self.session)
-                positions = decode_positions(self._session_run(self.graph.positions_json))
+                saved = self._session_run(self.graph.positions_json)
+                positions = decode_positions(saved)
+                if self.config.HasField("kafka_train_input"):  # (the trainers check the partitions themselves)
+                    positions = usable_checkpoint_positions(positions, decode_topic(saved),
+                                                            self.config.kafka_train_input) or {}
                 self._session_run(self.state.set_positions, {self.state.all_positions_in: positions_array(positions)})
                 self._last_saved_step = int(self._session_run(self.state.global_step))
                 self.last_checkpoint = path if not self.mirror else fileio.join(
@@ -330,7 +335,8 @@ class ClusterTrainer(OnlineTrainer):
             return self.last_checkpoint
         self._check_writer_lock()
         positions = positions_dict(self._session_run(self.state.positions))
-        self._session_run(self.graph.set_positions_json, {self.graph.positions_json_in: encode_positions(positions)})
+        self._session_run(self.graph.set_positions_json,
+                          {self.graph.positions_json_in: encode_positions(positions, stream_topic(self.config))})
         step = int(self._session_run(self.state.global_step))
         with self.graph.graph.as_default(), self.session.as_default():
             try:

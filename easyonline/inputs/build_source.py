@@ -23,10 +23,18 @@ from easyonline.utils import fileio
 log = logging.getLogger(__name__)
 
 
+def stream_topic(config: pipeline_pb2.PipelineConfig) -> str:
+    """The topic training reads ("" for files): checkpoints save it beside their positions."""
+    return config.kafka_train_input.topic if config.HasField("kafka_train_input") else ""
+
+
 def build_source(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs,
                  positions: Optional[Dict[int, int]] = None,
-                 partition_share: Optional[Tuple[int, int]] = None) -> BatchSource:
+                 partition_share: Optional[Tuple[int, int]] = None, positions_topic: str = "") -> BatchSource:
     """The configured training input, starting at ``positions`` (a checkpoint's) when given.
+
+    ``positions_topic``: the topic the checkpoint's positions are for (see
+    ``inputs.start_position.usable_checkpoint_positions``); "" if unknown.
 
     ``partition_share=(i, n)``: only the Kafka partitions p with ``p % n == i`` (the i-th of n cluster trainers),
     or for files, the paths i, i + n, i + 2n, ...
@@ -40,7 +48,8 @@ def build_source(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs,
                  "in C" if parser.native else "with numpy (C decoder not built)")
         return KafkaReaderProcess(config.kafka_train_input, data.batch_size, data.batch_timeout_ms,
                                   checkpoint_positions=positions or None, max_message_bytes=data.max_message_bytes,
-                                  vector_parser=parser, partition_share=partition_share)
+                                  vector_parser=parser, partition_share=partition_share,
+                                  checkpoint_topic=positions_topic)
     paths = list(config.file_train_input.paths)
     if partition_share is not None:  # a cluster trainer reads its share of the files
         paths = paths[partition_share[0]::partition_share[1]]

@@ -16,7 +16,7 @@ from kafka import TopicPartition
 from easyonline.core.rejections import OVERSIZED_MESSAGE, rejection
 from easyonline.inputs import fast_records, kafka_client
 from easyonline.inputs.raw_batch import BatchSource, RawBatch
-from easyonline.inputs.start_position import resolve_start_offsets
+from easyonline.inputs.start_position import resolve_start_offsets, usable_checkpoint_positions
 from easyonline.protos import pipeline_pb2
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ class KafkaInput(BatchSource):
     def __init__(self, kafka: pipeline_pb2.KafkaInput, batch_size: int, batch_timeout_ms: int,
                  checkpoint_positions: Optional[Dict[int, int]] = None, path: str = "kafka_train_input",
                  partition_wait_secs: float = 30.0, max_message_bytes: int = 0, compiled_decoder: bool = True,
-                 partition_share: Optional[Tuple[int, int]] = None):
+                 partition_share: Optional[Tuple[int, int]] = None, checkpoint_topic: str = ""):
         self._kafka = kafka
         self._max_message_bytes = max_message_bytes
         self._batch_size = batch_size
@@ -38,6 +38,8 @@ class KafkaInput(BatchSource):
                                                     fetch_max_wait_ms=min(100, max(batch_timeout_ms, 1)))
         fast_records.install(self._consumer, compiled=compiled_decoder)  # False: Python's (benchmarks, tests)
         self.partitions = self._discover(path, partition_wait_secs)
+        checkpoint_positions = usable_checkpoint_positions(checkpoint_positions, checkpoint_topic, kafka,
+                                                           [tp.partition for tp in self.partitions])
         if partition_share is not None:  # (i, n): this reader is the i-th of n, it reads p with p % n == i
             index, count = partition_share
             self.partitions = tuple(tp for tp in self.partitions if tp.partition % count == index)

@@ -20,7 +20,7 @@ import queue
 import time
 from typing import Dict, Optional, Tuple
 
-from easyonline.core.errors import BrokerUnreachableError
+from easyonline.core.errors import BrokerUnreachableError, ConfigError
 from easyonline.features.vector_csv import VectorCsvParser
 from easyonline.inputs.kafka_input import KafkaInput
 from easyonline.inputs.raw_batch import BatchSource, BlobLines, RawBatch
@@ -30,7 +30,8 @@ from easyonline.utils.child_process import die_with_parent
 
 def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoint_positions, path: str,
            max_message_bytes: int, vector_parser, batches: "multiprocessing.Queue",
-           commands: "multiprocessing.Queue", partition_share=None, trainer_pid: int = 0) -> None:
+           commands: "multiprocessing.Queue", partition_share=None, trainer_pid: int = 0,
+           checkpoint_topic: str = "") -> None:
     # A trainer killed outright (SIGKILL, the OOM killer) cannot close its reader: it must not live on.
     die_with_parent()
     if trainer_pid and os.getppid() != trainer_pid:
@@ -38,7 +39,11 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
     kafka = pipeline_pb2.KafkaInput.FromString(kafka_bytes)
     try:
         source = KafkaInput(kafka, batch_size, batch_timeout_ms, checkpoint_positions, path,
-                            max_message_bytes=max_message_bytes, partition_share=partition_share)
+                            max_message_bytes=max_message_bytes, partition_share=partition_share,
+                            checkpoint_topic=checkpoint_topic)
+    except ConfigError as e:
+        batches.put(("error", "ConfigError", e.path, e.detail))
+        return
     except Exception as e:  # pylint: disable=broad-except
         batches.put(("error", type(e).__name__, str(e)))
         return
@@ -95,14 +100,15 @@ class KafkaReaderProcess(BatchSource):
                  checkpoint_positions: Optional[Dict[int, int]] = None, path: str = "kafka_train_input",
                  depth: int = 4, start_timeout: float = 120.0, max_message_bytes: int = 0,
                  vector_parser: Optional["VectorCsvParser"] = None,
-                 partition_share: Optional[Tuple[int, int]] = None):
+                 partition_share: Optional[Tuple[int, int]] = None, checkpoint_topic: str = ""):
         context = multiprocessing.get_context("spawn")
         self._batches = context.Queue(maxsize=depth)
         self._commands = context.Queue()
         self._process = context.Process(
             target=_child, name="easyonline-kafka-reader", daemon=True,
             args=(kafka.SerializeToString(), batch_size, batch_timeout_ms, checkpoint_positions, path,
-                  max_message_bytes, vector_parser, self._batches, self._commands, partition_share, os.getpid()))
+                  max_message_bytes, vector_parser, self._batches, self._commands, partition_share, os.getpid(),
+                  checkpoint_topic))
         self._process.start()
         try:
             first = self._batches.get(timeout=start_timeout)
@@ -111,6 +117,8 @@ class KafkaReaderProcess(BatchSource):
             raise TimeoutError(f"{path}: the Kafka reader did not start within {start_timeout:.0f}s") from None
         if first[0] == "error":
             self._process.join(timeout=5)
+            if first[1] == "ConfigError":
+                raise ConfigError(first[2], first[3])
             raise (BrokerUnreachableError if first[1] == "BrokerUnreachableError" else RuntimeError)(first[2])
         _, self.start_offsets, self.start_mode, self.partitions = first
 

@@ -6,11 +6,12 @@ answer is wrong (the local broker answers 0 for any time). On a real Kafka
 the answer is right and the check costs two single-record reads.
 """
 import logging
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from kafka import KafkaConsumer, TopicPartition
 
 from easyonline.config.validate import parse_offset_info
+from easyonline.core.errors import ConfigError
 from easyonline.protos import pipeline_pb2
 from easyonline.utils import timeparse
 
@@ -73,14 +74,94 @@ def offset_for_time(probe: RecordProbe, begin: int, target_ms: int, hint: Option
     return lo
 
 
+def usable_checkpoint_positions(positions: Optional[Dict[int, int]], saved_topic: str,
+                                kafka: pipeline_pb2.KafkaInput,
+                                topic_partitions: Optional[Sequence[int]] = None) -> Optional[Dict[int, int]]:
+    """The checkpoint's positions if they are for this stream, else what ``on_topic_change`` says.
+
+    They are for another stream when they name another topic (``saved_topic``;
+    "" in checkpoints from before topics were saved) or partitions that
+    ``topic_partitions`` (all of the topic's, when known) no longer has:
+    partitions are never removed from a topic, so it was recreated. FAIL
+    raises a ConfigError naming both; START_FROM_CONFIG logs it and returns
+    None (start as a first run would).
+    """
+    if not positions:
+        return positions
+    reason = ""
+    if saved_topic and saved_topic != kafka.topic:
+        reason = f"the checkpoint's positions are for topic {saved_topic!r}, the config reads {kafka.topic!r}"
+    elif topic_partitions is not None and set(positions) - set(topic_partitions):
+        reason = (f"the checkpoint's positions name partitions {sorted(positions)} of topic {kafka.topic!r}, "
+                  f"which now has partitions {sorted(topic_partitions)} (was it recreated?)")
+    if not reason:
+        return positions
+    if kafka.on_topic_change == pipeline_pb2.KafkaInput.FAIL:
+        raise ConfigError("kafka_train_input.topic", f"{reason}; set kafka_train_input.on_topic_change: "
+                          "START_FROM_CONFIG to read it as a first run would (the parameters are kept), "
+                          "or train into a new model_dir")
+    log.warning("%s; reading it as a first run would (kafka_train_input.on_topic_change: START_FROM_CONFIG)",
+                reason)
+    return None
+
+
+def _end_offset(consumer: KafkaConsumer, probe_consumer: KafkaConsumer, tp: TopicPartition, begin: int,
+                saved: Optional[int]) -> int:
+    """The end of ``tp``; when ``saved`` looks past it, the high watermark of a fetch decides.
+
+    Some brokers' ListOffsets undercount the end where fetches do not (the
+    local test broker does when producers batch); the fetch is made only then.
+    """
+    end = consumer.end_offsets([tp])[tp]
+    if saved is None or saved <= end:
+        return end
+    probe = RecordProbe(probe_consumer, tp)
+    probe.record_at_or_after(begin)
+    return max(end, probe.highwater or 0)
+
+
+def _into_range(saved: Dict[int, int], begin: Dict[int, int], end: Dict[int, int],
+                kafka: pipeline_pb2.KafkaInput) -> Tuple[Dict[int, int], List[str]]:
+    """Checkpoint offsets moved to what each partition holds, as ``on_offset_out_of_range`` says."""
+    offsets, moves = {}, []
+    for p in begin:
+        offset = saved.get(p)
+        if offset is None:  # added to the topic since, or not yet read when the checkpoint was taken
+            offsets[p] = begin[p]
+            moves.append(f"partition {p} has no position in the checkpoint: from its start {begin[p]}")
+            continue
+        offsets[p] = min(max(offset, begin[p]), end[p])
+        if offsets[p] == offset:
+            continue
+        if offset < begin[p]:
+            why = f"below its log start {begin[p]}: {begin[p] - offset} samples were deleted before being trained"
+        else:
+            why = f"past its end {end[p]}: the topic was truncated or recreated, {offset - end[p]} offsets are missing"
+        if kafka.on_offset_out_of_range == pipeline_pb2.KafkaInput.FAIL_OUT_OF_RANGE:
+            raise ConfigError("kafka_train_input.on_offset_out_of_range",
+                              f"topic {kafka.topic!r} partition {p}: the checkpoint's offset {offset} is {why}; "
+                              "set it to RESUME_IN_RANGE to resume at the nearest offset the partition holds")
+        moves.append(f"partition {p} moved {offset} -> {offsets[p]} ({why})")
+    for move in moves:
+        log.warning("resuming topic %s from the checkpoint: %s", kafka.topic, move)
+    return offsets, moves
+
+
 def resolve_start_offsets(consumer: KafkaConsumer, probe_consumer: KafkaConsumer,
                           partitions: Tuple[TopicPartition, ...], kafka: pipeline_pb2.KafkaInput,
                           checkpoint_positions: Optional[Dict[int, int]] = None) -> Tuple[Dict[int, int], str]:
-    """Returns ({partition: offset}, mode). Checkpoint positions win over the config."""
+    """Returns ({partition: offset}, how). Checkpoint positions win over the config.
+
+    ``how`` names the start: "checkpoint" (followed by every partition moved
+    into range, ``_into_range``), "offset_info", "timestamp" or "earliest".
+    """
     begin = consumer.beginning_offsets(list(partitions))
     earliest = {tp.partition: begin[tp] for tp in partitions}
     if checkpoint_positions:
-        return {p: max(checkpoint_positions.get(p, earliest[p]), earliest[p]) for p in earliest}, "checkpoint"
+        end = {tp.partition: _end_offset(consumer, probe_consumer, tp, begin[tp], checkpoint_positions.get(tp.partition))
+               for tp in partitions}
+        offsets, moves = _into_range(checkpoint_positions, earliest, end, kafka)
+        return offsets, "; ".join(["checkpoint", *moves])
     if kafka.offset_info:
         kind, value = parse_offset_info(kafka.offset_info, "offset_info")
         if kind == "offsets":

@@ -29,7 +29,7 @@ from easyonline.features import build_feature_specs
 from easyonline.features.signature import empty_features, feature_signature
 from easyonline.inputs import Prefetcher
 from easyonline.inputs.bad_input import BadInputMonitor
-from easyonline.inputs.build_source import build_dead_letter, build_parser, build_source
+from easyonline.inputs.build_source import build_dead_letter, build_parser, build_source, stream_topic
 from easyonline.inputs.raw_batch import BatchSource
 from easyonline.protos import pipeline_pb2
 from easyonline.publish.snapshot import EagerTableRows, TableRows
@@ -57,6 +57,7 @@ class TrainSummary:
     checkpoint: Optional[str]
     stop_reason: str
     cpu_seconds: float = 0.0  # of this process and its input reader, over the run
+    start: str = ""  # where reading started, and every partition moved at the start (start_position.py)
 
     def lines(self) -> List[str]:
         fmt = lambda v: "-" if v is None else f"{v:.4f}"
@@ -71,7 +72,8 @@ class TrainSummary:
                 f"positions        {self.positions}",
                 f"checkpoint       {self.checkpoint}",
                 f"stopped because  {self.stop_reason}",
-                f"cpu seconds      {self.cpu_seconds:.1f}"]
+                f"cpu seconds      {self.cpu_seconds:.1f}",
+                f"started from     {self.start or '-'}"]
 
 
 def cpu_seconds() -> float:
@@ -207,8 +209,10 @@ class OnlineTrainer:
 
     def make_source(self) -> BatchSource:
         """The configured input, from the restored checkpoint's positions (they win over the config's)."""
-        start = self.checkpointer.positions if self.checkpointer.manager.latest_checkpoint else None
-        return build_source(self.config, self.specs, start)
+        if not self.checkpointer.manager.latest_checkpoint:
+            return build_source(self.config, self.specs)
+        return build_source(self.config, self.specs, self.checkpointer.positions,
+                            positions_topic=self.checkpointer.positions_topic)
 
     @property
     def last_saved_step(self) -> int:
@@ -277,7 +281,7 @@ class OnlineTrainer:
     def save_checkpoint(self) -> str:
         """Checkpoints the model with the positions after the last trained batch, then commits them."""
         self._check_writer_lock()
-        path = self.checkpointer.save(self.positions)
+        path = self.checkpointer.save(self.positions, stream_topic(self.config))
         if self.source is not None:
             self.source.commit(self.positions)
         self.last_checkpoint = path
@@ -386,7 +390,8 @@ class OnlineTrainer:
         samples = self.samples_trained() - start_samples
         summary = TrainSummary(self.step, samples, seconds, samples / max(seconds, 1e-9), self.metrics.auc(),
                                self.metrics.logloss(), self.rejected, self.table_sizes(), self.positions,
-                               self.last_checkpoint, stop_reason, cpu_seconds() - start_cpu)
+                               self.last_checkpoint, stop_reason, cpu_seconds() - start_cpu,
+                               getattr(source, "start_mode", ""))
         self.dispatch("on_train_end", summary)
         return summary
 

@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 import easyonline
+from easyonline.checkpoint.positions import decode_positions
 from easyonline.config.loader import to_text
 from easyonline.distributed.cluster_config import parse_tf_config
 from easyonline.config import ConfigError
@@ -59,7 +60,8 @@ def _wait_for(cluster, pattern, timeout=180):
 
 
 def _checkpoint_positions(checkpoint):
-    return json.loads(tf.train.load_checkpoint(checkpoint).get_tensor("positions/.ATTRIBUTES/VARIABLE_VALUE").decode())
+    saved = tf.train.load_checkpoint(checkpoint).get_tensor("positions/.ATTRIBUTES/VARIABLE_VALUE")
+    return {str(partition): offset for partition, offset in decode_positions(saved).items()}
 
 
 def _trained_partitions(output):

@@ -43,6 +43,36 @@ def start_trainer(config_path, record_path, log):
                             env=python_env(), stdout=log, stderr=subprocess.STDOUT)
 
 
+def _state_and_parent(pid):
+    """(state letter, parent pid) of a process, None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state, parent = f.read().rsplit(")", 1)[1].split()[:2]
+    except (OSError, ValueError):
+        return None
+    return state, int(parent)
+
+
+def alive(pid):
+    """Running (not gone, not a zombie waiting for its parent)."""
+    info = _state_and_parent(pid)
+    return info is not None and info[0] != "Z"
+
+
+def descendants(pid):
+    """The pids of every live process below ``pid`` (from /proc)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        info = _state_and_parent(entry) if entry.isdigit() else None
+        if info is not None and info[0] != "Z":
+            parents[int(entry)] = info[1]
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
 def trained_count(record_path):
     return sum(len(rest) for kind, _, rest in read_records(record_path) if kind == "T") \
         if os.path.exists(record_path) else 0
@@ -92,8 +122,15 @@ def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_the_unsaved(br
         while trained_count(records_path) == before and time.time() < deadline:  # until it trains
             time.sleep(0.1)
         time.sleep(rng.uniform(0.5, 4.0))  # then at a random moment
+        children = descendants(proc.pid)
+        assert children, "the trainer should have its Kafka reader process"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        orphans_deadline = time.time() + 10  # no child outlives its trainer by more than 10 s
+        while time.time() < orphans_deadline and any(alive(c) for c in children):
+            time.sleep(0.2)
+        orphans = [c for c in children if alive(c)]
+        assert not orphans, f"processes {orphans} outlived their SIGKILLed trainer by 10 s"
         with open(records_path, "a") as f:
             f.write(f"K {kill} killed\n")
     producer.join(120)

@@ -1,8 +1,11 @@
 """KafkaInput against the real local broker: start positions, partitions, brokers, partial batches."""
 import time
 
+import pytest
+
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from easyonline.core.errors import ConfigError
 from easyonline.inputs import KafkaInput
 from easyonline.protos import pipeline_pb2
 from easyonline.utils.net import free_port
@@ -176,3 +179,38 @@ def test_unreachable_broker_names_the_server():
         raise AssertionError("expected an error")
     except ConnectionError as e:
         assert "kafka_train_input.server" in str(e)
+
+
+def test_checkpoint_offsets_past_the_end_resume_at_the_end_and_say_so_or_fail_as_configured(broker, topic):
+    broker.create_topic(topic, 3)
+    _send(broker, topic, 10, 3)
+    saved = {0: 50, 1: 3}  # partition 0 as if the topic had been recreated; partition 2 never read
+    source = KafkaInput(_kafka(broker, topic), 100, 200, checkpoint_positions=saved)
+    assert source.start_offsets == {0: 10, 1: 3, 2: 0}
+    assert "partition 0 moved 50 -> 10 (past its end 10" in source.start_mode
+    assert "partition 2 has no position in the checkpoint" in source.start_mode
+    assert sorted(_drain(source)) == sorted([f"r1_{i}".encode() for i in range(3, 10)] +
+                                            [f"r2_{i}".encode() for i in range(10)])
+    source.close()
+    with pytest.raises(ConfigError, match=r"on_offset_out_of_range: .*partition 0: the checkpoint's offset 50 is "
+                                          r"past its end 10"):
+        KafkaInput(_kafka(broker, topic, on_offset_out_of_range=pipeline_pb2.KafkaInput.FAIL_OUT_OF_RANGE),
+                   100, 200, checkpoint_positions=saved)
+
+
+def test_checkpoint_positions_of_another_topic_or_of_vanished_partitions_fail_or_start_over(broker, topic):
+    broker.create_topic(topic, 2)
+    _send(broker, topic, 5, 2)
+    with pytest.raises(ConfigError, match=r"for topic 'old_topic', the config reads '" + topic):
+        KafkaInput(_kafka(broker, topic), 100, 200, checkpoint_positions={0: 3, 1: 3}, checkpoint_topic="old_topic")
+    with pytest.raises(ConfigError, match=r"name partitions \[0, 1, 2\] .* now has partitions \[0, 1\]"):
+        KafkaInput(_kafka(broker, topic), 100, 200, checkpoint_positions={0: 3, 1: 3, 2: 3}, checkpoint_topic=topic)
+    restart = pipeline_pb2.KafkaInput.START_FROM_CONFIG
+    source = KafkaInput(_kafka(broker, topic, on_topic_change=restart), 100, 200,
+                        checkpoint_positions={0: 3, 1: 3}, checkpoint_topic="old_topic")
+    assert source.start_mode == "earliest" and len(_drain(source)) == 10
+    source.close()
+    # a checkpoint from before topics were saved ("") is taken as this topic's
+    source = KafkaInput(_kafka(broker, topic), 100, 200, checkpoint_positions={0: 3, 1: 3}, checkpoint_topic="")
+    assert source.start_mode == "checkpoint" and len(_drain(source)) == 4
+    source.close()

@@ -9,6 +9,7 @@ import pytest
 
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.core.callbacks import Callback
+from easyonline.core.errors import ConfigError
 from easyonline.core.stop_signal import STOP_SIGNAL_FILE
 from easyonline.jobs.online_train import build_trainer
 from tests.conftest import PYTHON, SAMPLES, online_config, python_env
@@ -208,3 +209,23 @@ def test_status_lines_and_tensorboard_scalars_are_written(tmp_path, caplog):
         for event in tf.compat.v1.train.summary_iterator(path):
             tags.update(v.tag for v in event.summary.value)
     assert {"prequential_auc", "prequential_logloss", "samples_per_sec", "table_keys_total"} <= tags
+
+
+def test_a_topic_change_with_a_checkpoint_is_refused_or_starts_the_new_topic_as_configured(broker, topic, tmp_path):
+    _stream_to(broker, topic, 2000)
+    first = online_config(tmp_path / "m", broker.bootstrap, topic, **FAST)
+    assert build_trainer(first, online=False).run().samples == 2000
+    other = topic + "_new"
+    _stream_to(broker, other, 1000)
+    moved = online_config(tmp_path / "m", broker.bootstrap, other, **FAST)
+    with pytest.raises(ConfigError, match=f"for topic '{topic}', the config reads '{other}'.*on_topic_change"):
+        build_trainer(moved, online=False).run()
+    moved.kafka_train_input.on_topic_change = moved.kafka_train_input.START_FROM_CONFIG
+    summary = build_trainer(moved, online=False).run()
+    assert summary.samples == 1000 and summary.start == "earliest"
+    assert summary.positions == {0: 250, 1: 250}  # 2 lines per message
+    assert "started from     earliest" in summary.lines()
+    # the new checkpoint is the new topic's: a plain restart continues it
+    moved.kafka_train_input.on_topic_change = moved.kafka_train_input.FAIL
+    again = build_trainer(moved, online=False).run()
+    assert again.samples == 0 and again.start == "checkpoint"

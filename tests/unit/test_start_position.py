@@ -6,7 +6,7 @@ import pytest
 import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from easyonline.config.validate import parse_offset_info
 from easyonline.core.errors import ConfigError
-from easyonline.inputs.start_position import start_time_seconds
+from easyonline.inputs.start_position import _into_range, start_time_seconds
 from easyonline.protos import pipeline_pb2
 
 PATH = "kafka_train_input.offset_info"
@@ -115,3 +115,20 @@ def test_bad_offset_info_raises_config_error():
 def test_booleans_infinity_repeated_and_non_ascii_partitions_are_refused(text):
     with pytest.raises(ConfigError, match="kafka_train_input.offset_info"):
         parse_offset_info(text, "kafka_train_input.offset_info")
+
+
+# --- checkpoint offsets outside what a partition holds ---------------------------------------------------
+
+
+def test_an_offset_below_the_log_start_resumes_there_and_counts_what_retention_deleted():
+    kafka = pipeline_pb2.KafkaInput(topic="t")
+    offsets, moves = _into_range({0: 100, 1: 700}, begin={0: 400, 1: 500}, end={0: 900, 1: 900}, kafka=kafka)
+    assert offsets == {0: 400, 1: 700}
+    assert moves == ["partition 0 moved 100 -> 400 (below its log start 400: 300 samples were deleted "
+                     "before being trained)"]
+    kafka.on_offset_out_of_range = pipeline_pb2.KafkaInput.FAIL_OUT_OF_RANGE
+    with pytest.raises(ConfigError, match="partition 0: the checkpoint's offset 100 is below its log start 400"):
+        _into_range({0: 100, 1: 700}, begin={0: 400, 1: 500}, end={0: 900, 1: 900}, kafka=kafka)
+    # in range everywhere: nothing moved, nothing said, whatever the setting
+    assert _into_range({0: 400, 1: 900}, begin={0: 400, 1: 500}, end={0: 900, 1: 900}, kafka=kafka) == \
+        ({0: 400, 1: 900}, [])
