@@ -15,7 +15,7 @@ from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from tests.conftest import PYTHON, online_config, python_env
 
 SAMPLES = 24000
-RATE = 250  # samples/s (the stream takes 96 s)
+RATE = 400  # samples/s (the stream takes 60 s)
 TAIL = 4000  # samples produced only after the last kill: the stream outlasts the kills however slow the restarts
 KILLS = 4
 
