@@ -9,7 +9,7 @@ import logging
 from typing import Dict, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.checkpoint.mirror import CheckpointMirror
+from easyonline.checkpoint.mirror import CheckpointMirror, reader_cache
 from easyonline.checkpoint.positions import StreamPositions
 from easyonline.utils import fileio
 
@@ -21,10 +21,11 @@ CHECKPOINT_NAME = "model.ckpt"
 def latest_checkpoint(path: str) -> Optional[str]:
     """A checkpoint prefix from a directory (its latest) or a prefix itself; None if there is none.
 
-    For an oss:// directory, its latest checkpoint is fetched into the local cache first.
+    For an oss:// directory, its latest checkpoint is fetched into a cache of this process first
+    (not the trainer's: see mirror.py).
     """
     if fileio.is_oss(path):
-        return CheckpointMirror(path).pull()
+        return CheckpointMirror(path, reader_cache(path)).pull()
     if tf.io.gfile.isdir(path):
         return tf.train.latest_checkpoint(path)
     if tf.io.gfile.exists(path + ".index"):
@@ -42,7 +43,7 @@ class Checkpointer:
 
     def __init__(self, model_dir: str, model, optimizer, keep_checkpoint_max: int = 10):
         self.model_dir = model_dir
-        self.mirror = CheckpointMirror(model_dir) if fileio.is_oss(model_dir) else None
+        self.mirror = CheckpointMirror(model_dir, keep=keep_checkpoint_max) if fileio.is_oss(model_dir) else None
         # Where TensorFlow reads and writes: model_dir itself, or the local cache of an oss:// one.
         self.local_dir = self.mirror.local if self.mirror else model_dir
         if self.mirror:

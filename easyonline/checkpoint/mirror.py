@@ -9,14 +9,19 @@ in a local cache directory and this mirror keeps OSS the source of truth:
   checkpoints the state no longer keeps;
 - ``pull`` makes the cache hold exactly the checkpoint the OSS state file
   names (a local save that never reached OSS is dropped: the Kafka positions
-  committed to the group are the ones OSS has).
+  committed to the group are the ones OSS has). The older checkpoints that
+  state keeps stay on OSS and in its history: a restart does not delete them.
 
-The cache is ``$EASYONLINE_CACHE_DIR`` (default ``<tmp>/easyonline-cache``)
-plus the bucket and path.
+The trainer's cache is ``$EASYONLINE_CACHE_DIR`` (default
+``<tmp>/easyonline-cache``) plus the bucket and path. Readers (export,
+predict, evaluation) fetch into a cache of their own (``reader_cache``), so
+they never touch the files the trainer is about to push.
 """
+import atexit
 import logging
 import os
 import re
+import shutil
 import tempfile
 from typing import List, Optional
 
@@ -32,6 +37,14 @@ def cache_dir_for(remote: str) -> str:
     return os.path.join(base, re.sub(r"[^A-Za-z0-9_.\-]+", "_", remote[len("oss://"):].strip("/")))
 
 
+def reader_cache(remote: str) -> str:
+    """A cache of this process only, for reading ``remote``'s checkpoints; removed when the process exits."""
+    os.makedirs(cache_dir_for(remote) + "-readers", exist_ok=True)
+    path = tempfile.mkdtemp(prefix=f"pid{os.getpid()}-", dir=cache_dir_for(remote) + "-readers")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 def state_text(latest: str, kept: List[str]) -> str:
     """A CheckpointState in text format, with names relative to the directory (as CheckpointManager writes)."""
     lines = [f'model_checkpoint_path: "{latest}"'] + [f'all_model_checkpoint_paths: "{name}"' for name in kept]
@@ -43,9 +56,14 @@ def _names(text: str, field: str) -> List[str]:
 
 
 class CheckpointMirror:
-    def __init__(self, remote: str, local: Optional[str] = None):
+    """``keep``: how many checkpoints OSS keeps (the trainer's ``keep_checkpoint_max``; 0: those ``push`` is given)."""
+
+    def __init__(self, remote: str, local: Optional[str] = None, keep: int = 0):
         self.remote = remote.rstrip("/")
         self.local = local or cache_dir_for(remote)
+        self.keep = keep
+        # the checkpoints OSS kept when pulled, oldest first: still part of the history
+        self._earlier: List[str] = []
 
     def _files_of(self, names: List[str], name: str) -> List[str]:
         return [n for n in names if n == name + ".index" or n.startswith(name + ".data-")]
@@ -59,10 +77,14 @@ class CheckpointMirror:
         state_path = fileio.join(self.remote, STATE_FILE)
         if not fileio.exists(state_path):
             return None
-        latest = _names(fileio.read_text(state_path), "model_checkpoint_path")
+        state = fileio.read_text(state_path)
+        latest = _names(state, "model_checkpoint_path")
         if not latest:
             return None
         name = latest[0]
+        # (TensorFlow's CheckpointManager in the cache starts with an empty list of checkpoints: the state
+        # pull writes has no timestamps, so even the restored one is only in this history)
+        self._earlier = [n for n in _names(state, "all_model_checkpoint_paths") if n != name] + [name]
         files = self._files_of(fileio.listdir(self.remote), name)
         if not any(f.endswith(".index") for f in files):
             raise FileNotFoundError(f"{state_path} names {name}, but {self.remote} lacks {name}.index")
@@ -79,7 +101,10 @@ class CheckpointMirror:
         for file_name in self._files_of(sorted(os.listdir(self.local)), name):
             fileio.write_bytes_atomic(fileio.join(self.remote, file_name),
                                       fileio.read_bytes(os.path.join(self.local, file_name)))
-        kept_names = [os.path.basename(k) for k in kept]
+        kept_names = [n for n in self._earlier if n not in [os.path.basename(k) for k in kept]]
+        kept_names += [os.path.basename(k) for k in kept]
+        kept_names = kept_names[-self.keep:] if self.keep else kept_names
+        self._earlier = [n for n in self._earlier if n in kept_names]
         fileio.write_text_atomic(fileio.join(self.remote, STATE_FILE), state_text(name, kept_names))
         stale = [f for f in fileio.listdir(self.remote)
                  if f.startswith("model.ckpt") and not any(f in self._files_of([f], k) for k in kept_names)]

@@ -118,7 +118,8 @@ class ClusterTrainer(OnlineTrainer):
         self.optimizer = self.graph.optimizer
         self.state = self.graph.state
         self.callbacks = list(callbacks)
-        self.mirror = CheckpointMirror(config.model_dir) if fileio.is_oss(config.model_dir) else None
+        self.mirror = CheckpointMirror(config.model_dir, keep=train.keep_checkpoint_max) \
+            if fileio.is_oss(config.model_dir) else None
         self.local_dir = self.mirror.local if self.mirror else config.model_dir
         fileio.makedirs(config.model_dir)
         with self.graph.graph.as_default():

@@ -1,5 +1,6 @@
 """An oss:// model_dir: checkpoints mirrored to OSS, restarts restore from OSS, the stop file polled there,
 export from it. Against tests/fake_oss.py (real HTTP through oss2): no real OSS is reachable here."""
+import os
 import shutil
 import subprocess
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 
 from easyonline.core.callbacks import Callback
+from easyonline.checkpoint.checkpointer import latest_checkpoint
 from easyonline.checkpoint.mirror import cache_dir_for
 from easyonline.core.stop_signal import STOP_SIGNAL_FILE
 from easyonline.jobs.online_train import build_trainer
@@ -58,6 +60,30 @@ def test_checkpoints_live_on_oss_and_a_restart_restores_them(fake_oss, tmp_path)
     for got, want in zip(_rows(second), _rows(first)):
         np.testing.assert_array_equal(got, want)
     assert second.checkpointer.positions == summary.positions
+    # training on after the restart keeps the checkpoints OSS had before it in the history
+    earlier = sorted((name.rsplit("-", 1)[1] for name in kept), key=int)
+    assert earlier[-1] == str(summary.steps)
+    third = build_trainer(_config(tmp_path, 3000, 750, **{"train_config.keep_checkpoint_max": 3}), online=False)
+    latest = third.run().steps
+    state = fileio.read_text(f"{MODEL_DIR}/checkpoint")
+    assert state.count("all_model_checkpoint_paths") == 3, state
+    for step in (*earlier, latest):
+        assert f'all_model_checkpoint_paths: "model.ckpt-{step}"' in state, state
+        assert fileio.exists(f"{MODEL_DIR}/model.ckpt-{step}.index")
+
+
+def test_readers_fetch_into_a_cache_of_their_own(fake_oss, tmp_path):
+    trainer = build_trainer(_config(tmp_path, 0, 1500), online=False)
+    summary = trainer.run()
+    trainer_cache = cache_dir_for(MODEL_DIR)
+    before = sorted(os.listdir(trainer_cache))
+    trainer.checkpointer.manager.save(checkpoint_number=999)  # a save the trainer is about to push
+    pending = sorted(os.listdir(trainer_cache))
+    assert pending != before
+    fetched = latest_checkpoint(MODEL_DIR)  # as export, predict and eval --once do
+    assert fetched.endswith(f"model.ckpt-{summary.steps}") and not fetched.startswith(trainer_cache + os.sep)
+    assert os.path.exists(fetched + ".index")
+    assert sorted(os.listdir(trainer_cache)) == pending  # nothing of the trainer's removed or replaced
 
 
 def test_a_local_save_that_never_reached_oss_is_not_used(fake_oss, tmp_path):
