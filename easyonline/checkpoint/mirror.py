@@ -101,8 +101,8 @@ class CheckpointMirror:
         for file_name in self._files_of(sorted(os.listdir(self.local)), name):
             fileio.write_bytes_atomic(fileio.join(self.remote, file_name),
                                       fileio.read_bytes(os.path.join(self.local, file_name)))
-        kept_names = [n for n in self._earlier if n not in [os.path.basename(k) for k in kept]]
-        kept_names += [os.path.basename(k) for k in kept]
+        managed = [os.path.basename(k) for k in kept]
+        kept_names = [n for n in self._earlier if n not in managed] + managed
         kept_names = kept_names[-self.keep:] if self.keep else kept_names
         self._earlier = [n for n in self._earlier if n in kept_names]
         fileio.write_text_atomic(fileio.join(self.remote, STATE_FILE), state_text(name, kept_names))

@@ -15,6 +15,7 @@ The model is the same Keras model as in a single process; only its tables
 take the graph-mode path (``embedding.dynamic_tables.GraphEmbedding``), and
 its checkpoint names the tables' parameters as the single process does.
 """
+import collections
 import logging
 from typing import Dict, List
 
@@ -101,10 +102,7 @@ def cross_task_tensors(fetches, own_device: str) -> Dict[str, int]:
             stack.extend(op.control_inputs)
     crossing = {(t.name, task(op)) for op in ops for t in op.inputs
                 if t.dtype != tf.resource and task(t.op) != task(op)}
-    counts: Dict[str, int] = {}
-    for _, receiver in crossing:
-        counts[receiver] = counts.get(receiver, 0) + 1
-    return counts
+    return dict(collections.Counter(receiver for _, receiver in crossing))
 
 
 class TrainGraph:

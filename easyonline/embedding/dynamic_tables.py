@@ -255,8 +255,10 @@ class DynamicTables(tf.keras.layers.Layer):
         return self._specs.tables[table].keeps_statistics or any(f.padding or not f.string_ids for f in features)
 
     def call(self, features, training=False, labels=None, now=None):
-        inputs = {table: self._table_ids(table, features, labels) for table in self.embeddings}
         plain = [table for table in self.embeddings if training and not self._needs_masking(table)]
+        # (labels only where the masked lookup counts clicks)
+        inputs = {table: self._table_ids(table, features, None if table in plain else labels)
+                  for table in self.embeddings}
         values = dict(zip(plain, lookup_together([self.embeddings[t] for t in plain],
                                                  [inputs[t].ids for t in plain])))
         rows = {}

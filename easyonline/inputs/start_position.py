@@ -105,14 +105,13 @@ def usable_checkpoint_positions(positions: Optional[Dict[int, int]], saved_topic
     return None
 
 
-def _end_offset(consumer: KafkaConsumer, probe_consumer: KafkaConsumer, tp: TopicPartition, begin: int,
+def _end_offset(probe_consumer: KafkaConsumer, tp: TopicPartition, begin: int, end: int,
                 saved: Optional[int]) -> int:
-    """The end of ``tp``; when ``saved`` looks past it, the high watermark of a fetch decides.
+    """The end of ``tp`` (``end``, from ListOffsets); when ``saved`` looks past it, a fetch's high watermark.
 
     Some brokers' ListOffsets undercount the end where fetches do not (the
     local test broker does when producers batch); the fetch is made only then.
     """
-    end = consumer.end_offsets([tp])[tp]
     if saved is None or saved <= end:
         return end
     probe = RecordProbe(probe_consumer, tp)
@@ -158,7 +157,8 @@ def resolve_start_offsets(consumer: KafkaConsumer, probe_consumer: KafkaConsumer
     begin = consumer.beginning_offsets(list(partitions))
     earliest = {tp.partition: begin[tp] for tp in partitions}
     if checkpoint_positions:
-        end = {tp.partition: _end_offset(consumer, probe_consumer, tp, begin[tp], checkpoint_positions.get(tp.partition))
+        ends = consumer.end_offsets(list(partitions))
+        end = {tp.partition: _end_offset(probe_consumer, tp, begin[tp], ends[tp], checkpoint_positions.get(tp.partition))
                for tp in partitions}
         offsets, moves = _into_range(checkpoint_positions, earliest, end, kafka)
         return offsets, "; ".join(["checkpoint", *moves])
