@@ -4,13 +4,21 @@ from typing import Optional
 
 
 class DailySchedule:
-    """``due(now)`` is True when the work (a shrink, a base save) should run; the hourly one fires once in hour ``at_hour`` of each day."""
+    """``due(now)`` is True when the work (a shrink, a base save) should run.
+
+    The daily one fires once a day, at the first ``due`` from hour ``at_hour``
+    on: a trainer stalled through that hour (a long checkpoint restore, a
+    broker outage) runs it late rather than skipping the day. A schedule
+    created after the hour first fires the next day, not at start.
+    """
 
     def __init__(self, every_secs: float = 0.0, at_hour: int = -1, start: Optional[float] = None):
         self._every = every_secs
         self._at_hour = at_hour
         self._last = time.time() if start is None else start
-        self._last_day: Optional[str] = None  # the day of the last hourly shrink
+        local = time.localtime(self._last)
+        # the day of the last daily run: today already, when created past the hour
+        self._last_day: Optional[str] = time.strftime("%Y%m%d", local) if local.tm_hour >= at_hour >= 0 else None
 
     def due(self, now: float) -> bool:
         fire = False
@@ -19,7 +27,7 @@ class DailySchedule:
         if self._at_hour >= 0:
             local = time.localtime(now)
             day = time.strftime("%Y%m%d", local)
-            if local.tm_hour == self._at_hour and day != self._last_day:
+            if local.tm_hour >= self._at_hour and day != self._last_day:
                 fire = True
                 self._last_day = day
         if fire:

@@ -48,7 +48,7 @@ class IncrementalPublish(Callback):
         self._dense_vars = {ids.dense[name]: var for name, var in dense_variables(trainer.model).items()}
         self.tracker = trainer.changes.subscribe()
         self.publisher = UpdatePublisher(self.sink, self.model_name, ids, trainer.table_rows(),
-                                         self.incr.max_message_bytes, self.incr.max_pending_updates)
+                                         self.incr.max_message_bytes, self.model_dir, self.incr.max_pending_updates)
         self.publisher.start(trainer.step)
         self._dense_schedule.mark(trainer.step)
         self._sparse_schedule.mark(trainer.step)

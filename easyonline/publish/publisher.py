@@ -8,20 +8,17 @@ queue more copies: it keeps recording into the tracker, whose keys merge
 into the next job. A failed send is retried with the same sequence numbers
 until it succeeds, so the stream has no gaps and no reordering.
 
-At start the thread reads the last header on the stream: sequence numbers
-continue from it, on its stream, and if its step differs from the restored
-checkpoint's (a crash after publishing, or a stop before the last publish
-got out), it asks for a full sync: every row is sent once more. When the
-topic holds none of this model's messages (new, recreated, or emptied by
-retention), it starts a new stream (a random ``stream_id``) from sequence
-1, so that readers at a higher sequence of the old stream do not take the
-new numbers for duplicates: they switch at the new stream's full sync.
+Where the numbering continues is kept in model_dir (``StreamPosition``),
+never rediscovered from the sink: after a clean stop at the next sequence,
+after a crash above the numbers the crashed run had reserved. When the
+readers' rows may differ from the restored checkpoint (a crash, a stop
+before the last publish got out, a new stream for a restored model), the
+thread asks for a full sync: every row is sent once more.
 """
 import collections
 import dataclasses
 import logging
 import queue
-import secrets
 import threading
 import time
 from typing import Deque, Dict, List, Optional
@@ -30,6 +27,7 @@ import numpy as np
 
 from easyonline.updates.param_ids import ParameterIds
 from easyonline.publish.snapshot import TableRows, take_snapshot
+from easyonline.publish.stream_position import StreamPosition
 from easyonline.updates.codec import UpdateSnapshot, encode_update
 
 log = logging.getLogger(__name__)
@@ -68,8 +66,10 @@ class UpdatePublisher:
     """Owns the sender thread; the trainer calls ``has_room``/``offer``, ``take_full_sync`` and ``close``."""
 
     def __init__(self, sink, model_name: str, ids: ParameterIds, tables: TableRows, max_message_bytes: int,
-                 max_pending: int = 4):
+                 model_dir: str, max_pending: int = 4):
         self.sink = sink
+        self.position = StreamPosition(model_dir, sink.target)
+        self._stream_step: Optional[int] = None  # the step of the stream's last message, None: unknown
         self.model_name = model_name
         self._key = model_name.encode()
         self._ids = ids
@@ -138,7 +138,14 @@ class UpdatePublisher:
         leftover = self._queue.qsize()
         if self._thread.is_alive() or leftover:
             self.unsent_jobs += leftover
-        return self.unsent_jobs == 0 and not self._thread.is_alive()
+        clean = self.unsent_jobs == 0 and not self._thread.is_alive()
+        if clean and self.next_sequence is not None and self._stream_step is not None:
+            try:
+                self.position.close(self.next_sequence - 1, self._update_id - 1, self._stream_step)
+            except Exception as e:  # pylint: disable=broad-except
+                log.error("could not record the update stream's end in %s (%s): the next start re-sends every row",
+                          self.position.path, e)
+        return clean
 
     # --- the sender thread ----------------------------------------------------------
     def _expired(self) -> bool:
@@ -164,27 +171,28 @@ class UpdatePublisher:
         self._next_error_log = 0.0
 
     def _connect(self, restored_step: int) -> bool:
-        backoff = 0.5
+        backoff, start = 0.5, None
         while not self._expired():
             try:
+                if start is None:  # once: a second reading would take this run's own reservation for a crash
+                    start = self.position.start(restored_step)
                 self.sink.connect()
-                last = self.sink.last_header(self.model_name)
                 break
             except Exception as e:  # pylint: disable=broad-except
                 backoff = self._failed("connecting to", e, backoff)
         else:
             return False
         self._recovered()
-        self.next_sequence = last.sequence + 1 if last is not None else 1
-        self._update_id = last.update_id + 1 if last is not None else 1
-        self.stream_id = last.stream_id if last is not None else secrets.randbits(63) + 1
-        behind = (last is None and restored_step > 0) or (last is not None and last.global_step != restored_step)
-        if behind:
-            log.info("update stream is at step %s, the restored model at %d: re-sending every row once",
-                     None if last is None else last.global_step, restored_step)
+        assert start is not None
+        self.next_sequence, self._update_id, self.stream_id = start.next_sequence, start.next_update_id, start.stream_id
+        if start.full_sync:
+            log.info("update stream %s (%s): the restored model at step %d may differ from what readers have, "
+                     "re-sending every row once", start.stream_id, start.reason, restored_step)
             self._full_sync.set()
-        log.info("publishing updates to %s from sequence %d of stream %d%s", self.sink.description,
-                 self.next_sequence, self.stream_id, "" if last is not None else " (new: no earlier message found)")
+        else:
+            self._stream_step = restored_step
+        log.info("publishing updates to %s from sequence %d of stream %d (%s)", self.sink.description,
+                 self.next_sequence, self.stream_id, start.reason)
         return True
 
     def _run(self, restored_step: int) -> None:
@@ -209,6 +217,7 @@ class UpdatePublisher:
             backoff = 0.5
             while True:
                 try:
+                    self.position.reserve(numbered[-1][0])
                     self.sink.send(numbered, self._key)
                     break
                 except Exception as e:  # pylint: disable=broad-except
@@ -225,6 +234,7 @@ class UpdatePublisher:
                                    counts["deletes"], snapshot.full_sync)
             self.next_sequence += len(messages)
             self._update_id += 1
+            self._stream_step = snapshot.step
             self.bytes_sent += size
             self.last_acked = result
             self._results.append(result)

@@ -4,10 +4,9 @@ Each message is ``update-<sequence>.pb`` plus an empty ``.done`` file written
 after it: a reader only takes messages whose done-file exists, so it never
 sees half a file even on stores without atomic rename.
 """
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
-from easyonline.protos import update_pb2
-from easyonline.updates.readers import DONE_SUFFIX, DirectoryUpdateReader, update_file_name
+from easyonline.updates.readers import DONE_SUFFIX, update_file_name
 from easyonline.utils import fileio
 
 
@@ -15,18 +14,20 @@ class DirectorySink:
     def __init__(self, directory: str):
         self.directory = directory
         self.description = f"directory {directory}"
+        self.target = self.description
 
     def connect(self) -> None:
         fileio.makedirs(self.directory)
 
-    def last_header(self, model_name: str) -> Optional[update_pb2.UpdateHeader]:
-        return DirectoryUpdateReader(self.directory).last_header(model_name)
-
     def send(self, messages: List[Tuple[int, bytes]], key: bytes) -> None:
-        """Writes (sequence, message) pairs in order."""
+        """Writes (sequence, message) pairs in order; a file of the same number with other bytes is another
+        publisher's (two models in one directory): ValueError, nothing overwritten."""
         del key
         for sequence, data in messages:
             path = fileio.join(self.directory, update_file_name(sequence))
+            if fileio.exists(path + DONE_SUFFIX) and fileio.read_bytes(path) != data:  # (equal: a retried send)
+                raise ValueError(f"{path} exists with other contents: another publisher writes to "
+                                 f"{self.directory}; give each model its own incr_save_dir")
             fileio.write_bytes_atomic(path, data)
             fileio.write_bytes_atomic(path + DONE_SUFFIX, b"")
 

@@ -12,8 +12,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from easyonline.config.kafka_settings import bootstrap_servers, typed_setting
-from easyonline.protos import pipeline_pb2, update_pb2
-from easyonline.updates.readers import KafkaUpdateReader
+from easyonline.protos import pipeline_pb2
 
 log = logging.getLogger(__name__)
 PARTITION = 0
@@ -25,6 +24,7 @@ class KafkaSink:
     def __init__(self, kafka: pipeline_pb2.IncrSaveConfig.Kafka, max_message_bytes: int, send_timeout_secs: float = 30):
         self.kafka = kafka
         self.description = f"kafka topic {kafka.topic} at {kafka.server}"
+        self.target = f"kafka topic {kafka.topic}"  # what the stream's numbering belongs to (brokers may move)
         self._max_bytes = max_message_bytes
         self._timeout = send_timeout_secs
         self._producer: Optional[KafkaProducer] = None
@@ -59,14 +59,6 @@ class KafkaSink:
                     pass
         finally:
             admin.close()
-
-    def last_header(self, model_name: str) -> Optional[update_pb2.UpdateHeader]:
-        """The header of the newest message of ``model_name`` on the topic, or None."""
-        reader = KafkaUpdateReader(self.kafka.server, self.kafka.topic, extra=self._extra)
-        try:
-            return reader.last_header(model_name)
-        finally:
-            reader.close()
 
     def send(self, messages: List[Tuple[int, bytes]], key: bytes) -> None:
         """Sends (sequence, message) pairs, waits for every acknowledgement; raises KafkaError on failure."""

@@ -19,7 +19,6 @@ from easyonline.utils import fileio
 log = logging.getLogger(__name__)
 
 PARTITION = 0
-MAX_SCAN_MESSAGES = 200_000  # how far back a restarting publisher looks for its model's last message
 _FILE = re.compile(r"^update-(\d{12})\.pb$")
 DONE_SUFFIX = ".done"
 
@@ -127,25 +126,6 @@ class KafkaUpdateReader:
             out.extend((offset, _header_of(value)) for offset, value in batch if offset < end)
         return out
 
-    def last_header(self, model_name: str, window: int = 256) -> Optional[update_pb2.UpdateHeader]:
-        """The newest header of ``model_name``: scans back from the end in growing windows, reading each
-        message once, over at most MAX_SCAN_MESSAGES (None past that: the publisher then starts a new stream,
-        which readers cannot mistake for the old one)."""
-        if self.topic not in (self._consumer.topics() or set()):
-            return None
-        begin, end = self._bounds()
-        hi = end
-        while hi > begin and end - hi < MAX_SCAN_MESSAGES:
-            lo = max(begin, hi - window)
-            ours = [h for _, h in self._read_range(lo, hi) if h is not None and h.model_name == model_name]
-            if ours:
-                return ours[-1]
-            hi, window = lo, min(window * 2, 65536)
-        if hi > begin:
-            log.warning("none of model %s's messages in the last %d of %s: a new update stream starts",
-                        model_name, end - hi, self.topic)
-        return None
-
     def close(self) -> None:
         self._consumer.close()
 
@@ -189,16 +169,6 @@ class DirectoryUpdateReader:
                     return sequence + 1, sequence + 1, header.stream_id
         first = sequences[0] if sequences else 1
         return first, first, stream_id
-
-    def last_header(self, model_name: str) -> Optional[update_pb2.UpdateHeader]:
-        sequences = self.sequences()
-        if not sequences:
-            return None
-        header = _header_of(fileio.read_bytes(fileio.join(self.directory, update_file_name(sequences[-1]))))
-        if header is not None and header.model_name and header.model_name != model_name:
-            raise ValueError(f"{self.directory} holds updates of model {header.model_name!r}, not {model_name!r}; "
-                             "give each model its own incr_save_dir")
-        return header
 
     def close(self) -> None:
         pass

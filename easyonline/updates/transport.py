@@ -1,8 +1,7 @@
 """Where an update stream lives (a Kafka topic or a directory), and the one place that opens it.
 
-The trainer publishes through an ``UpdateSink``; serving, the exporter, the
-publisher's restart scan and ``tools.read_updates`` read through an
-``UpdateReader``. Which of the two transports is used is decided here only,
+The trainer publishes through an ``UpdateSink``; serving, the exporter and
+``tools.read_updates`` read through an ``UpdateReader``. Which of the two transports is used is decided here only,
 from the config (``train_config.incr_save_config``) or from the
 ``incr_update.txt`` of an export (``StreamLocation.to_info``).
 """
@@ -12,7 +11,7 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 from easyonline.config.kafka_settings import security_settings, typed_setting
 from easyonline.config.secrets import REDACTED
-from easyonline.protos import pipeline_pb2, update_pb2
+from easyonline.protos import pipeline_pb2
 from easyonline.updates.directory_sink import DirectorySink
 from easyonline.updates.kafka_sink import KafkaSink
 from easyonline.updates.readers import DirectoryUpdateReader, KafkaUpdateReader
@@ -24,12 +23,10 @@ class UpdateSink(Protocol):
     """Publishes encoded update messages in order (KafkaSink, DirectorySink)."""
 
     description: str
+    target: str  # the topic or directory, without the brokers: what a stream's numbering belongs to
 
     def connect(self) -> None:
         """Opens the transport (creating the topic or directory); may raise."""
-
-    def last_header(self, model_name: str) -> Optional[update_pb2.UpdateHeader]:
-        """The newest message header of ``model_name`` already there, or None."""
 
     def send(self, messages: List[Tuple[int, bytes]], key: bytes) -> None:
         """Writes (sequence, message) pairs in order; returns once all are durable, else raises."""

@@ -102,18 +102,24 @@ def test_once_a_day_in_the_given_local_hour():
     assert not schedule.due(next_day + 3 * 3600 + 59 * 60 + 30)
 
 
-def test_a_day_whose_hour_was_not_checked_is_skipped_not_made_up():
+def test_a_day_whose_hour_passed_unchecked_runs_late_and_a_start_past_the_hour_waits_for_the_next_day():
+    """A trainer stalled through the hour (a long restore, an outage) makes the day's run up at once: a skipped
+    day would let the tables grow, or the delta chain, for another day."""
     midnight = _local(2026, 3, 10)
     schedule = DailySchedule(at_hour=3, start=midnight)
-    assert not schedule.due(midnight + 5 * 3600)  # first check at 05:00: the hour has passed
+    assert schedule.due(midnight + 5 * 3600)  # first check at 05:00: the hour passed unchecked
+    assert not schedule.due(midnight + 6 * 3600)
     assert not schedule.due(_local(2026, 3, 11, 1))  # 01:00 the next day
     assert schedule.due(_local(2026, 3, 11, 3, 1))
+    late_start = DailySchedule(at_hour=3, start=midnight + 10 * 3600)  # started at 10:00
+    assert not late_start.due(midnight + 10 * 3600 + 1) and not late_start.due(midnight + 23 * 3600)
+    assert late_start.due(_local(2026, 3, 11, 3, 0, 1))
 
 
 def test_at_hour_zero_and_twenty_three_are_honoured():
     for hour in (0, 23):
-        schedule = DailySchedule(at_hour=hour, start=_local(2026, 1, 1))
-        assert not schedule.due(_local(2026, 1, 2, (hour + 1) % 24, 0))
+        schedule = DailySchedule(at_hour=hour, start=_local(2026, 1, 1, (hour + 1) % 24))
+        assert not schedule.due(_local(2026, 1, 1, (hour + 1) % 24, 30))
         assert schedule.due(_local(2026, 1, 2, hour, 30))
 
 
