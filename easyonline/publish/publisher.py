@@ -91,7 +91,19 @@ class UpdatePublisher:
 
     # --- the training thread's side -----------------------------------------------
     def start(self, restored_step: int) -> None:
-        self._thread = threading.Thread(target=self._run, args=(restored_step,), name="update-publisher", daemon=True)
+        """Decides where the numbering continues (reads and writes model_dir's UPDATE_STREAM: raises what the
+        store raises), so that a full sync, when due, is the first update; then connects in the background."""
+        start = self.position.start(restored_step)
+        self.next_sequence, self._update_id, self.stream_id = start.next_sequence, start.next_update_id, start.stream_id
+        if start.full_sync:
+            log.info("update stream %s (%s): the restored model at step %d may differ from what readers have, "
+                     "re-sending every row once", start.stream_id, start.reason, restored_step)
+            self._full_sync.set()
+        else:
+            self._stream_step = restored_step
+        log.info("publishing updates to %s from sequence %d of stream %d (%s)", self.sink.description,
+                 self.next_sequence, self.stream_id, start.reason)
+        self._thread = threading.Thread(target=self._run, name="update-publisher", daemon=True)
         self._thread.start()
 
     def has_room(self) -> bool:
@@ -170,33 +182,19 @@ class UpdatePublisher:
         self.error = self.error_since = None
         self._next_error_log = 0.0
 
-    def _connect(self, restored_step: int) -> bool:
-        backoff, start = 0.5, None
+    def _connect(self) -> bool:
+        backoff = 0.5
         while not self._expired():
             try:
-                if start is None:  # once: a second reading would take this run's own reservation for a crash
-                    start = self.position.start(restored_step)
                 self.sink.connect()
-                break
+                self._recovered()
+                return True
             except Exception as e:  # pylint: disable=broad-except
                 backoff = self._failed("connecting to", e, backoff)
-        else:
-            return False
-        self._recovered()
-        assert start is not None
-        self.next_sequence, self._update_id, self.stream_id = start.next_sequence, start.next_update_id, start.stream_id
-        if start.full_sync:
-            log.info("update stream %s (%s): the restored model at step %d may differ from what readers have, "
-                     "re-sending every row once", start.stream_id, start.reason, restored_step)
-            self._full_sync.set()
-        else:
-            self._stream_step = restored_step
-        log.info("publishing updates to %s from sequence %d of stream %d (%s)", self.sink.description,
-                 self.next_sequence, self.stream_id, start.reason)
-        return True
+        return False
 
-    def _run(self, restored_step: int) -> None:
-        if not self._connect(restored_step):
+    def _run(self) -> None:
+        if not self._connect():
             self.unsent_jobs += self._queue.qsize()
             return
         while True:

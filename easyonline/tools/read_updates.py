@@ -14,6 +14,7 @@ from typing import Dict, List, Tuple
 from absl import flags
 
 from easyonline.config.loader import load_pipeline_config
+from easyonline.updates.apply_rules import DUPLICATE, NEXT, StreamCursor
 from easyonline.updates.codec import MalformedUpdateError, decode_update, describe
 from easyonline.updates.transport import DIRECTORY, KAFKA, StreamLocation, open_reader
 from easyonline.utils.cli import run_command
@@ -44,7 +45,7 @@ def read_all(location: StreamLocation, start: int = 0) -> List[Tuple[int, bytes]
 def check_stream(records: List[Tuple[int, bytes]], sample_keys: int = 0) -> Tuple[List[Dict], Dict]:
     """Decodes each record; returns per-message summaries and totals (gaps and malformed counted)."""
     rows, totals = [], {"messages": 0, "bytes": 0, "malformed": 0, "gaps": 0, "duplicates": 0, "last_sequence": None}
-    last: Dict[str, int] = {}
+    cursors: Dict[str, StreamCursor] = {}  # per model, judged by the rules every reader applies
     for position, data in records:
         totals["messages"] += 1
         totals["bytes"] += len(data)
@@ -56,15 +57,21 @@ def check_stream(records: List[Tuple[int, bytes]], sample_keys: int = 0) -> Tupl
             continue
         summary = describe(message, sample_keys)
         summary["position"], summary["bytes"] = position, len(data)
-        previous = last.get(message.header.model_name)
-        if previous is not None and message.header.sequence <= previous:
+        header = message.header
+        cursor = cursors.setdefault(header.model_name, StreamCursor(header.model_name, header.sequence))
+        verdict = cursor.verdict(header)
+        if verdict == DUPLICATE:
             totals["duplicates"] += 1
             summary["note"] = "already seen"
-        elif previous is not None and message.header.sequence != previous + 1:
+        elif verdict != NEXT:  # a gap, another stream, an implausible number: what a reader refuses
             totals["gaps"] += 1
-            summary["note"] = f"GAP after {previous}"
-        last[message.header.model_name] = max(previous or 0, message.header.sequence)
-        totals["last_sequence"] = message.header.sequence
+            summary["note"] = f"{verdict.upper()} after {cursor.next_sequence - 1}"
+        else:
+            switched = cursor.stream_id is not None and header.stream_id != cursor.stream_id
+            if header.sequence > cursor.next_sequence or switched:
+                summary["note"] = f"full sync from {cursor.next_sequence - 1} of stream {cursor.stream_id}"
+            cursor.advance(header)
+        totals["last_sequence"] = header.sequence
         rows.append(summary)
     return rows, totals
 

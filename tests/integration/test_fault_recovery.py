@@ -14,10 +14,10 @@ from easyonline.core.metrics import PrequentialMetrics
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from tests.conftest import PYTHON, online_config, python_env
 
-SAMPLES = 24000
-RATE = 400  # samples/s (the stream takes 60 s)
+SAMPLES = 20000
+RATE = 500  # samples/s (the stream takes 40 s)
 TAIL = 4000  # samples produced only after the last kill: the stream outlasts the kills however slow the restarts
-KILLS = 4
+KILLS = 3
 
 
 def numbered_lines(start, count):

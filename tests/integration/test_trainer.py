@@ -44,7 +44,7 @@ class StopAfter(Callback):
 
 
 def test_stop_file_finishes_the_batch_checkpoints_and_records_positions(broker, topic, tmp_path):
-    _stream_to(broker, topic, 20000)
+    _stream_to(broker, topic, 10000)
     config = online_config(tmp_path / "m", broker.bootstrap, topic, **FAST)
     stopper = StopAfter(10)
     summary = build_trainer(config, online=True, callbacks=[stopper]).run()
@@ -57,8 +57,8 @@ def test_stop_file_finishes_the_batch_checkpoints_and_records_positions(broker, 
     again = build_trainer(config, online=False)
     assert again.checkpointer.positions == summary.positions
     resumed = again.run()
-    assert resumed.samples == 20000 - summary.samples
-    assert resumed.positions == {0: 5000, 1: 5000}
+    assert resumed.samples == 10000 - summary.samples
+    assert resumed.positions == {0: 2500, 1: 2500}
     assert resumed.steps > summary.steps
 
 

@@ -124,13 +124,6 @@ def test_a_restart_continues_the_sequence_and_resyncs_when_out_of_step(tmp_path)
     assert _replay(str(tmp_path / "updates")).next_sequence == 4
 
 
-def _wait_for_full_sync(publisher):
-    deadline = time.time() + 30
-    while not publisher.take_full_sync():
-        assert time.time() < deadline, "the publisher did not ask for a full sync"
-        time.sleep(0.05)
-
-
 def test_a_restart_continues_its_stream_from_model_dir_after_retention_emptied_it_and_after_a_crash(tmp_path):
     """Retention removed every message: the restart continues the same stream and numbering (no scan of the
     sink could have found them). After a crash it numbers above the crashed run's reservation with a full sync,
@@ -167,16 +160,16 @@ def test_a_restart_continues_its_stream_from_model_dir_after_retention_emptied_i
     tables.embeddings["user"].params.upsert(tf.constant([1], tf.int64), tf.constant([[7.0, 7.0, 7.0]]))
     crashed = _publisher(tmp_path, tables, ids)
     crashed.start(restored_step=4)
-    crashed.offer(_job(5, [2]))  # queued before the full sync: a gap for the reader, refused, harmless
-    _wait_for_full_sync(crashed)
+    assert crashed.take_full_sync()  # known at start: the first update is the full sync
     crashed.offer(_job(5, [], full_sync=True))
+    crashed.offer(_job(6, [2]))
     assert crashed.close(timeout=30) and crashed.stream_id == first.stream_id
     messages = [decode_update(data) for _, data in DirectoryUpdateReader(str(updates)).read_available()]
-    assert [(m.header.sequence, m.header.full_sync) for m in messages] == [(4 + RESERVE + 1, False),
-                                                                           (4 + RESERVE + 2, True)]
-    with pytest.raises(UpdateGapError, match="missing"):
-        reader.apply(messages[0])
-    assert reader.apply(messages[1]) and reader.next_sequence == 4 + RESERVE + 3
+    assert [(m.header.sequence, m.header.full_sync) for m in messages] == [(4 + RESERVE + 1, True),
+                                                                           (4 + RESERVE + 2, False)]
+    with pytest.raises(UpdateGapError, match="missing"):  # the jump is a gap for anything but a full sync
+        ParameterReplica("m", next_sequence=5, stream_id=first.stream_id).apply(messages[1])
+    assert reader.apply(messages[0]) and reader.apply(messages[1]) and reader.next_sequence == 4 + RESERVE + 3
     np.testing.assert_array_equal(reader.tables[0][1], [7, 7, 7])  # the full sync brought the current rows
 
     (tmp_path / "model" / STATE_FILE).unlink()
@@ -185,17 +178,17 @@ def test_a_restart_continues_its_stream_from_model_dir_after_retention_emptied_i
     tables.embeddings["user"].params.upsert(tf.constant([1], tf.int64), tf.constant([[8.0, 8.0, 8.0]]))
     fresh = _publisher(tmp_path, tables, ids)
     fresh.start(restored_step=5)
-    fresh.offer(_job(6, [2]))
-    _wait_for_full_sync(fresh)  # the restored model is ahead of a new, empty stream: every row once more
+    assert fresh.take_full_sync()  # the restored model is ahead of a new, empty stream: every row once more
     fresh.offer(_job(6, [], full_sync=True))
+    fresh.offer(_job(7, [2]))
     assert fresh.close(timeout=30)
     assert fresh.stream_id not in (0, first.stream_id)
     messages = [decode_update(data) for _, data in DirectoryUpdateReader(str(updates)).read_available()]
     assert [(m.header.sequence, m.header.full_sync, m.header.stream_id) for m in messages] == [
-        (1, False, fresh.stream_id), (2, True, fresh.stream_id)]
-    with pytest.raises(UpdateGapError, match="other_stream"):
-        reader.apply(messages[0])  # sequence 1 < the reader's next, but not a duplicate: another stream
-    assert reader.apply(messages[1]) and reader.cursor.stream_id == fresh.stream_id
+        (1, True, fresh.stream_id), (2, False, fresh.stream_id)]
+    with pytest.raises(UpdateGapError, match="other_stream"):  # 2 < the reader's next, but not a duplicate
+        ParameterReplica("m", next_sequence=10, stream_id=first.stream_id).apply(messages[1])
+    assert reader.apply(messages[0]) and reader.cursor.stream_id == fresh.stream_id
     np.testing.assert_array_equal(reader.tables[0][1], [8, 8, 8])
 
 
