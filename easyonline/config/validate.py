@@ -4,16 +4,19 @@ Everything that can be wrong with a config is found here, at start, so a
 trainer never fails an hour into a stream because of a typo.
 """
 import json
+import logging
 
 from kafka import KafkaProducer
 
 from easyonline.config.kafka_settings import extra_consumer_config
 from easyonline.core.errors import ConfigError
+from easyonline.features.feature_spec import is_id_feature
 from easyonline.features.parse_fn import load_parse_fn
 from easyonline.models import registry
 from easyonline.protos import pipeline_pb2
 from easyonline.utils import timeparse
 
+log = logging.getLogger(__name__)
 COMBINERS = ("mean", "sum")
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "elu", "selu", "gelu", "swish", "linear")
 _FT = pipeline_pb2.DataConfig.FieldType
@@ -109,25 +112,48 @@ def _validate_features(config: pipeline_pb2.PipelineConfig) -> None:
     names, table_dims, table_policies = set(), {}, {}
     for i, feature in enumerate(config.feature_configs):
         path = f"feature_configs[{i}]"
-        _require(len(feature.input_names) == 1, f"{path}.input_names", "exactly one input name is required")
+        kind = feature.feature_type
+        combo = kind == pipeline_pb2.FeatureConfig.ComboFeature
+        if combo:
+            _require(len(feature.input_names) >= 2, f"{path}.input_names", "a ComboFeature crosses two or more inputs")
+        else:
+            _require(len(feature.input_names) == 1, f"{path}.input_names", "exactly one input name is required")
+        for j, part in enumerate(feature.input_names):
+            _require(part in types, f"{path}.input_names[{j}]", f"{part!r} is not an input field of data_config")
+            _require(part not in labels, f"{path}.input_names[{j}]", f"{part!r} is a label field")
         input_name = feature.input_names[0]
-        _require(input_name in types, f"{path}.input_names[0]", f"{input_name!r} is not an input field of data_config")
-        _require(input_name not in labels, f"{path}.input_names[0]", f"{input_name!r} is a label field")
         name = feature.feature_name or input_name
         _require(name not in names, f"{path}.feature_name", f"duplicate feature name {name!r}")
         names.add(name)
-        kind = feature.feature_type
+        if feature.boundaries:
+            _require(kind == pipeline_pb2.FeatureConfig.RawFeature, f"{path}.boundaries", "only a RawFeature is bucketized")
+            _require(all(a < b for a, b in zip(feature.boundaries, feature.boundaries[1:])), f"{path}.boundaries",
+                     f"must be strictly ascending, got {list(feature.boundaries)}")
+        if feature.combo_input_seps:
+            _require(combo, f"{path}.combo_input_seps", "only a ComboFeature has combo_input_seps")
+            _require(len(feature.combo_input_seps) <= len(feature.input_names), f"{path}.combo_input_seps",
+                     f"{len(feature.combo_input_seps)} separators for {len(feature.input_names)} input names")
+            for j, sep in enumerate(feature.combo_input_seps):
+                _require(len(sep) <= 1 and sep != config.data_config.separator, f"{path}.combo_input_seps[{j}]",
+                         f"must be empty or one character other than data_config.separator, got {sep!r}")
+        if feature.hash_bucket_size and not combo:
+            log.warning("%s.hash_bucket_size is ignored: a %s's ids need no buckets in a dynamic table", path,
+                        pipeline_pb2.FeatureConfig.FeatureType.Name(kind))
         if kind == pipeline_pb2.FeatureConfig.RawFeature:
             _require(types[input_name] in _NUMERIC, f"{path}.input_names[0]",
                      f"a RawFeature needs a numeric input field, {input_name!r} is {_FT.Name(types[input_name])}")
-            continue
-        _require(types[input_name] in _ID_TYPES, f"{path}.input_names[0]",
-                 f"an id feature needs a STRING, INT32 or INT64 input field, {input_name!r} is {_FT.Name(types[input_name])}")
+            if not feature.boundaries:
+                continue
+        else:
+            for j, part in enumerate(feature.input_names):
+                _require(types[part] in _ID_TYPES, f"{path}.input_names[{j}]", f"an id feature needs a STRING, INT32 "
+                         f"or INT64 input field, {part!r} is {_FT.Name(types[part])}")
         _require(0 < feature.embedding_dim <= 4096, f"{path}.embedding_dim", f"must be in [1, 4096], got {feature.embedding_dim}")
         table = feature.embedding_name or name
         _validate_lifecycle(feature, path)
         for j, pad in enumerate(feature.padding):
-            if types[input_name] != _FT.STRING:
+            _require(not feature.boundaries, f"{path}.padding[{j}]", "a bucketized RawFeature has no padding")
+            if any(types[part] != _FT.STRING for part in feature.input_names):
                 try:
                     int(pad)
                 except ValueError:
@@ -147,7 +173,8 @@ def _validate_features(config: pipeline_pb2.PipelineConfig) -> None:
             _require(len(feature.separator) == 1, f"{path}.separator", f"must be exactly one character, got {feature.separator!r}")
             _require(feature.separator != config.data_config.separator, f"{path}.separator",
                      "must differ from data_config.separator")
-    _require(bool(table_dims), "feature_configs", "at least one id feature (IdFeature or TagFeature) is required")
+    _require(bool(table_dims), "feature_configs",
+             "at least one feature with an embedding (IdFeature, TagFeature, ComboFeature, bucketized RawFeature) is required")
 
 
 def _validate_lifecycle(feature: pipeline_pb2.FeatureConfig, path: str) -> None:
@@ -184,8 +211,7 @@ def _validate_model(config: pipeline_pb2.PipelineConfig) -> None:
     _require(entry is not None, f"{path}.model_class",
              f"{model.model_class!r} is not one of {', '.join(registry.model_names())}")
     if entry.model_class.one_embedding_dim:
-        dims = sorted({f.embedding_dim for f in config.feature_configs
-                       if f.feature_type != pipeline_pb2.FeatureConfig.RawFeature})
+        dims = sorted({f.embedding_dim for f in config.feature_configs if is_id_feature(f)})
         _require(len(dims) <= 1, "feature_configs",
                  f"{entry.model_class.__name__} needs one embedding_dim for all id features, got {dims}")
     chosen = model.WhichOneof("model")
@@ -199,10 +225,11 @@ def _validate_model(config: pipeline_pb2.PipelineConfig) -> None:
 
 def _validate_train(train: pipeline_pb2.TrainConfig) -> None:
     path = "train_config"
-    which = train.optimizer_config.WhichOneof("optimizer")
-    if which:
-        opt = getattr(train.optimizer_config, which)
-        _require(opt.learning_rate > 0, f"{path}.optimizer_config.{which}.learning_rate", f"must be > 0, got {opt.learning_rate}")
+    for field in ("optimizer_config", "sparse_optimizer_config"):
+        which = getattr(train, field).WhichOneof("optimizer")
+        if which:
+            opt = getattr(getattr(train, field), which)
+            _require(opt.learning_rate > 0, f"{path}.{field}.{which}.learning_rate", f"must be > 0, got {opt.learning_rate}")
     _require(train.keep_checkpoint_max >= 1, f"{path}.keep_checkpoint_max", "must be >= 1")
     _require(train.log_step_count_secs > 0, f"{path}.log_step_count_secs", "must be > 0")
     _require(train.stop_signal_poll_secs > 0, f"{path}.stop_signal_poll_secs", "must be > 0")

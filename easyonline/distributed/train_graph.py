@@ -31,7 +31,7 @@ from easyonline.features.signature import feature_signature
 from easyonline.models.builder import build_model
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import RankingTask
-from easyonline.train.optimizers import build_optimizer
+from easyonline.train.optimizers import build_train_optimizer
 
 tf = ensure_legacy_keras()
 from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
@@ -134,7 +134,7 @@ class TrainGraph:
             with ps_shards(PsPlacement(cluster.ps_devices, config.train_config.ps_shard_tables_by_key,
                                        cluster.trainer_index, accumulate)):
                 self.model = build_model(config, specs)
-            self.optimizer = build_optimizer(config.train_config.optimizer_config, accumulate=accumulate)
+            self.optimizer = build_train_optimizer(config.train_config, accumulate=accumulate)
             # several trainers apply to the same dense variables and slots on the ps: lock each apply
             self.optimizer._use_locking = accumulate  # pylint: disable=protected-access
             logits = self.model(features, training=True, labels=self.labels, now=self.now)

@@ -2,7 +2,7 @@
 
 ``serve`` takes one tensor per raw input field (strings, ints or floats as the
 config declares them), turns them into ids exactly as the trainer's parser
-does (the same ``ids_of``), and runs the model in inference mode, where an
+does (the same ``feature_ids``), and runs the model in inference mode, where an
 unknown id looks up as zeros and creates nothing.
 
 ``incr_update`` applies one decoded update message: for every embedding table
@@ -15,7 +15,7 @@ names.
 from typing import Dict
 
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.features.csv_parser import ids_of
+from easyonline.features.csv_parser import feature_ids
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.features.signature import feature_signature
 from easyonline.protos import pipeline_pb2
@@ -27,15 +27,20 @@ _FT = pipeline_pb2.DataConfig.FieldType
 
 
 def raw_input_specs(specs: FeatureSpecs) -> Dict[str, tf.TensorSpec]:
-    """One input per raw field a feature reads: its config type, or a string for tag features."""
+    """One input per raw field a feature reads: its config type, a string for fields split into several ids,
+    a float for bucketized numbers."""
     types = {f.name: f.field_type for f in specs.input_fields}
+    split = {name for feature in specs.id_features for name in feature.split_inputs}
     out = {}
     for feature in specs.id_features:
-        if feature.multi_value or types[feature.input_name] == _FT.STRING:
-            dtype = tf.string
-        else:
-            dtype = tf.int64
-        out[feature.input_name] = tf.TensorSpec([None], dtype, name=feature.input_name)
+        for name in feature.input_names:
+            if name in split or types[name] == _FT.STRING:
+                dtype = tf.string
+            elif feature.boundaries:
+                dtype = tf.float32
+            else:
+                dtype = tf.int64
+            out[name] = tf.TensorSpec([None], dtype, name=name)
     for feature in specs.raw_features:
         out[feature.input_name] = tf.TensorSpec([None], tf.float32, name=feature.input_name)
     return dict(sorted(out.items()))
@@ -92,7 +97,7 @@ class ServingModule(tf.Module):
         """Model features from raw inputs, exactly as the trainer's parser makes them."""
         features = {}
         for feature in specs.id_features:
-            features[feature.name] = ids_of(feature, inputs[feature.input_name])
+            features[feature.name] = feature_ids(feature, inputs.__getitem__)
         for feature in specs.raw_features:
             features[feature.name] = tf.cast(inputs[feature.input_name], tf.float32)
         return features

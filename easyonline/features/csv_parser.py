@@ -8,10 +8,11 @@ so that only the bad lines are rejected, each with its reason.
 """
 import dataclasses
 import re
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.rejections import BAD_LABEL, BAD_VALUE, FIELD_COUNT, INVALID_UTF8, rejection
+from easyonline.features.cross_ops import bucketize, cross_ids
 from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID, FeatureSpecs, IdFeature
 from easyonline.protos import pipeline_pb2
 
@@ -83,6 +84,15 @@ def ids_of(feature: IdFeature, column: tf.Tensor):
     return tf.where(ids < 0, tf.constant(PADDING_ID, tf.int64), ids)
 
 
+def feature_ids(feature: IdFeature, column_of: Callable[[str], tf.Tensor]):
+    """The feature's ids from its decoded input columns (``column_of(input name)``): plain, crossed or bucketized."""
+    if feature.combo:
+        return cross_ids([ids_of(part, column_of(part.input_name)) for part in feature.combo], feature.hash_buckets)
+    if feature.boundaries:
+        return bucketize(column_of(feature.input_name), feature.boundaries)
+    return ids_of(feature, column_of(feature.input_name))
+
+
 def _reason(message: str) -> str:
     """The informative line of a TensorFlow decode error ("Field 3 in record 0 is not a valid int64: x")."""
     lines = [l.strip() for l in message.split("\n") if l.strip()]
@@ -101,8 +111,8 @@ class CsvParser:
         self._separator = specs.separator.encode()
         self._num_fields = len(specs.input_fields)
         index = {f.name: i for i, f in enumerate(specs.input_fields)}
-        multi_value_inputs = {f.input_name for f in specs.id_features if f.multi_value}
-        used = sorted({index[f.input_name] for f in specs.id_features}
+        multi_value_inputs = {name for f in specs.id_features for name in f.split_inputs}
+        used = sorted({index[name] for f in specs.id_features for name in f.input_names}
                       | {index[f.input_name] for f in specs.raw_features}
                       | {index[name] for name in specs.label_names})
         self._select_cols = used
@@ -124,7 +134,7 @@ class CsvParser:
         column = lambda name: columns[self._position[self._index[name]]]
         features = {}
         for feature in self._specs.id_features:
-            features[feature.name] = ids_of(feature, column(feature.input_name))
+            features[feature.name] = feature_ids(feature, column)
         for feature in self._specs.raw_features:
             features[feature.name] = tf.cast(column(feature.input_name), tf.float32)
         labels = tf.cast(column(self._specs.label_names[0]), tf.float32)

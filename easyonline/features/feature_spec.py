@@ -31,7 +31,12 @@ class TableSpec:
 
 @dataclasses.dataclass(frozen=True)
 class IdFeature:
-    """A categorical feature: one id (or several, for tags) per sample."""
+    """A categorical feature: one id (or several, for tags) per sample.
+
+    Two kinds are derived from other inputs (see crosses.py): a cross
+    (``combo``: one single-input IdFeature per input, whose ids are crossed)
+    and a bucketized number (``boundaries``: the bucket index is the id).
+    """
     name: str
     input_name: str
     table: str
@@ -40,6 +45,20 @@ class IdFeature:
     separator: str
     combiner: str
     padding: Tuple[str, ...] = ()
+    combo: Tuple["IdFeature", ...] = ()
+    hash_buckets: int = 0
+    boundaries: Tuple[float, ...] = ()
+
+    @property
+    def input_names(self) -> Tuple[str, ...]:
+        """Every input field the ids are made from."""
+        return tuple(c.input_name for c in self.combo) if self.combo else (self.input_name,)
+
+    @property
+    def split_inputs(self) -> Tuple[str, ...]:
+        """The input fields split into several values (decoded as strings)."""
+        parts = self.combo or (self,)
+        return tuple(p.input_name for p in parts if p.multi_value and not p.boundaries)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +88,11 @@ class FeatureSpecs:
         return [f for f in self.id_features if f.table == table]
 
 
+def is_id_feature(fc: pipeline_pb2.FeatureConfig) -> bool:
+    """True for every feature with an embedding table: all but plain RawFeatures (bucketized ones have one)."""
+    return fc.feature_type != pipeline_pb2.FeatureConfig.RawFeature or len(fc.boundaries) > 0
+
+
 def build_feature_specs(config: pipeline_pb2.PipelineConfig) -> FeatureSpecs:
     """Assumes a validated config (see easyonline.config.validate)."""
     data = config.data_config
@@ -78,7 +102,7 @@ def build_feature_specs(config: pipeline_pb2.PipelineConfig) -> FeatureSpecs:
     for fc in config.feature_configs:
         input_name = fc.input_names[0]
         name = fc.feature_name or input_name
-        if fc.feature_type == pipeline_pb2.FeatureConfig.RawFeature:
+        if not is_id_feature(fc):
             raw_features.append(RawFeature(name, input_name))
             continue
         table = fc.embedding_name or name
@@ -86,10 +110,18 @@ def build_feature_specs(config: pipeline_pb2.PipelineConfig) -> FeatureSpecs:
             table, fc.embedding_dim, fc.initializer_stddev,
             admission=fc.admission if fc.HasField("admission") and fc.admission.WhichOneof("policy") else None,
             eviction=fc.eviction if fc.HasField("eviction") else None))
+        combo: Tuple[IdFeature, ...] = ()
+        if fc.feature_type == pipeline_pb2.FeatureConfig.ComboFeature:
+            seps = list(fc.combo_input_seps) + [""] * (len(fc.input_names) - len(fc.combo_input_seps))
+            combo = tuple(IdFeature(name=f"{name}/{part}", input_name=part, table=table,
+                                    string_ids=types[part] == _FT.STRING, multi_value=bool(sep), separator=sep or "|",
+                                    combiner=fc.combiner, padding=tuple(fc.padding))
+                          for part, sep in zip(fc.input_names, seps))
         id_features.append(IdFeature(
             name=name, input_name=input_name, table=table,
             string_ids=types[input_name] == _FT.STRING,
-            multi_value=fc.feature_type == pipeline_pb2.FeatureConfig.TagFeature,
-            separator=fc.separator, combiner=fc.combiner, padding=tuple(fc.padding)))
+            multi_value=fc.feature_type == pipeline_pb2.FeatureConfig.TagFeature or any(c.multi_value for c in combo),
+            separator=fc.separator, combiner=fc.combiner, padding=tuple(fc.padding), combo=combo,
+            hash_buckets=fc.hash_bucket_size, boundaries=tuple(fc.boundaries)))
     return FeatureSpecs(fields, data.separator, tuple(data.label_fields), tuple(id_features),
                         tuple(raw_features), tables)

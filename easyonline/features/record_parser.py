@@ -30,7 +30,8 @@ class RecordParser:
         self._source = source
         self._fields = [f.name for f in specs.input_fields]
         self._labels = set(specs.label_names)
-        self._joiners = {f.input_name: f.separator for f in specs.id_features if f.multi_value}
+        self._joiners = {part.input_name: part.separator for f in specs.id_features for part in (f.combo or (f,))
+                         if part.multi_value}
         self._separator = specs.separator
 
     def _cell(self, name: str, value: Any) -> str:

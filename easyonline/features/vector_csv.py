@@ -24,6 +24,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from easyonline.features.crosses import bucketize_np, cross_ids_np
 from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID, FeatureSpecs
 from easyonline.features.fingerprint import fingerprint64, hash_bucket
 from easyonline.protos import pipeline_pb2
@@ -106,15 +107,26 @@ class VectorCsvParser:
         index = {f.name: i for i, f in enumerate(specs.input_fields)}
         fields = {f.name: f for f in specs.input_fields}
         columns = []
+        # Crossed and bucketized features are computed from columns of their inputs after decoding (crosses.py).
+        self._derived = any(f.combo or f.boundaries for f in specs.id_features)
+        self._id_names = tuple(f.name for f in specs.id_features)
+        self._dense_names = tuple(f.name for f in specs.raw_features)
         for feature in specs.id_features:
-            field = fields[feature.input_name]
-            kind = "hash" if feature.string_ids else "int_id"
-            columns.append(_Column(feature.name, index[field.name], kind, field.default.encode(),
-                                   tuple(p.encode() for p in feature.padding)))
+            if feature.boundaries:
+                field = fields[feature.input_name]
+                columns.append(_Column(f"{feature.name}/value", index[field.name], _number_kind(field.field_type),
+                                       field.default.encode(), dense=True))
+                continue
+            for part in feature.combo or (feature,):
+                field = fields[part.input_name]
+                kind = "hash" if part.string_ids else "int_id"
+                columns.append(_Column(part.name, index[field.name], kind, field.default.encode(),
+                                       tuple(p.encode() for p in part.padding)))
         for feature in specs.raw_features:
             field = fields[feature.input_name]
             columns.append(_Column(feature.name, index[field.name], _number_kind(field.field_type),
                                    field.default.encode(), dense=True))
+        self._features = specs.id_features
         label = fields[specs.label_names[0]]
         self._label = _Column("", index[label.name], _number_kind(label.field_type), label.default.encode())
         self._id_columns = tuple(c for c in columns if c.kind in ("hash", "int_id"))
@@ -170,8 +182,7 @@ class VectorCsvParser:
         dense = np.empty((count, len(self._dense_columns)), np.float32)
         for i, column in enumerate(self._dense_columns):
             dense[:, i] = values[column]
-        return VectorBatch(tuple(c.feature for c in self._id_columns), ids,
-                           tuple(c.feature for c in self._dense_columns), dense, labels.astype(np.float32), count)
+        return self._batch(ids, dense, labels.astype(np.float32), count)
 
     def _parse_native(self, blob: bytes, count: int) -> Optional[VectorBatch]:
         ids = np.empty((count, len(self._id_columns)), np.int64)
@@ -180,8 +191,24 @@ class VectorCsvParser:
         if not _csv_decoder.parse(blob, count, self._num_fields, self._separator[0], self._native_columns,
                                   ids, dense, labels):
             return None
-        return VectorBatch(tuple(c.feature for c in self._id_columns), ids,
-                           tuple(c.feature for c in self._dense_columns), dense, labels, count)
+        return self._batch(ids, dense, labels, count)
+
+    def _batch(self, ids: np.ndarray, dense: np.ndarray, labels: np.ndarray, count: int) -> VectorBatch:
+        """The decoded columns as the model's features: crosses and buckets computed from their inputs' columns."""
+        if not self._derived:
+            return VectorBatch(self._id_names, ids, self._dense_names, dense, labels, count)
+        id_at = {c.feature: i for i, c in enumerate(self._id_columns)}
+        dense_at = {c.feature: i for i, c in enumerate(self._dense_columns)}
+        out = np.empty((count, len(self._features)), np.int64)
+        for i, feature in enumerate(self._features):
+            if feature.boundaries:
+                out[:, i] = bucketize_np(dense[:, dense_at[f"{feature.name}/value"]], feature.boundaries)
+            elif feature.combo:
+                out[:, i] = cross_ids_np([ids[:, id_at[part.name]] for part in feature.combo], feature.hash_buckets)
+            else:
+                out[:, i] = ids[:, id_at[feature.name]]
+        raw = dense[:, [dense_at[name] for name in self._dense_names]]
+        return VectorBatch(self._id_names, out, self._dense_names, raw, labels, count)
 
     def _field_bounds(self, blob: bytes, count: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         """[count, fields] start offsets and lengths, or None unless every line has exactly the fields."""

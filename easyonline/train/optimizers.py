@@ -10,6 +10,41 @@ tf = ensure_legacy_keras()
 from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
 
 
+class PartOptimizers(tf.Module):
+    """One optimizer for the dynamic tables' rows, another for the dense variables: ``apply_gradients`` hands
+    each its share. Checkpointed as ``sparse`` and ``dense``."""
+
+    def __init__(self, sparse, dense):
+        super().__init__(name="part_optimizers")
+        self.sparse = sparse
+        self.dense = dense
+
+    @property
+    def _use_locking(self) -> bool:
+        return self.dense._use_locking  # pylint: disable=protected-access
+
+    @_use_locking.setter
+    def _use_locking(self, value: bool) -> None:
+        self.sparse._use_locking = self.dense._use_locking = value  # pylint: disable=protected-access
+
+    def apply_gradients(self, grads_and_vars, **kwargs):
+        parts: dict = {id(self.sparse): [], id(self.dense): []}
+        for gradient, variable in grads_and_vars:
+            owner = self.sparse if isinstance(variable, de.TrainableWrapper) else self.dense
+            parts[id(owner)].append((gradient, variable))
+        applied = [optimizer.apply_gradients(parts[id(optimizer)], **kwargs)
+                   for optimizer in (self.sparse, self.dense) if parts[id(optimizer)]]
+        return tf.group(applied)
+
+
+def build_train_optimizer(train: pipeline_pb2.TrainConfig, accumulate: bool = False):
+    """``optimizer_config`` for the whole model, or with ``sparse_optimizer_config`` one optimizer per part."""
+    dense = build_optimizer(train.optimizer_config, accumulate)
+    if not train.HasField("sparse_optimizer_config"):
+        return dense
+    return PartOptimizers(build_optimizer(train.sparse_optimizer_config, accumulate), dense)
+
+
 def build_optimizer(config: pipeline_pb2.OptimizerConfig, accumulate: bool = False):
     """The configured optimizer; ``accumulate``: its table slots add deltas (TFRA's bp_v2), for concurrent trainers."""
     which = config.WhichOneof("optimizer") or "adam_optimizer"

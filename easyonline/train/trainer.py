@@ -34,7 +34,7 @@ from easyonline.inputs.raw_batch import BatchSource
 from easyonline.protos import pipeline_pb2
 from easyonline.publish.snapshot import EagerTableRows, TableRows
 from easyonline.tasks import RankingTask
-from easyonline.train.optimizers import build_optimizer
+from easyonline.train.optimizers import build_train_optimizer
 from easyonline.train.status import StatusReporter
 from easyonline.train.threading_config import apply_thread_config
 from easyonline.utils import fileio
@@ -104,7 +104,7 @@ class OnlineTrainer:
         saved_shards = checkpoint_shards(latest) if latest else None
         self.model = model_with_shards(config, self.specs, saved_shards or 1, scope=self._variable_scope())
         with self._variable_scope():
-            self.optimizer = build_optimizer(config.train_config.optimizer_config)
+            self.optimizer = build_train_optimizer(config.train_config)
         self.task = RankingTask(config.train_config.metrics_window_samples)
         shards = len(self.model.tables.devices or [None])
         if saved_shards and shards != saved_shards:

@@ -69,6 +69,16 @@ def test_edit_config_json_errors_name_the_path(tmp_path, edits, path):
     ({"feature_configs[20].embedding_dim": 0}, "feature_configs[20].embedding_dim"),
     ({"feature_configs[0].input_names": ["C1"]}, "feature_configs[0].input_names[0]"),
     ({"feature_configs[20].combiner": "max"}, "feature_configs[20].combiner"),
+    ({"feature_configs[20].feature_type": "ComboFeature"}, "feature_configs[20].input_names"),  # one input
+    ({"feature_configs[20].feature_type": "ComboFeature", "feature_configs[20].input_names": ["C8", "I1"]},
+     "feature_configs[20].input_names[1]"),  # a float input
+    ({"feature_configs[20].feature_type": "ComboFeature", "feature_configs[20].input_names": ["C8", "C9"],
+      "feature_configs[20].combo_input_seps": ["|", "|", "|"]}, "feature_configs[20].combo_input_seps"),
+    ({"feature_configs[20].combo_input_seps": ["|"]}, "feature_configs[20].combo_input_seps"),
+    ({"feature_configs[20].boundaries": [1.0]}, "feature_configs[20].boundaries"),  # an IdFeature
+    ({"feature_configs[0].boundaries": [2.0, 1.0], "feature_configs[0].embedding_dim": 16},
+     "feature_configs[0].boundaries"),
+    ({"feature_configs[0].boundaries": [1.0, 2.0]}, "feature_configs[0].embedding_dim"),
     ({"model_config.model_class": "xgboost"}, "model_config.model_class"),
     ({"model_config.deepfm.dnn.dropout_ratio": 1.5}, "model_config.deepfm.dnn.dropout_ratio"),
     ({"train_config.optimizer_config.adam_optimizer.learning_rate": 0}, "train_config.optimizer_config.adam_optimizer.learning_rate"),
