@@ -14,8 +14,9 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Optional
+from typing import List, Optional
 
+import numpy as np
 from absl import flags
 
 from easyonline.config import load_pipeline_config
@@ -25,6 +26,7 @@ from easyonline.core.callbacks import Callback
 from easyonline.core.metrics import PrequentialMetrics
 from easyonline.jobs.online_train import build_trainer
 from easyonline.publish.publish_callback import IncrementalPublish
+from easyonline.scoring.auc_curves import plot_auc_curves, windowed_auc
 from easyonline.scoring.checkpoint_model import CheckpointModel
 from easyonline.tools.local_broker import LocalBroker
 from easyonline.tools.read_updates import read_all
@@ -61,6 +63,11 @@ class DriftMonitor(Callback):
         self.pre_drift_auc: Optional[float] = None
         self.frozen_model = None
         self.frozen_metrics = None
+        # Every trained sample's label and online score, and the frozen copy's score from the freeze on (the plot).
+        self.labels: List[np.ndarray] = []
+        self.online_scores: List[np.ndarray] = []
+        self.frozen_scores: List[np.ndarray] = []
+        self.frozen_at: Optional[int] = None
 
     def _freeze(self, trainer) -> None:
         path = tf.train.Checkpoint(model=trainer.model).write(os.path.join(self.frozen_dir, "frozen"))
@@ -68,18 +75,35 @@ class DriftMonitor(Callback):
         self.frozen_model.restore(path)
         self.frozen_metrics = PrequentialMetrics(trainer.metrics.window_samples)
         self.pre_drift_auc = trainer.metrics.auc()
+        self.frozen_at = sum(len(labels) for labels in self.labels)
         logging.info("drift point reached: online window AUC %.4f; model frozen for comparison", self.pre_drift_auc)
 
     def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
         trained = int(trainer.checkpointer.samples.numpy())
+        self.labels.append(np.asarray(parsed_batch.labels).reshape(-1))
+        self.online_scores.append(np.asarray(probs).reshape(-1))
         reached = any(offset * self.partitions + partition >= self.drift_message
                       for partition, offset in trainer.positions.items())
         if self.frozen_model is None and reached:
             self._freeze(trainer)
         elif self.frozen_model is not None:
-            self.frozen_metrics.update(parsed_batch.labels.numpy(), self.frozen_model.score(parsed_batch.features))
+            frozen = self.frozen_model.score(parsed_batch.features)
+            self.frozen_metrics.update(parsed_batch.labels.numpy(), frozen)
+            self.frozen_scores.append(np.asarray(frozen).reshape(-1))
         if trained >= self.stop_after:
             trainer.stop_signal.request(f"the demo stream's {self.stop_after} samples were trained")
+
+
+    def plot(self, path: str, window: int) -> None:
+        """A PNG of windowed AUC over the trained stream: the online model against its frozen copy."""
+        labels, online = np.concatenate(self.labels), np.concatenate(self.online_scores)
+        step = max(window // 5, 1)
+        curves = {"online": windowed_auc(labels, online, window, step)}
+        if self.frozen_at is not None and self.frozen_scores:
+            frozen = np.concatenate([online[:self.frozen_at], np.concatenate(self.frozen_scores)])
+            curves["frozen at the drift"] = windowed_auc(labels, frozen, window, step, start=self.frozen_at)
+        plot_auc_curves(path, curves, self.frozen_at or 0, "drift: copy frozen here",
+                        "easyonline demo: DeepFM on a drifting stream")
 
 
 def check_updates(config, trainer) -> Optional[dict]:
@@ -106,6 +130,8 @@ def define_flags() -> None:
                         "Pipeline config; kafka server, topic and model_dir are set by the demo.")
     flags.DEFINE_string("model_dir", "", "Where checkpoints go (default: a new temporary directory).")
     flags.DEFINE_float("max_seconds", 900, "Give up after this long.")
+    flags.DEFINE_string("png", "", "Where to write the plot of windowed AUC, online vs frozen (default: auc.png in "
+                        "the demo's work directory; 'none': no plot). Needs matplotlib (a dev dependency).")
 
 
 def main(argv) -> int:
@@ -162,6 +188,13 @@ def main(argv) -> int:
         print(f"  replaying them rebuilds the trained model exactly:       "
               f"{'yes' if not updates['differences'] else 'NO: ' + '; '.join(updates['differences'][:3])}")
     print(f"  model_dir: {model_dir}")
+    if FLAGS.png != "none":
+        png = FLAGS.png or os.path.join(work, "auc.png")
+        try:
+            monitor.plot(png, window=config.train_config.metrics_window_samples)
+            print(f"  plot of windowed AUC, online vs frozen:                   {png}")
+        except ImportError as e:
+            print(f"  no plot: {e}")
     updates_ok = updates is None or not updates["differences"]
     return 0 if recovered and not frozen_ok and updates_ok else 1
 

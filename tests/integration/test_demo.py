@@ -4,9 +4,11 @@ import subprocess
 from tests.conftest import PYTHON, python_env
 
 
-def test_demo_trains_online_and_beats_the_frozen_model():
+def test_demo_trains_online_and_beats_the_frozen_model(tmp_path):
+    png = tmp_path / "auc.png"
     proc = subprocess.run([PYTHON, "-m", "easyonline.tools.demo", "--samples=160000", "--drift_at=60000",
-                           "--max_seconds=240"], env=python_env(), capture_output=True, text=True, timeout=400)
+                           "--max_seconds=240", f"--png={png}"], env=python_env(), capture_output=True, text=True,
+                          timeout=400)
     out = proc.stdout
     assert "easyonline demo" in out, proc.stderr[-3000:]
     assert "samples          160000" in out
@@ -22,3 +24,5 @@ def test_demo_trains_online_and_beats_the_frozen_model():
     assert values["at the end, online model"] > values["model frozen at the drift point"] + 0.1
     assert "replaying them rebuilds the trained model exactly:       yes" in out, out
     assert proc.returncode == 0, out
+    assert f"online vs frozen:                   {png}" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000

@@ -166,14 +166,25 @@ def test_keras3_already_loaded_is_a_clear_error():
     assert "KerasVersionError" in proc.stderr and "TF_USE_LEGACY_KERAS" in proc.stderr
 
 
-def test_checkpoint_restores_tables_and_adam_slots_exactly(tmp_path):
+@pytest.mark.parametrize("sparse_optimizer", ["", "adagrad_optimizer"])
+def test_checkpoint_restores_tables_and_optimizer_slots_exactly(tmp_path, sparse_optimizer):
+    """One optimizer (Adam) for the whole model, or Adagrad for the tables and Adam for the dense part."""
     _write_csv(tmp_path / "train.csv", 3000)
     config = online_config(tmp_path / "m", **FAST)
     config.ClearField("kafka_train_input")
     config.file_train_input.paths.append(str(tmp_path / "train.csv"))
+    if sparse_optimizer:
+        getattr(config.train_config.sparse_optimizer_config, sparse_optimizer).learning_rate = 0.05
     first = build_trainer(config, online=False)
     first.run()
     second = build_trainer(config, online=False)
+    slots = {len(layer.optimizer_vars) for layer in first.model.tables.embeddings.values()}
+    assert slots == ({1} if sparse_optimizer else {2})  # Adagrad's accumulator, or Adam's m and v
+    if sparse_optimizer:
+        dense_slots = [v for v in first.optimizer.dense.variables() if "/m:" in v.name or "/v:" in v.name]
+        assert dense_slots and all("DynamicEmbedding" not in v.name for v in dense_slots)
+        for a, b in zip(first.optimizer.dense.variables(), second.optimizer.dense.variables()):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert int(second.checkpointer.step.numpy()) == int(first.checkpointer.step.numpy()) > 0
 
     def sorted_export(variable):

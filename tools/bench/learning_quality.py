@@ -41,6 +41,7 @@ import easyonline  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS first)
 from easyonline.config import apply_edit_config_json, load_pipeline_config  # noqa: E402
 from easyonline.core.callbacks import Callback  # noqa: E402
 from easyonline.jobs.online_train import build_trainer  # noqa: E402
+from easyonline.scoring.auc_curves import exact_auc as auc, plot_auc_curves, windowed_auc  # noqa: E402
 from easyonline.scoring.checkpoint_model import CheckpointModel  # noqa: E402
 from easyonline.tools.local_broker import LocalBroker  # noqa: E402
 from easyonline.tools.stream_producer import produce  # noqa: E402
@@ -78,25 +79,6 @@ def read_stream(directory: str) -> List[bytes]:
     if os.path.exists(os.path.join(directory, "u.data")):
         return movielens_lines(directory)
     raise SystemExit(f"{directory} holds neither stream.csv nor MovieLens's u.data and u.item")
-
-
-def auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """Exact ROC AUC (ties count one half)."""
-    labels = np.asarray(labels) > 0.5
-    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
-    ends = np.cumsum(counts)
-    ranks = (ends - (counts - 1) / 2.0)[inverse]  # the average rank of each tie group
-    positives = labels.sum()
-    negatives = len(labels) - positives
-    if not positives or not negatives:
-        return float("nan")
-    return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives))
-
-
-def windowed_auc(labels: np.ndarray, scores: np.ndarray, window: int, step: int, start: int = 0):
-    """(window end positions, AUC of the ``window`` samples before each)."""
-    ends = list(range(start + window, len(labels) + 1, step))
-    return ends, [auc(labels[e - window:e], scores[e - window:e]) for e in ends]
 
 
 class OnlineLogisticRegression:
@@ -174,25 +156,6 @@ def train_online(config_path: str, lines: List[bytes], work: str, edits: Dict) -
     return recorder
 
 
-def plot(path: str, curves: Dict[str, tuple], half: int, title: str) -> None:
-    import matplotlib  # pylint: disable=g-import-not-at-top
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-    figure, axes = plt.subplots(figsize=(9, 4.5))
-    for label, (x, y) in curves.items():
-        axes.plot(x, y, label=label, linewidth=1.5)
-    axes.axvline(half, color="grey", linestyle=":", linewidth=1)
-    axes.text(half, axes.get_ylim()[0], " frozen here", color="grey", va="bottom")
-    axes.set_xlabel("samples of the stream")
-    axes.set_ylabel("AUC of the last window (prequential)")
-    axes.set_title(title)
-    axes.grid(alpha=0.3)
-    axes.legend(loc="lower right")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="directory with stream.csv, or MovieLens's u.data and u.item")
@@ -242,7 +205,8 @@ def main() -> int:
                   "easyonline, frozen at the half": windowed_auc(
                       labels, np.concatenate([scores[:half], frozen]), args.window, step, start=half),
                   "online LR (baseline)": windowed_auc(labels, lr_scores, args.window, step)}
-        plot(args.png, curves, half, f"{os.path.basename(args.config)} on {os.path.basename(args.data.rstrip('/'))}")
+        title = f"{os.path.basename(args.config)} on {os.path.basename(args.data.rstrip('/'))}"
+        plot_auc_curves(args.png, curves, half, "frozen here", title)
         print(f"plot: {args.png}")
     return 0 if not args.assert_targets or all(result["targets"].values()) else 1
 
