@@ -17,6 +17,7 @@ from easyonline.protos import pipeline_pb2
 def define_config_flags(config_help: str = "Path of the pipeline config (protobuf text format).",
                         model_dir_help: str = "Overrides model_dir of the config.") -> None:
     flags.DEFINE_string("config", None, config_help)
+    flags.DEFINE_alias("pipeline_config_path", "config")  # EasyRec's name of the same flag
     flags.DEFINE_string("edit_config_json", "", "JSON object of config overrides, EasyRec-style: "
                         "'{\"train_config.num_steps\": 100, \"kafka_train_input.offset_info\": \"{\\\"0\\\": 5}\"}'.")
     flags.DEFINE_string("model_dir", "", model_dir_help)

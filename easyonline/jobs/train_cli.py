@@ -8,6 +8,7 @@ Exit codes: 0 after a clean stop (input ended, num_steps, stop file, SIGTERM),
 2 for a bad config (or TF_CONFIG), 3 when the broker or an input file cannot be reached, 4 when more of
 the stream was malformed than data_config.max_bad_fraction allows, 5 when a parameter server was lost.
 """
+import logging
 import os
 import sys
 
@@ -28,12 +29,19 @@ def define_flags() -> None:
     define_config_flags()
     flags.DEFINE_bool("online", False, "Train from kafka_train_input until stopped (stop file, SIGTERM, SIGINT). "
                       "Without it, train until the input ends (files; or Kafka caught up) or num_steps.")
+    flags.DEFINE_bool("continue_train", True, "Accepted for EasyRec's command lines: the trainer always resumes from "
+                      "model_dir's latest checkpoint (parameters, optimizer slots, step and Kafka positions). To "
+                      "start over, use a new model_dir.")
 
 
 def main(argv) -> int:
     del argv
     FLAGS = flags.FLAGS
     setup_logging(FLAGS.log_level)
+    if not FLAGS.continue_train:
+        logging.getLogger("easyonline.train").warning(
+            "--continue_train=false is ignored: the trainer always resumes from model_dir's latest checkpoint; "
+            "use a new model_dir to start over")
     code = run_job(_train)
     if os.environ.get("TF_CONFIG", "").strip():
         # A cluster task: TensorFlow's gRPC server threads keep reconnecting to lost tasks and can hold

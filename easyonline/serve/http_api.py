@@ -100,8 +100,9 @@ class ServingState:
         lines = []
 
         def gauge(name, value, help_text, labels=""):
+            """A gauge, or a counter where the name says so (Prometheus: counters end in _total)."""
             lines.append(f"# HELP easyonline_serving_{name} {help_text}")
-            lines.append(f"# TYPE easyonline_serving_{name} gauge")
+            lines.append(f"# TYPE easyonline_serving_{name} {'counter' if name.endswith('_total') else 'gauge'}")
             lines.append(f"easyonline_serving_{name}{labels} {value if value is not None else 'NaN'}")
 
         gauge("last_applied_step", follower.step, "global step of the newest applied update")

@@ -1,13 +1,18 @@
-"""Runs an absl command so that ``--help`` lists its own flags.
+"""Runs an absl command so that ``--help`` shows the command's own description and flags, and exits 0.
 
-absl's ``--help`` shows the flags of the main module, but our flags are
-defined in ``jobs/<verb>_cli.py`` while ``python -m easyonline.<verb>`` runs
-``<verb>/__main__.py``; this registers them as the main module's key flags.
+absl's ``--help`` shows the docstring and flags of the main module, and
+exits 1. Our flags are defined in ``jobs/<verb>_cli.py`` (or the tool's
+module) while ``python -m easyonline.<verb>`` runs ``<verb>/__main__.py``:
+this registers them as the main module's key flags, shows the defining
+module's docstring as the description, and exits 0 after help as the
+EasyRec and TensorFlow commands' users expect.
 """
 import sys
 from typing import Callable
 
 from absl import app, flags
+
+HELP_FLAGS = {"--help": True, "-h": True, "-?": True, "--helpshort": True, "--helpfull": False}
 
 
 def run_command(define_flags: Callable[[], None], main: Callable) -> None:
@@ -16,4 +21,9 @@ def run_command(define_flags: Callable[[], None], main: Callable) -> None:
     define_flags()
     for name in sorted(set(flags.FLAGS) - before):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
+    asked = [HELP_FLAGS[a] for a in sys.argv[1:] if a in HELP_FLAGS]
+    if asked:
+        description = sys.modules[define_flags.__module__].__doc__ or ""
+        sys.modules["__main__"].__doc__ = description.replace("%", "%%").rstrip() + "\n"
+        app.usage(shorthelp=asked[0], writeto_stdout=True, exitcode=0)
     app.run(lambda argv: sys.exit(main(argv)))

@@ -1,4 +1,6 @@
-"""``python -m easyonline.<verb> --help`` documents every flag the verb defines."""
+"""``python -m easyonline.<verb> --help`` documents every flag the verb defines, starts with the verb's own
+description and exits 0."""
+import json
 import subprocess
 
 import pytest
@@ -15,13 +17,14 @@ COMMANDS = {"train": "easyonline.jobs.train_cli", "export": "easyonline.jobs.exp
 
 @pytest.fixture(scope="module")
 def helps():
-    """{verb: (flags its module defines, its --help text)}: every process started at once (each imports
-    TensorFlow: side by side they take half the time on two cores)."""
+    """{verb: (flags its module defines, its description's first line, its --help text, --help's exit code)}:
+    every process started at once (each imports TensorFlow: side by side they take half the time on two cores)."""
     started = {}
     for verb, module in COMMANDS.items():
         defined = subprocess.Popen(
             [PYTHON, "-c", f"import sys; from absl import flags; import {module} as m; b = set(flags.FLAGS); "
-                           "m.define_flags(); print(' '.join(sorted(set(flags.FLAGS) - b)))"],
+                           "m.define_flags(); import json; "
+                           "print(json.dumps([sorted(set(flags.FLAGS) - b), m.__doc__.strip().splitlines()[0]]))"],
             env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         shown = subprocess.Popen([PYTHON, "-m", f"easyonline.{verb}", "--help"], env=python_env(),
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -30,13 +33,28 @@ def helps():
     for verb, (defined, shown) in started.items():
         stdout, stderr = defined.communicate(timeout=300)
         assert defined.returncode == 0, stderr[-2000:]
-        out[verb] = stdout.strip().splitlines()[-1].split(), shown.communicate(timeout=300)[0]
+        names, description = json.loads(stdout.strip().splitlines()[-1])
+        out[verb] = names, description, shown.communicate(timeout=300)[0], shown.returncode
     return out
 
 
 @pytest.mark.parametrize("verb", sorted(COMMANDS))
 def test_help_lists_every_flag(verb, helps):
-    names, text = helps[verb]  # (the last line of the first: TFRA prints a notice on import)
+    names, _, text, _ = helps[verb]  # (the last line of the first: TFRA prints a notice on import)
     assert names
     missing = [n for n in names if f"--{n}:" not in text and f"--[no]{n}:" not in text]
     assert not missing, text[-2000:]
+
+
+@pytest.mark.parametrize("verb", sorted(COMMANDS))
+def test_help_starts_with_the_commands_description_and_exits_0(verb, helps):
+    _, description, text, code = helps[verb]
+    assert code == 0, text[-2000:]
+    assert description in text and "__main__" not in description
+    assert text.index(description) < text.index("flags:")
+
+
+def test_easyrec_flags_are_accepted_by_train(helps):
+    text = helps["train"][2]
+    assert "--pipeline_config_path: Alias for --config." in text
+    assert "--[no]continue_train:" in text

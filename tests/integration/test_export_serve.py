@@ -131,6 +131,8 @@ def test_served_predictions_follow_training_and_match_the_trainer(broker, topic,
         np.testing.assert_allclose(server.predict(requests), expected, atol=1e-5)
         metrics = urllib.request.urlopen(server.url("/metrics"), timeout=10).read().decode()
         assert f"easyonline_serving_last_applied_sequence {last}" in metrics
+        types = dict(line.split()[2:4] for line in metrics.splitlines() if line.startswith("# TYPE "))
+        assert len(types) > 8 and all((kind == "counter") == name.endswith("_total") for name, kind in types.items())
         # A restart loads the same export, replays the stream from its recorded position: same state.
         assert server.stop() == 0
         server = Server(export_dir, tmp_path / "serve2.log")

@@ -98,9 +98,11 @@ def test_sigterm_stops_the_cli_cleanly_with_a_checkpoint(broker, topic, tmp_path
     assert "published the final update" in rest  # the sample config publishes; SIGTERM flushes it
 
 
-def test_config_error_exits_2_and_names_the_field(tmp_path):
-    proc = subprocess.run([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
-                           "--online", '--edit_config_json={"data_config.batch_size": 0}'],
+@pytest.mark.parametrize("config_flag", ["--config", "--pipeline_config_path"])
+def test_config_error_exits_2_and_names_the_field(tmp_path, config_flag):
+    """Also through EasyRec's flag names (--pipeline_config_path, --continue_train)."""
+    proc = subprocess.run([PYTHON, "-m", "easyonline.train", f"{config_flag}={os.path.join(SAMPLES, 'online.config')}",
+                           "--online", "--continue_train", '--edit_config_json={"data_config.batch_size": 0}'],
                           env=python_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "data_config.batch_size" in proc.stderr
