@@ -41,6 +41,7 @@ from easyonline.utils.logs import setup_logging
 tf = ensure_legacy_keras()
 
 
+log = logging.getLogger("easyonline.demo")
 LINES_PER_MESSAGE = 4  # the demo's producer puts 4 samples in each message, messages round-robin over partitions
 
 
@@ -76,7 +77,7 @@ class DriftMonitor(Callback):
         self.frozen_metrics = PrequentialMetrics(trainer.metrics.window_samples)
         self.pre_drift_auc = trainer.metrics.auc()
         self.frozen_at = sum(len(labels) for labels in self.labels)
-        logging.info("drift point reached: online window AUC %.4f; model frozen for comparison", self.pre_drift_auc)
+        log.info("drift point reached: online window AUC %.4f; model frozen for comparison", self.pre_drift_auc)
 
     def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
         trained = int(trainer.checkpointer.samples.numpy())

@@ -12,6 +12,8 @@ from typing import Callable
 
 from absl import app, flags
 
+from easyonline.utils.logs import setup_logging
+
 HELP_FLAGS = {"--help": True, "-h": True, "-?": True, "--helpshort": True, "--helpfull": False}
 
 
@@ -26,4 +28,8 @@ def run_command(define_flags: Callable[[], None], main: Callable) -> None:
         description = sys.modules[define_flags.__module__].__doc__ or ""
         sys.modules["__main__"].__doc__ = description.replace("%", "%%").rstrip() + "\n"
         app.usage(shorthelp=asked[0], writeto_stdout=True, exitcode=0)
-    app.run(lambda argv: sys.exit(main(argv)))
+    def logged_main(argv):
+        setup_logging("INFO")
+        return sys.exit(main(argv))
+
+    app.run(logged_main)
