@@ -14,11 +14,13 @@ import sys
 
 from absl import flags
 
+from easyonline.core.errors import ConfigError
 from easyonline.core.exit_codes import run_job
 from easyonline.distributed.cluster_config import cluster_from_env
 from easyonline.distributed.server import run_server
 from easyonline.jobs.config_flags import config_from_flags, define_config_flags
 from easyonline.jobs.online_train import online_train
+from easyonline.train.prometheus_metrics import PrometheusMetrics
 from easyonline.train.threading_config import apply_thread_config
 from easyonline.utils.cli import run_command
 from easyonline.utils.logs import setup_logging
@@ -29,6 +31,9 @@ def define_flags() -> None:
     define_config_flags()
     flags.DEFINE_bool("online", False, "Train from kafka_train_input until stopped (stop file, SIGTERM, SIGINT). "
                       "Without it, train until the input ends (files; or Kafka caught up) or num_steps.")
+    flags.DEFINE_integer("metrics_port", 0, "Serve the status line's figures for Prometheus on "
+                         "http://<metrics_host>:<port>/metrics while training (0: off). See docs/operations.md.")
+    flags.DEFINE_string("metrics_host", "127.0.0.1", "Address --metrics_port listens on (0.0.0.0: every interface).")
     flags.DEFINE_bool("continue_train", True, "Accepted for EasyRec's command lines: the trainer always resumes from "
                       "model_dir's latest checkpoint (parameters, optimizer slots, step and Kafka positions). To "
                       "start over, use a new model_dir.")
@@ -59,11 +64,19 @@ def _train() -> int:
     if cluster is not None and cluster.task_type == "ps":
         return run_server(cluster, config.train_config)
     apply_thread_config(config.train_config)
-    summary = online_train(config, online=FLAGS.online)
+    callbacks = [_metrics_endpoint(FLAGS.metrics_host, FLAGS.metrics_port)] if FLAGS.metrics_port else []
+    summary = online_train(config, online=FLAGS.online, callbacks=callbacks)
     print("training summary")
     for line in summary.lines():
         print("  " + line)
     return 0
+
+
+def _metrics_endpoint(host: str, port: int) -> PrometheusMetrics:
+    try:
+        return PrometheusMetrics(port, host)
+    except OSError as e:
+        raise ConfigError("", f"--metrics_port {port} on {host}: {e.strerror or e}") from e
 
 
 def run() -> None:

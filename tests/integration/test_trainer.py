@@ -1,8 +1,11 @@
 """OnlineTrainer end to end on real TensorFlow/TFRA and the real local broker."""
 import os
+import re
 import signal
+import socket
 import subprocess
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -69,8 +72,12 @@ def test_sigterm_stops_the_cli_cleanly_with_a_checkpoint(broker, topic, tmp_path
                           "train_config.incr_save_config.kafka.server": broker.bootstrap,
                           "train_config.incr_save_config.kafka.topic": topic + "_updates"})
     import json
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        metrics_port = s.getsockname()[1]
     proc = subprocess.Popen([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
-                             "--online", f"--model_dir={model_dir}", f"--edit_config_json={json.dumps(edits)}"],
+                             "--online", f"--model_dir={model_dir}", f"--edit_config_json={json.dumps(edits)}",
+                             f"--metrics_port={metrics_port}"],
                             env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 120
     output = []
@@ -80,6 +87,23 @@ def test_sigterm_stops_the_cli_cleanly_with_a_checkpoint(broker, topic, tmp_path
         if "step=" in line and "samples=5000 " in line:
             break
     assert any("samples=5000 " in l for l in output), "".join(output[-20:])
+    # the status line's figures on /metrics, with Prometheus' types
+    for _ in range(50):
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        if "easyonline_trainer_samples_total 5000" in metrics:
+            break
+        time.sleep(0.1)
+    assert "easyonline_trainer_samples_total 5000.0" in metrics, metrics
+    assert "# TYPE easyonline_trainer_samples_total counter" in metrics and "# TYPE easyonline_trainer_auc gauge" in metrics
+    auc = float(re.search(r"^easyonline_trainer_auc (\S+)$", metrics, re.M).group(1))
+    assert 0.5 < auc < 1, metrics
+    assert re.search(r'^easyonline_trainer_table_keys\{table="C1"\} [1-9]', metrics, re.M), metrics
+    assert re.search(r"^easyonline_trainer_published_sequence [1-9]", metrics, re.M), metrics
+    # a port in use is a clear error, before anything starts
+    taken = subprocess.run([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
+                            "--online", f"--model_dir={tmp_path / 'other'}", f"--metrics_port={metrics_port}"],
+                           env=python_env(), capture_output=True, text=True, timeout=120)
+    assert taken.returncode == 2 and f"--metrics_port {metrics_port}" in taken.stderr, taken.stderr[-3000:]
     # a second trainer on the same model_dir stops with its own exit code, and writes nothing
     second = subprocess.run([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
                              "--online", f"--model_dir={model_dir}", f"--edit_config_json={json.dumps(edits)}"],
