@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, Tuple
 
 import numpy as np
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from easyonline.serve.loaded_export import LoadedExport
 from easyonline.serve.update_follower import UpdateFollower
@@ -56,6 +57,10 @@ def request_inputs(body: dict) -> Tuple[Dict[str, list], bool]:
     return out, False
 
 
+# Predict latency buckets, seconds: TF Serving's figures are a few ms at batch 1.
+LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
 class ServingState:
     """What the handlers share: the model, the follower, counters."""
 
@@ -69,6 +74,10 @@ class ServingState:
         self.open_connections = 0
         self.predicted = 0
         self.predict_seconds = 0.0
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.latency = Histogram("easyonline_serving_predict_latency_seconds",
+                                 "time to score one predict request (parsing, lookup and model)",
+                                 buckets=LATENCY_BUCKETS, registry=self.registry)
         self.started = time.time()
         self._lock = threading.Lock()
 
@@ -82,6 +91,8 @@ class ServingState:
             self.requests[outcome] += 1
             self.predicted += samples
             self.predict_seconds += seconds
+        if samples:
+            self.latency.observe(seconds)
 
     def status(self) -> dict:
         follower = self.follower
@@ -122,7 +133,7 @@ class ServingState:
         gauge("open_connections", self.open_connections, "HTTP connections open now")
         gauge("predicted_samples_total", self.predicted, "samples scored since start")
         gauge("predict_seconds_total", round(self.predict_seconds, 6), "time spent scoring")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines) + "\n" + generate_latest(self.registry).decode()
 
 
 class Handler(BaseHTTPRequestHandler):

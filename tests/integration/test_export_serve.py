@@ -7,6 +7,7 @@ import collections
 import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -133,6 +134,9 @@ def test_served_predictions_follow_training_and_match_the_trainer(broker, topic,
         assert f"easyonline_serving_last_applied_sequence {last}" in metrics
         types = dict(line.split()[2:4] for line in metrics.splitlines() if line.startswith("# TYPE "))
         assert len(types) > 8 and all((kind == "counter") == name.endswith("_total") for name, kind in types.items())
+        assert types["easyonline_serving_predict_latency_seconds"] == "histogram"
+        served = int(float(re.search(r"^easyonline_serving_predict_latency_seconds_count (\S+)$", metrics, re.M)[1]))
+        assert served >= 1 and 'easyonline_serving_predict_latency_seconds_bucket{le="0.01"}' in metrics
         # A restart loads the same export, replays the stream from its recorded position: same state.
         assert server.stop() == 0
         server = Server(export_dir, tmp_path / "serve2.log")
