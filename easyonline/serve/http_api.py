@@ -4,6 +4,9 @@
   ``{"predictions": [{"probs": p, "logits": l}, ...]}``) or ``{"inputs": {input: [values]}}``
   (answers ``{"outputs": {"probs": [...], "logits": [...]}}``);
 - ``GET /v1/models/<name>``: version, last applied step and sequence, update lag;
+- ``GET /v1/models/<name>/metadata``: the signature defs, as TF Serving's GetModelMetadata;
+- each also under ``/v1/models/<name>/versions/<version>`` (the loaded version; another is 404), and a
+  predict body may name ``"signature_name": "serving_default"``;
 - ``GET /metrics``: the same and request counters, in Prometheus text format.
 
 Requests larger than ``max_request_bytes`` or with more than
@@ -15,16 +18,18 @@ each (more get 503 and are closed).
 """
 import json
 import logging
+import re
 import socket
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
+from easyonline.export.layout import SERVING_SIGNATURE, UPDATE_SIGNATURE
 from easyonline.serve.loaded_export import LoadedExport
 from easyonline.serve.update_follower import UpdateFollower
 
@@ -106,6 +111,11 @@ class ServingState:
                 "refused_updates": dict(follower.refused), "update_lag_messages": follower.lag_messages,
                 "update_lag_seconds": None if lag is None else round(lag, 3), "update_error": follower.error}
 
+    def metadata(self) -> dict:
+        """TF Serving's GetModelMetadata answer: the model spec and its signature defs."""
+        return {"model_spec": {"name": self.model_name, "signature_name": "", "version": self.export.version},
+                "metadata": {"signature_def": {"signature_def": self.export.signature_defs()}}}
+
     def metrics(self) -> str:
         follower = self.follower
         lines = []
@@ -157,20 +167,43 @@ class Handler(BaseHTTPRequestHandler):
         self.state.count(outcome)
         self._send(code, {"error": message})
 
+    def _model_resource(self, path: str) -> Optional[str]:
+        """What ``path`` asks of the model ("", "/metadata", ":predict"), as TF Serving's paths name it, with or
+        without ``/versions/<the loaded version>``; None for another path (answered 404 here)."""
+        base = f"/v1/models/{self.state.model_name}"
+        if path != base and not path.startswith((base + "/", base + ":")):
+            self._error(404, "not_found", f"no such resource {path}; try {base}")
+            return None
+        rest = path[len(base):]
+        versioned = re.match(r"/versions/([^/:]+)(.*)$", rest)
+        if versioned:
+            if versioned.group(1) != self.state.export.version:
+                self._error(404, "not_found", f"version {versioned.group(1)} of {self.state.model_name} is not "
+                                              f"served (serving version {self.state.export.version})")
+                return None
+            rest = versioned.group(2)
+        return rest
+
     def do_GET(self):  # noqa: N802
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             self._send(200, self.state.metrics(), "text/plain; version=0.0.4")
-        elif path == f"/v1/models/{self.state.model_name}":
+            return
+        resource = self._model_resource(path)
+        if resource == "":
             self._send(200, self.state.status())
-        else:
+        elif resource == "/metadata":
+            self._send(200, self.state.metadata())
+        elif resource is not None:
             self._error(404, "not_found", f"no such resource {path}; try /v1/models/{self.state.model_name}")
 
     def do_POST(self):  # noqa: N802
         path = self.path.split("?", 1)[0]
-        if path != f"/v1/models/{self.state.model_name}:predict":
+        resource = self._model_resource(path)
+        if resource != ":predict":
             self.close_connection = True  # its body is not read
-            self._error(404, "not_found", f"POST /v1/models/{self.state.model_name}:predict, not {path}")
+            if resource is not None:
+                self._error(404, "not_found", f"POST /v1/models/{self.state.model_name}:predict, not {path}")
             return
         try:
             length = int(self.headers.get("Content-Length", ""))
@@ -201,6 +234,10 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 raise BadRequest(f"the body ended after {len(data)} of {length} bytes (Content-Length)")
             body = json.loads(data)
+            signature = body.get("signature_name", SERVING_SIGNATURE) if isinstance(body, dict) else None
+            if signature not in (None, SERVING_SIGNATURE):
+                raise BadRequest(f"signature_name {signature!r}: predict serves {SERVING_SIGNATURE!r} "
+                                 f"({UPDATE_SIGNATURE!r} applies updates; GET .../metadata lists both)")
             inputs, rows = request_inputs(body)
             count = max((len(v) for v in inputs.values()), default=0)
             if count > self.state.max_rows_per_request:

@@ -19,6 +19,7 @@ from easyonline.updates.param_ids import read_parameter_ids
 
 tf = ensure_legacy_keras()
 import tensorflow_recommenders_addons  # noqa: E402,F401  pylint: disable=g-import-not-at-top,unused-import
+from tensorflow.core.framework import types_pb2  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def newest_version(export_dir: str) -> str:
@@ -59,6 +60,21 @@ class LoadedExport:
             with open(shapes_path) as f:
                 self._dense_shapes = {int(i): tuple(shape) for i, shape in json.load(f).items()}
         self._update_lock = threading.Lock()
+
+    def signature_defs(self) -> Dict[str, dict]:
+        """The SavedModel's signatures as TF Serving's metadata shows them: inputs and outputs with dtype and
+        shape (-1: any size)."""
+        def spec(tensor) -> dict:
+            dims = [{"size": str(-1 if d is None else d)} for d in tensor.shape.as_list()]
+            return {"dtype": types_pb2.DataType.Name(tensor.dtype.as_datatype_enum), "tensor_shape": {"dim": dims},
+                    "name": getattr(tensor, "name", "") or ""}
+        out = {}
+        for name, function in self._module.signatures.items():
+            _, inputs = function.structured_input_signature
+            out[name] = {"inputs": {k: spec(v) for k, v in sorted(inputs.items())},
+                         "outputs": {k: spec(v) for k, v in sorted(function.structured_outputs.items())},
+                         "method_name": "tensorflow/serving/predict"}
+        return out
 
     def predict(self, inputs: Dict[str, List]) -> Dict[str, np.ndarray]:
         """``inputs``: one equally long list per input; raises ValueError naming a bad or missing input."""

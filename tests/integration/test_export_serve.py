@@ -306,6 +306,29 @@ def test_bad_and_oversized_predict_requests_get_clear_errors(served_from_files):
     assert 'easyonline_serving_requests_total{outcome="too_large"} 1' in metrics
 
 
+def test_metadata_versions_in_paths_and_signature_name_as_tf_serving_has_them(served_from_files):
+    _, server, _, _, _ = served_from_files
+    row = instances(SyntheticCtrStream().lines(0, 1))[0]
+    version = server.status()["model_version_status"][0]["version"]
+    with urllib.request.urlopen(server.url(f"/v1/models/m/versions/{version}/metadata"), timeout=10) as r:
+        metadata = json.loads(r.read())
+    assert metadata["model_spec"] == {"name": "m", "signature_name": "", "version": version}
+    signatures = metadata["metadata"]["signature_def"]["signature_def"]
+    assert set(signatures) == {"serving_default", "incr_update_sig"}
+    serving = signatures["serving_default"]
+    assert set(serving["inputs"]) == set(row) and set(serving["outputs"]) == {"probs", "logits"}
+    assert serving["inputs"]["C1"]["dtype"] == "DT_STRING" and serving["inputs"]["I1"]["dtype"] == "DT_FLOAT"
+    assert serving["inputs"]["C1"]["tensor_shape"] == {"dim": [{"size": "-1"}]}
+    expected = server.predict([row])
+    code, body = server.post(json.dumps({"signature_name": "serving_default", "instances": [row]}).encode(),
+                             name=f"m/versions/{version}")
+    assert code == 200 and body["predictions"][0]["probs"] == pytest.approx(expected[0], abs=1e-6)
+    code, body = server.post(json.dumps({"signature_name": "incr_update_sig", "instances": [row]}).encode())
+    assert code == 400 and "incr_update_sig" in body["error"]
+    code, body = server.post(json.dumps({"instances": [row]}).encode(), name="m/versions/999")
+    assert code == 404 and f"serving version {version}" in body["error"]
+
+
 def _raw(server, data: bytes, timeout: float = 10) -> bytes:
     """Sends ``data`` on a new connection and reads the answer until the server closes it."""
     with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as conn:
