@@ -40,6 +40,7 @@ class IncrementalPublish(Callback):
                                           incr.HasField("sparse_save_secs"))
         self.publisher: Optional[UpdatePublisher] = None
         self.tracker: Optional[ChangeLog] = None
+        self._last_sparse_time = time.time()
         self._dense_vars = {}
         self._dense_owed = False
 
@@ -72,15 +73,22 @@ class IncrementalPublish(Callback):
             self._dense_owed = False
             return
         dense = self._dense_owed or self._dense_schedule.due(trainer.step)
-        sparse = self._sparse_schedule.due(trainer.step)
+        sparse = self._sparse_schedule.due(trainer.step) or self._caught_up_due(trainer)
         if not (dense or sparse):
             return
         self.publisher.offer(self._job(trainer, dense))
+        self._last_sparse_time = time.time()
         self._dense_owed = False
         if dense:
             self._dense_schedule.mark(trainer.step)
         if sparse:
             self._sparse_schedule.mark(trainer.step)
+
+    def _caught_up_due(self, trainer) -> bool:
+        """Changed rows wait, the input has no lag, and sparse_save_secs_caught_up passed since the last update."""
+        every = self.incr.sparse_save_secs_caught_up
+        return every > 0 and trainer.lag == 0 and self.tracker.pending_ids > 0 and \
+            time.time() - self._last_sparse_time >= every
 
     def on_train_end(self, trainer, summary) -> None:
         """Publishes the final state (dense and every pending key) and waits for it, up to flush_timeout_secs."""

@@ -190,3 +190,44 @@ def test_unreachable_update_broker_does_not_stop_training_and_publishing_resumes
         assert_replica_equals_trainer(_replay(records, "model"), trainer, tmp_path / "model")
     finally:
         late_broker.stop()
+
+
+class PublishTimes(Callback):
+    """When the first batch was trained, and every update's creation time and row count."""
+
+    def __init__(self):
+        self.first_batch = None
+        self.updates = []
+
+    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
+        self.first_batch = self.first_batch or time.time()
+
+    def on_publish(self, trainer, result):
+        self.updates.append((result.create_time, result.rows))
+
+
+def test_a_caught_up_trainer_publishes_changed_rows_at_the_faster_cadence(broker, topic, tmp_path):
+    """sparse_save_secs 60 (and dense 60), sparse_save_secs_caught_up 0.2: once the input has no lag, the
+    changed rows go out within a second instead of a minute."""
+    broker.create_topic(topic, 1)
+    produce(broker.bootstrap, topic, SyntheticCtrStream().chunks(0, 2000), partitions=1)
+    config = online_config(tmp_path / "model", broker.bootstrap, topic, **FAST)
+    incr = config.train_config.incr_save_config
+    incr.sparse_save_secs, incr.dense_save_secs, incr.sparse_save_secs_caught_up = 60, 60, 0.2
+    incr.kafka.server, incr.kafka.topic = broker.bootstrap, topic + "_updates"
+    times = PublishTimes()
+    trainer = build_trainer(config, online=True, callbacks=[times])
+    import threading  # pylint: disable=g-import-not-at-top
+    thread = threading.Thread(target=trainer.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.time() + 60
+        while not any(rows for _, rows in times.updates) and time.time() < deadline:
+            time.sleep(0.05)
+        assert times.updates, "nothing was published within 60 s"
+        created = next(t for t, rows in times.updates if rows)
+        assert trainer.lag == 0
+        assert created - times.first_batch < 5, (created - times.first_batch, times.updates)
+    finally:
+        trainer.stop("test done")
+        thread.join(60)

@@ -2,7 +2,7 @@
 
 DeepFM from samples/online.config, trained from the local broker. Runs
 alternate off / on / off / on on fresh models over the same samples; "on"
-publishes to a second topic on the same broker with sparse_save_secs=1 and
+publishes to a second topic on the same broker with sparse_save_secs=1 (--sparse_save_secs) and
 dense_save_secs=10. Reports the ratio on/off (target >= 0.9), bytes
 published per second, and the delay from a batch being trained to the
 acknowledgement of the update that carries it (p50/p99).
@@ -55,13 +55,14 @@ class PublishDelays(Callback):
             into.append(result.acked_time - self.batch_times.pop(step))
 
 
-def run_once(work, broker, topic, publish, index):
+def run_once(work, broker, topic, publish, index, sparse_save_secs=1.0, caught_up_secs=0.0):
     config = config_for(os.path.join(work, f"run_{index}"), broker.bootstrap, topic)
     delays = PublishDelays()
     config.train_config.ClearField("incr_save_config")  # the sample config publishes; "off" must not
     if publish:
         incr = config.train_config.incr_save_config
-        incr.sparse_save_secs, incr.dense_save_secs = 1, 10
+        incr.sparse_save_secs, incr.dense_save_secs = sparse_save_secs, 10
+        incr.sparse_save_secs_caught_up = caught_up_secs
         incr.kafka.server, incr.kafka.topic = broker.bootstrap, f"updates_{index}"
     timer = Timer()
     trainer = build_trainer(config, online=False, callbacks=[timer, delays])
@@ -78,6 +79,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=200000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--sparse_save_secs", type=float, default=1.0, help="how often changed rows are published")
+    parser.add_argument("--sparse_save_secs_caught_up", type=float, default=0.0,
+                        help="how often while the trainer has caught up (0: off)")
     args = parser.parse_args()
     setup_logging("WARNING")
     work = tempfile.mkdtemp(prefix="easyonline-bench-")
@@ -88,7 +92,8 @@ def main() -> None:
         index = 0
         for _ in range(args.rounds):
             for mode in ("off", "on"):
-                runs[mode].append(run_once(work, broker, "bench", mode == "on", index))
+                runs[mode].append(run_once(work, broker, "bench", mode == "on", index, args.sparse_save_secs,
+                                                   args.sparse_save_secs_caught_up))
                 index += 1
     off = float(np.mean([r["rate"] for r in runs["off"]]))
     on = float(np.mean([r["rate"] for r in runs["on"]]))
@@ -96,7 +101,8 @@ def main() -> None:
     final = np.concatenate([r["final_delays"] for r in runs["on"]])
     bytes_per_sec = float(np.mean([r["bytes"] / r["seconds"] for r in runs["on"]]))
     result = {
-        "model": "deepfm", "samples": args.samples, "rounds": args.rounds, "sparse_save_secs": 1,
+        "model": "deepfm", "samples": args.samples, "rounds": args.rounds, "sparse_save_secs": args.sparse_save_secs,
+        "sparse_save_secs_caught_up": args.sparse_save_secs_caught_up,
         "dense_save_secs": 10, "off_samples_per_sec": round(off), "on_samples_per_sec": round(on),
         "off_runs": [round(r["rate"]) for r in runs["off"]], "on_runs": [round(r["rate"]) for r in runs["on"]],
         "ratio_on_to_off": round(on / off, 3), "published_bytes_per_sec": round(bytes_per_sec),

@@ -9,13 +9,25 @@ served prediction for that sample and for a control that differs only in a
 C1 id never produced, until the two differ (an unknown id looks up as zeros;
 dense updates move both alike, so only the new id's served row separates
 them). Freshness = produce time -> first changed
-prediction, p50/p99 over ``--ids`` ids (target p99 < 3 s on 2 cores). Then
-predict latency p50/p99 for batch 1 and batch 100, with training and update
-application running.
+prediction, p50/p99 over ``--ids`` ids (target p99 < 3 s on 2 cores), and
+where that time goes, per id:
+
+- produced -> trained: the batch holding the sample was trained (Kafka
+  fetch, the reader process, batching, parsing, the step);
+- trained -> published: the first update created after it was acknowledged
+  by the update topic (waiting for ``sparse_save_secs``, encoding, sending);
+- published -> applied: the server reports that update's sequence applied
+  (its consumer's fetch, decoding, applying; seen by polling its status);
+- applied -> visible: the served prediction changed (polling granularity).
+
+Then predict latency p50/p99 for batch 1 and batch 100 on one keep-alive
+connection, with training and
+update application running.
 
     .venv/bin/python tools/bench/serving_freshness.py [--ids 40] [--latency_requests 300]
 """
 import argparse
+import http.client
 import json
 import os
 import subprocess
@@ -23,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -37,6 +50,8 @@ from easyonline.jobs.online_train import build_trainer  # noqa: E402
 from easyonline.utils.logs import setup_logging  # noqa: E402
 from tools.bench.online_throughput import config_for  # noqa: E402
 
+STAGES = ("produced -> trained", "trained -> published (acked)", "published -> applied by serving",
+          "applied -> visible in predict")
 FIELDS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
 
 
@@ -51,6 +66,57 @@ class Count(Callback):
 
     def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
         self.samples += parsed_batch.size
+
+
+class Stages(Callback):
+    """On the trainer's side: when the awaited fresh sample was trained, and every update's creation and ack.
+
+    Put first among the callbacks, so a batch is marked trained before the publishing callback sees it."""
+
+    def __init__(self):
+        self.marker: Optional[bytes] = None
+        self.trained_at: Optional[float] = None
+        self.publishes: List[Tuple[float, float, int]] = []  # (create_time, acked_time, last_sequence)
+
+    def expect(self, marker: bytes) -> None:
+        self.marker, self.trained_at = marker, None
+
+    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
+        if self.marker is not None and self.trained_at is None and any(self.marker in l for l in raw_batch.lines):
+            self.trained_at = time.time()
+
+    def on_publish(self, trainer, result):
+        self.publishes.append((result.create_time, result.acked_time, result.last_sequence))
+
+    def published(self) -> Optional[Tuple[float, int]]:
+        """(acked time, sequence) of the first update created after the fresh sample was trained."""
+        if self.trained_at is None:
+            return None
+        return next(((acked, seq) for created, acked, seq in list(self.publishes) if created >= self.trained_at),
+                    None)
+
+
+class KeepAliveClient:
+    """Predict and status requests on one HTTP/1.1 connection, as a serving client keeps it."""
+
+    def __init__(self, port: int, model: str):
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.model = model
+
+    def _request(self, method: str, path: str, body: Optional[bytes] = None) -> dict:
+        self.connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        response = self.connection.getresponse()
+        data = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"{method} {path} answered {response.status}: {data[:300]!r}")
+        return json.loads(data)
+
+    def predict(self, rows: List[dict]) -> np.ndarray:
+        body = self._request("POST", f"/v1/models/{self.model}:predict", json.dumps({"instances": rows}).encode())
+        return np.array([p["probs"] for p in body["predictions"]])
+
+    def status(self) -> dict:
+        return self._request("GET", f"/v1/models/{self.model}")
 
 
 def background_traffic(bootstrap, topic, stop, rate=2000):
@@ -75,6 +141,9 @@ def main() -> None:
     parser.add_argument("--ids", type=int, default=40)
     parser.add_argument("--latency_requests", type=int, default=300)
     parser.add_argument("--warmup_samples", type=int, default=30000)
+    parser.add_argument("--sparse_save_secs", type=float, default=1.0, help="how often changed rows are published")
+    parser.add_argument("--sparse_save_secs_caught_up", type=float, default=0.2,
+                        help="how often while the trainer has caught up with its input (0: off)")
     args = parser.parse_args()
     setup_logging("WARNING")
     work = tempfile.mkdtemp(prefix="easyonline-freshness-")
@@ -87,10 +156,13 @@ def main() -> None:
         config.data_config.batch_timeout_ms = 100
         config.train_config.save_checkpoints_steps = 20
         incr = config.train_config.incr_save_config
-        incr.sparse_save_secs, incr.dense_save_secs = 1, 1
+        incr.sparse_save_secs, incr.dense_save_secs = args.sparse_save_secs, 1
+        incr.sparse_save_secs_caught_up = args.sparse_save_secs_caught_up
         incr.kafka.server, incr.kafka.topic = broker.bootstrap, "updates"
         count = Count()
         trainer = build_trainer(config, online=True, callbacks=[count])
+        stages_seen = Stages()
+        trainer.callbacks.insert(0, stages_seen)
         thread = threading.Thread(target=trainer.run, daemon=True)
         thread.start()
         stop = threading.Event()
@@ -107,7 +179,9 @@ def main() -> None:
             traffic.start()
             from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
             producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0)
+            client = KeepAliveClient(server.port, "model")
             freshness = []
+            stages: Dict[str, List[float]] = {name: [] for name in STAGES}
             base = stream.lines(90000, args.ids)
             for k, line in enumerate(base):
                 fields = line.decode().split(",")
@@ -117,16 +191,31 @@ def main() -> None:
                 # The control differs only in a C1 id that is never produced: dense updates move both
                 # alike, so the two differ only once the fresh id's row is served.
                 request = [instance(fresh), instance(",".join(fields).encode())]
-                before = server.predict(request)
+                before = client.predict(request)
                 assert abs(before[0] - before[1]) < 1e-7, before
+                stages_seen.expect(fresh.split(b",")[FIELDS.index("C1")])
                 produced = time.time()
                 produce(broker.bootstrap, "samples", [[fresh]], partitions=2, producer=producer)
+                applied = []  # (time, the server's last applied sequence), at every poll
                 while time.time() - produced < 30:
-                    probs = server.predict(request)
+                    applied.append((time.time(), client.status()["last_applied_sequence"]))
+                    probs = client.predict(request)
                     if abs(probs[0] - probs[1]) > 1e-7:
-                        freshness.append(time.time() - produced)
+                        visible = time.time()
+                        freshness.append(visible - produced)
+                        # the trainer reports an update's ack at its next batch: wait for it
+                        deadline = time.time() + 5
+                        while stages_seen.published() is None and time.time() < deadline:
+                            time.sleep(0.01)
+                        published = stages_seen.published()
+                        if published is not None:
+                            applied_at = next((t for t, seq in applied if seq >= published[1]), visible)
+                            for name, value in zip(STAGES, (stages_seen.trained_at - produced,
+                                                            published[0] - stages_seen.trained_at,
+                                                            applied_at - published[0], visible - applied_at)):
+                                stages[name].append(value)
                         break
-                    time.sleep(0.02)
+                    time.sleep(0.01)
                 else:
                     freshness.append(float("inf"))
             producer.close()
@@ -136,7 +225,7 @@ def main() -> None:
                 times = []
                 for i in range(args.latency_requests if size == 1 else args.latency_requests // 3):
                     started = time.perf_counter()
-                    server.predict(rows[:size] if size == 100 else [rows[i % 100]])
+                    client.predict(rows[:size] if size == 100 else [rows[i % 100]])
                     times.append(time.perf_counter() - started)
                 latency[f"batch_{size}"] = percentiles(times)
             status = server.status()
@@ -146,7 +235,9 @@ def main() -> None:
             thread.join(120)
             if server is not None:
                 server.stop()
-    result = {"ids": args.ids, "sparse_save_secs": 1, "freshness_secs": percentiles(freshness),
+    result = {"ids": args.ids, "sparse_save_secs": args.sparse_save_secs,
+              "sparse_save_secs_caught_up": args.sparse_save_secs_caught_up, "freshness_secs": percentiles(freshness),
+              "stages_secs": {name: percentiles(values) for name, values in stages.items() if values},
               "never_changed": int(np.isinf(freshness).sum()),
               "predict_latency_secs": latency, "updates_applied_by_server": status["applied_updates"],
               "refused_updates": status["refused_updates"], "targets": {"freshness_p99_secs_below": 3.0}}
@@ -154,6 +245,9 @@ def main() -> None:
     print()
     print(f"freshness (sample produced -> served prediction changed) over {len(freshness)} new ids: "
           f"p50 {result['freshness_secs']['p50']:.3f} s, p99 {result['freshness_secs']['p99']:.3f} s (target p99 < 3 s)")
+    print(f"{'stage':34}{'p50 s':>8}{'p99 s':>8}")
+    for name, figures in result["stages_secs"].items():
+        print(f"{name:34}{figures['p50']:>8.3f}{figures['p99']:>8.3f}")
     for size in (1, 100):
         l = latency[f"batch_{size}"]
         print(f"predict latency, batch {size:>3}, while updates apply: p50 {l['p50'] * 1000:.1f} ms, "
