@@ -126,11 +126,18 @@ class VectorCsvParser:
             field = fields[feature.input_name]
             columns.append(_Column(feature.name, index[field.name], _number_kind(field.field_type),
                                    field.default.encode(), dense=True))
-        self._features = specs.id_features
         label = fields[specs.label_names[0]]
         self._label = _Column("", index[label.name], _number_kind(label.field_type), label.default.encode())
         self._id_columns = tuple(c for c in columns if c.kind in ("hash", "int_id"))
         self._dense_columns = tuple(c for c in columns if c.dense)
+        # Where each derived feature reads its inputs, and which decoded dense columns are the model's.
+        id_at = {c.feature: i for i, c in enumerate(self._id_columns)}
+        dense_at = {c.feature: i for i, c in enumerate(self._dense_columns)}
+        self._derivations = tuple(
+            ("bucket", dense_at[f"{f.name}/value"], f.boundaries) if f.boundaries else
+            ("cross", [id_at[part.name] for part in f.combo], f.hash_buckets) if f.combo else
+            ("plain", id_at[f.name], None) for f in specs.id_features)
+        self._raw_dense = [dense_at[name] for name in self._dense_names]
         columns.append(self._label)
         self._groups = {kind: tuple(c for c in columns if c.kind == kind or (kind == "int" and c.kind == "int_id"))
                         for kind in ("hash", "int", "float")}
@@ -197,18 +204,15 @@ class VectorCsvParser:
         """The decoded columns as the model's features: crosses and buckets computed from their inputs' columns."""
         if not self._derived:
             return VectorBatch(self._id_names, ids, self._dense_names, dense, labels, count)
-        id_at = {c.feature: i for i, c in enumerate(self._id_columns)}
-        dense_at = {c.feature: i for i, c in enumerate(self._dense_columns)}
-        out = np.empty((count, len(self._features)), np.int64)
-        for i, feature in enumerate(self._features):
-            if feature.boundaries:
-                out[:, i] = bucketize_np(dense[:, dense_at[f"{feature.name}/value"]], feature.boundaries)
-            elif feature.combo:
-                out[:, i] = cross_ids_np([ids[:, id_at[part.name]] for part in feature.combo], feature.hash_buckets)
+        out = np.empty((count, len(self._derivations)), np.int64)
+        for i, (kind, source, parameter) in enumerate(self._derivations):
+            if kind == "bucket":
+                out[:, i] = bucketize_np(dense[:, source], parameter)
+            elif kind == "cross":
+                out[:, i] = cross_ids_np([ids[:, j] for j in source], parameter)
             else:
-                out[:, i] = ids[:, id_at[feature.name]]
-        raw = dense[:, [dense_at[name] for name in self._dense_names]]
-        return VectorBatch(self._id_names, out, self._dense_names, raw, labels, count)
+                out[:, i] = ids[:, source]
+        return VectorBatch(self._id_names, out, self._dense_names, dense[:, self._raw_dense], labels, count)
 
     def _field_bounds(self, blob: bytes, count: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         """[count, fields] start offsets and lengths, or None unless every line has exactly the fields."""
