@@ -34,6 +34,7 @@ setup(
             "easyonline-broker=easyonline.tools.local_broker:run",
             "easyonline-produce=easyonline.tools.stream_producer:run",
             "easyonline-read-updates=easyonline.tools.read_updates:run",
+            "easyonline-from-easyrec=easyonline.tools.from_easyrec:run",
         ],
     },
 )

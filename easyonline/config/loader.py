@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Union
 from google.protobuf import descriptor, json_format, text_format
 
 from easyonline.core.errors import ConfigError
+from easyonline.config.easyrec_compat import normalize, read_learning_rate_messages
 from easyonline.config.secrets import redacted
 from easyonline.protos import pipeline_pb2
 from easyonline.utils import fileio
@@ -39,20 +40,27 @@ def parse_pipeline_config(text: str, source: str = "<string>") -> pipeline_pb2.P
     """Parses protobuf text format into a PipelineConfig, with path-naming errors."""
     config = pipeline_pb2.PipelineConfig()
     try:
-        text_format.Parse(text, config)
+        text_format.Parse(read_learning_rate_messages(text), config)
     except text_format.ParseError as e:
         line, column = getattr(e, "GetLine", lambda: 0)() or 0, getattr(e, "GetColumn", lambda: 0)() or 0
         message = str(e)
-        field = re.search(r'no field named "([^"]+)"|field "([^"]+)"', message)
+        field = re.search(r'no field named "([^"]+)"|field "([^"]+)"|for field (\w+)', message)
         path = _enclosing_path(text, line, column)
         if field:
-            path.append(field.group(1) or field.group(2))
+            path.append(field.group(1) or field.group(2) or field.group(3))
+        else:  # e.g. an unknown enum value: the field is the name before the column
+            lines = text.split("\n")
+            before = lines[line - 1][: max(column - 1, 0)] if 0 < line <= len(lines) else ""
+            named = re.search(r"([A-Za-z_]\w*)\s*:\s*$", before)
+            if named:
+                path.append(named.group(1))
         raise ConfigError(".".join(path) or "<top>", f"{source}:{line}:{column}: {message}") from None
     return config
 
 
 def load_pipeline_config(path: str, edit_config_json: str = "") -> pipeline_pb2.PipelineConfig:
-    """Loads a config file (local or oss://) and applies JSON overrides."""
+    """Loads a config file (local or oss://), applies JSON overrides and reads EasyRec's forms
+    (easyrec_compat.py)."""
     try:
         text = fileio.read_text(path)
     except FileNotFoundError:
@@ -60,6 +68,7 @@ def load_pipeline_config(path: str, edit_config_json: str = "") -> pipeline_pb2.
     config = parse_pipeline_config(text, source=path)
     if edit_config_json:
         apply_edit_config_json(config, edit_config_json)
+    normalize(config)
     return config
 
 

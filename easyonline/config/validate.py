@@ -3,6 +3,7 @@
 Everything that can be wrong with a config is found here, at start, so a
 trainer never fails an hour into a stream because of a typo.
 """
+import datetime
 import json
 import logging
 
@@ -219,8 +220,33 @@ def _validate_model(config: pipeline_pb2.PipelineConfig) -> None:
         _require(chosen == entry.config_field, f"{path}.{chosen}",
                  f"does not match model_class {model.model_class!r}")
         _validate_dnn(getattr(model, chosen).dnn, f"{path}.{chosen}.dnn")
+    if chosen == "deepfm":
+        _require(1 <= model.deepfm.wide_output_dim <= 1024, f"{path}.deepfm.wide_output_dim",
+                 f"must be in [1, 1024], got {model.deepfm.wide_output_dim}")
+        if model.deepfm.HasField("final_dnn"):
+            _validate_dnn(model.deepfm.final_dnn, f"{path}.deepfm.final_dnn")
+    _validate_feature_groups(config)
     _require(model.embedding_regularization >= 0, f"{path}.embedding_regularization", "must be >= 0")
     _require(model.l2_regularization >= 0, f"{path}.l2_regularization", "must be >= 0")
+
+
+def _validate_feature_groups(config: pipeline_pb2.PipelineConfig) -> None:
+    groups = config.model_config.feature_groups
+    if not groups:
+        return
+    known = {f.feature_name or f.input_names[0] for f in config.feature_configs}
+    grouped = set()
+    for i, group in enumerate(groups):
+        path = f"model_config.feature_groups[{i}]"
+        _require(len(group.feature_names) > 0, f"{path}.feature_names", "at least one feature name is required")
+        for j, name in enumerate(group.feature_names):
+            _require(name in known, f"{path}.feature_names[{j}]", f"{name!r} is not a feature of feature_configs")
+            grouped.add(name)
+    deep = {n for g in groups if g.wide_deep != pipeline_pb2.FeatureGroup.WIDE for n in g.feature_names}
+    _require(bool(deep), "model_config.feature_groups", "no group feeds the deep part (wide_deep DEEP or WIDE_AND_DEEP)")
+    unused = sorted(known - grouped)
+    if unused:
+        log.warning("features in no model_config.feature_groups are not used by the model: %s", ", ".join(unused))
 
 
 def _validate_train(train: pipeline_pb2.TrainConfig) -> None:
@@ -229,7 +255,7 @@ def _validate_train(train: pipeline_pb2.TrainConfig) -> None:
         which = getattr(train, field).WhichOneof("optimizer")
         if which:
             opt = getattr(getattr(train, field), which)
-            _require(opt.learning_rate > 0, f"{path}.{field}.{which}.learning_rate", f"must be > 0, got {opt.learning_rate}")
+            _validate_learning_rate(opt, f"{path}.{field}.{which}")
     _require(train.keep_checkpoint_max >= 1, f"{path}.keep_checkpoint_max", "must be >= 1")
     _require(train.log_step_count_secs > 0, f"{path}.log_step_count_secs", "must be > 0")
     _require(train.stop_signal_poll_secs > 0, f"{path}.stop_signal_poll_secs", "must be > 0")
@@ -237,6 +263,13 @@ def _validate_train(train: pipeline_pb2.TrainConfig) -> None:
     _require(train.shrink_every_secs >= 0, f"{path}.shrink_every_secs", "must be >= 0")
     _require(-1 <= train.shrink_at_hour <= 23, f"{path}.shrink_at_hour", f"must be -1 (off) or 0-23, got {train.shrink_at_hour}")
     _require(train.seconds_per_day > 0, f"{path}.seconds_per_day", "must be > 0")
+    if train.dead_line:
+        try:
+            deadline = datetime.datetime.strptime(train.dead_line.strip(), "%Y%m%d %H:%M:%S")
+        except ValueError:
+            raise ConfigError(f"{path}.dead_line", f"{train.dead_line!r} is not 'YYYYMMDD HH:MM:SS'") from None
+        if deadline < datetime.datetime.now():
+            log.warning("%s.dead_line %s has passed: training stops after its first step", path, train.dead_line)
     if train.HasField("incr_save_config"):
         _validate_incr_save(train.incr_save_config, f"{path}.incr_save_config")
     if train.HasField("inference_save_config"):
@@ -246,6 +279,26 @@ def _validate_train(train: pipeline_pb2.TrainConfig) -> None:
         _require(saves.base_save_secs >= 0, f"{where}.base_save_secs", "must be >= 0")
         _require(saves.delta_save_secs >= 0, f"{where}.delta_save_secs", "must be >= 0")
         _require(saves.keep_bases >= 1, f"{where}.keep_bases", "must be >= 1")
+
+
+def _validate_learning_rate(optimizer, path: str) -> None:
+    if not optimizer.HasField("learning_rate_schedule"):
+        _require(optimizer.learning_rate > 0, f"{path}.learning_rate", f"must be > 0, got {optimizer.learning_rate}")
+        return
+    schedule = optimizer.learning_rate_schedule
+    which = schedule.WhichOneof("schedule")
+    where = f"{path}.learning_rate.{which}"
+    _require(which is not None, f"{path}.learning_rate",
+             "needs constant_learning_rate or exponential_decay_learning_rate")
+    if which == "constant_learning_rate":
+        rate = schedule.constant_learning_rate.learning_rate
+        _require(rate > 0, f"{where}.learning_rate", f"must be > 0, got {rate}")
+        return
+    decay = schedule.exponential_decay_learning_rate
+    _require(decay.initial_learning_rate > 0, f"{where}.initial_learning_rate", "must be > 0")
+    _require(decay.decay_steps > 0, f"{where}.decay_steps", "must be > 0")
+    _require(0 < decay.decay_factor <= 1, f"{where}.decay_factor", f"must be in (0, 1], got {decay.decay_factor}")
+    _require(decay.min_learning_rate >= 0, f"{where}.min_learning_rate", "must be >= 0")
 
 
 def _validate_servers(server: str, path: str) -> None:
@@ -288,6 +341,11 @@ def validate_pipeline_config(config: pipeline_pb2.PipelineConfig, online: bool =
     for name in ("kafka_train_input", "kafka_eval_input"):
         if config.HasField(name):
             _validate_kafka(getattr(config, name), name)
+    data = config.data_config
+    if data.HasField("input_type"):
+        wanted = "kafka_train_input" if data.input_type == pipeline_pb2.DataConfig.KafkaInput else "file_train_input"
+        _require(config.HasField(wanted), "data_config.input_type",
+                 f"{pipeline_pb2.DataConfig.InputType.Name(data.input_type)} reads {wanted}, which the config lacks")
     if online:
         _require(config.HasField("kafka_train_input"), "kafka_train_input", "is required for --online training")
     else:

@@ -1,19 +1,21 @@
-"""The callbacks a config asks for: checkpoints, shrinks, the stop file, publishing, base/delta saves."""
+"""The callbacks a config asks for: checkpoints, shrinks, the stop file, the dead line, publishing, base/delta
+saves."""
 from typing import List
 
 from easyonline.core.callbacks import Callback
 from easyonline.protos import pipeline_pb2
 from easyonline.publish.base_delta import InferenceSaves
 from easyonline.publish.publish_callback import IncrementalPublish
-from easyonline.train.schedule_callbacks import CheckpointEvery, ShrinkOnSchedule, StopFile
+from easyonline.train.schedule_callbacks import CheckpointEvery, ShrinkOnSchedule, StopAtDeadLine, StopFile
 
 
 def default_callbacks(config: pipeline_pb2.PipelineConfig, chief: bool = True) -> List[Callback]:
     """``chief=False`` (a cluster's other trainers): only the stop file; the chief checkpoints and publishes."""
     train = config.train_config
+    stops: List[Callback] = [StopAtDeadLine(train.dead_line)] if train.dead_line else []
     if not chief:
-        return [StopFile(config.model_dir, train.stop_signal_poll_secs)] if train.enable_oss_stop_signal else []
-    callbacks: List[Callback] = [CheckpointEvery(train.save_checkpoints_steps, train.save_checkpoints_secs)]
+        return stops + ([StopFile(config.model_dir, train.stop_signal_poll_secs)] if train.enable_oss_stop_signal else [])
+    callbacks: List[Callback] = [CheckpointEvery(train.save_checkpoints_steps, train.save_checkpoints_secs)] + stops
     if train.shrink_every_secs or train.shrink_at_hour >= 0:
         callbacks.append(ShrinkOnSchedule(train.shrink_every_secs, train.shrink_at_hour))
     if train.enable_oss_stop_signal:

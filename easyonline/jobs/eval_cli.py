@@ -28,8 +28,9 @@ def define_flags() -> None:
     flags.DEFINE_string("checkpoint_path", "", "Evaluate this checkpoint (a prefix, or a directory's latest) "
                         "once and exit, instead of following model_dir.")
     flags.DEFINE_bool("once", False, "Evaluate the latest checkpoint of model_dir once and exit.")
-    flags.DEFINE_integer("max_eval_samples", 0, "Score at most this many samples per checkpoint (0: the whole "
-                         "eval input, for Kafka up to where the topic stands when the evaluation starts).")
+    flags.DEFINE_integer("max_eval_samples", 0, "Score at most this many samples per checkpoint (0: the "
+                         "config's eval_config.num_examples; both 0: the whole eval input, for Kafka up to where "
+                         "the topic stands when the evaluation starts).")
     flags.DEFINE_float("poll_secs", 5.0, "How often to look for new checkpoints.")
     flags.DEFINE_integer("max_evaluations", 0, "Exit after this many evaluations (0: no limit).")
     flags.DEFINE_float("idle_timeout_secs", 0.0, "Exit when no new checkpoint appeared for this long (0: never).")
@@ -50,7 +51,8 @@ def main(argv) -> int:
 def _evaluate(config) -> int:
     FLAGS = flags.FLAGS
     print_result = lambda result: print(result.to_json(), flush=True)
-    evaluator = Evaluator(config, FLAGS.eval_dir or default_eval_dir(config.model_dir), FLAGS.max_eval_samples)
+    evaluator = Evaluator(config, FLAGS.eval_dir or default_eval_dir(config.model_dir),
+                          FLAGS.max_eval_samples or config.eval_config.num_examples)
     try:
         if FLAGS.checkpoint_path or FLAGS.once:
             where = FLAGS.checkpoint_path or config.model_dir

@@ -31,9 +31,11 @@ class MLP(tf.keras.layers.Layer):
 
 
 class FMInteraction(tf.keras.layers.Layer):
-    """Second-order factorization machine term: 0.5 * ((sum v)^2 - sum v^2), summed over dims."""
+    """Second-order factorization machine term: 0.5 * ((sum v)^2 - sum v^2), summed over dims
+    (``per_dim=True``: the [B, k] vector before that sum, for a final DNN)."""
 
-    def call(self, embeddings):  # [B, F, k]
+    def call(self, embeddings, per_dim=False):  # [B, F, k]
         summed = tf.reduce_sum(embeddings, axis=1)
         squared = tf.reduce_sum(tf.square(embeddings), axis=1)
-        return 0.5 * tf.reduce_sum(tf.square(summed) - squared, axis=1)
+        vector = 0.5 * (tf.square(summed) - squared)
+        return vector if per_dim else tf.reduce_sum(vector, axis=1)

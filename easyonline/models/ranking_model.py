@@ -5,6 +5,11 @@ registry.py), says whether it needs a first-order weight per id
 (``uses_first_order``) and whether every id feature must share one
 embedding dim (``one_embedding_dim``, checked by the validator), and
 implements ``logits_from(embeddings, first_order, dense, training)``.
+
+``model_config.feature_groups`` (EasyRec's) choose which features feed the
+wide part (first-order weights, the dense features' linear weights) and
+which the deep part (embeddings, and the dense features in the DNN);
+without groups every feature feeds both.
 """
 from typing import Dict, List, Optional
 
@@ -29,7 +34,9 @@ class RankingModel(tf.keras.Model):
                  seed: int = 0, **kwargs):
         super().__init__(**kwargs)
         self.specs = specs
-        self.tables = DynamicTables(specs, extra_dims=1 if self.uses_first_order else 0, seed=seed, name="tables")
+        self.wide_dim = self.first_order_dim(model_config) if self.uses_first_order else 0
+        self.tables = DynamicTables(specs, extra_dims=self.wide_dim, seed=seed, name="tables")
+        self._deep_ids, self._wide_ids, self._deep_dense, self._wide_dense = _grouped(specs, model_config)
         self._embedding_l2 = model_config.embedding_regularization
         hidden = list(dnn.hidden_units) or list(DEFAULT_HIDDEN_UNITS)
         self.dropout_ratio = dnn.dropout_ratio
@@ -40,25 +47,31 @@ class RankingModel(tf.keras.Model):
         self.dense_linear = tf.keras.layers.Dense(1, use_bias=False, name="dense_linear") if specs.raw_features else None
         self.bias = self.add_weight(name="bias", shape=(), initializer="zeros")
 
+    def first_order_dim(self, model_config: pipeline_pb2.ModelConfig) -> int:  # pylint: disable=unused-argument
+        """Width of each id's first-order weights (stored as extra columns of its row)."""
+        return 1
+
     @property
     def scores_differ_in_training(self) -> bool:
         """True when training=True changes the forward pass (dropout, batch norm)."""
         return self.dropout_ratio > 0 or self.use_bn
 
     def embed(self, features: Dict[str, tf.Tensor], training=False, labels=None, now=None):
-        """Returns (embeddings [B, dim] per id feature, first-order weights [B, F] or None, dense [B, R] or None).
+        """Returns (embeddings [B, dim] per deep id feature, first-order weights [B, F] (or [B, F, wide_dim])
+        of the wide ones or None, dense [B, R] or None).
 
         ``labels`` and ``now`` (seconds since STATS_EPOCH) feed the per-id statistics in training.
         """
         rows = self.tables(features, training=training, labels=labels, now=now)
         embeddings: List[tf.Tensor] = []
         first_order = []
-        for feature in self.specs.id_features:
+        for i, feature in enumerate(self.specs.id_features):
             row = rows[feature.name]
             dim = self.tables.table_dim(feature.table)
-            embeddings.append(row[:, :dim])
-            if self.uses_first_order:
-                first_order.append(row[:, dim])
+            if i in self._deep_ids:
+                embeddings.append(row[:, :dim])
+            if self.uses_first_order and i in self._wide_ids:
+                first_order.append(row[:, dim] if self.wide_dim == 1 else row[:, dim:dim + self.wide_dim])
         if self._embedding_l2 > 0:
             self.add_loss(self._embedding_l2 * tf.add_n([tf.reduce_mean(tf.reduce_sum(tf.square(e), 1)) for e in embeddings]))
         dense: Optional[tf.Tensor] = None
@@ -66,12 +79,30 @@ class RankingModel(tf.keras.Model):
             dense = tf.stack([tf.cast(features[f.name], tf.float32) for f in self.specs.raw_features], axis=1)
         return embeddings, (tf.stack(first_order, axis=1) if first_order else None), dense
 
-    def deep_part(self, embeddings, dense, training):
+    def deep_hidden(self, embeddings, dense, training):
+        """The DNN's last hidden layer [B, units] over the deep features."""
+        dense = _columns(dense, self._deep_dense)
         inputs = embeddings + ([dense] if dense is not None else [])
-        return tf.squeeze(self.deep_logit(self.deep(tf.concat(inputs, axis=1), training=training)), axis=1)
+        return self.deep(tf.concat(inputs, axis=1), training=training)
+
+    def deep_part(self, embeddings, dense, training):
+        return tf.squeeze(self.deep_logit(self.deep_hidden(embeddings, dense, training)), axis=1)
+
+    def wide_vector(self, first_order, dense):
+        """The wide part [B, wide_dim (+1 with dense features)]: first-order weights summed over features."""
+        batch = tf.shape(dense if first_order is None else first_order)[0]
+        parts = [tf.zeros([batch, self.wide_dim]) if first_order is None
+                 else tf.reshape(tf.reduce_sum(first_order, axis=1), [-1, self.wide_dim])]
+        dense = _columns(dense, self._wide_dense)
+        if dense is not None:
+            parts.append(self.dense_linear(dense))
+        return tf.concat(parts, axis=1)
 
     def linear_part(self, first_order, dense):
-        linear = tf.reduce_sum(first_order, axis=1)
+        linear = 0.0
+        if first_order is not None:
+            linear = tf.reduce_sum(tf.reshape(first_order, [tf.shape(first_order)[0], -1]), axis=1)
+        dense = _columns(dense, self._wide_dense)
         if dense is not None:
             linear += tf.squeeze(self.dense_linear(dense), axis=1)
         return linear
@@ -82,3 +113,26 @@ class RankingModel(tf.keras.Model):
     def call(self, features, training=False, labels=None, now=None):
         embeddings, first_order, dense = self.embed(features, training, labels, now)
         return self.logits_from(embeddings, first_order, dense, training) + self.bias
+
+
+def _grouped(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig):
+    """Indices of the id features and dense features that feed the deep and the wide part (None: all dense)."""
+    id_names = [f.name for f in specs.id_features]
+    dense_names = [f.name for f in specs.raw_features]
+    groups = model_config.feature_groups
+    if not groups:
+        everything = set(range(len(id_names)))
+        return everything, everything, None, None
+    deep = {n for g in groups if g.wide_deep != pipeline_pb2.FeatureGroup.WIDE for n in g.feature_names}
+    wide = {n for g in groups if g.wide_deep != pipeline_pb2.FeatureGroup.DEEP for n in g.feature_names}
+    return ({i for i, n in enumerate(id_names) if n in deep}, {i for i, n in enumerate(id_names) if n in wide},
+            [i for i, n in enumerate(dense_names) if n in deep], [i for i, n in enumerate(dense_names) if n in wide])
+
+
+def _columns(dense: Optional[tf.Tensor], columns: Optional[List[int]]) -> Optional[tf.Tensor]:
+    """``dense`` restricted to ``columns`` (None: all; none left: None)."""
+    if dense is None or columns is None:
+        return dense
+    if not columns:
+        return None
+    return tf.gather(dense, columns, axis=1)

@@ -45,18 +45,46 @@ def build_train_optimizer(train: pipeline_pb2.TrainConfig, accumulate: bool = Fa
     return PartOptimizers(build_optimizer(train.sparse_optimizer_config, accumulate), dense)
 
 
+class ExponentialDecayWithFloor(tf.keras.optimizers.schedules.LearningRateSchedule):
+    """EasyRec's exponential_decay_learning_rate: ``initial * factor ^ (step / decay_steps)``, at least ``min``."""
+
+    def __init__(self, initial: float, decay_steps: int, factor: float, staircase: bool, minimum: float):
+        self.config = {"initial": initial, "decay_steps": decay_steps, "factor": factor, "staircase": staircase,
+                       "minimum": minimum}
+        self._decay = tf.keras.optimizers.schedules.ExponentialDecay(initial, decay_steps, factor, staircase)
+
+    def __call__(self, step):
+        return tf.maximum(self._decay(step), self.config["minimum"])
+
+    def get_config(self):
+        return dict(self.config)
+
+
+def learning_rate(optimizer) -> object:
+    """An optimizer message's learning rate: its ``learning_rate``, or the schedule that replaces it."""
+    if not optimizer.HasField("learning_rate_schedule"):
+        return optimizer.learning_rate
+    schedule = optimizer.learning_rate_schedule
+    if schedule.WhichOneof("schedule") == "constant_learning_rate":
+        return schedule.constant_learning_rate.learning_rate
+    decay = schedule.exponential_decay_learning_rate
+    return ExponentialDecayWithFloor(decay.initial_learning_rate, decay.decay_steps, decay.decay_factor,
+                                     decay.staircase, decay.min_learning_rate)
+
+
 def build_optimizer(config: pipeline_pb2.OptimizerConfig, accumulate: bool = False):
     """The configured optimizer; ``accumulate``: its table slots add deltas (TFRA's bp_v2), for concurrent trainers."""
     which = config.WhichOneof("optimizer") or "adam_optimizer"
     o = getattr(config, which)
+    rate = learning_rate(o)
     if which == "adam_optimizer":
-        opt = tf.keras.optimizers.legacy.Adam(o.learning_rate, beta_1=o.beta1, beta_2=o.beta2, epsilon=o.epsilon)
+        opt = tf.keras.optimizers.legacy.Adam(rate, beta_1=o.beta1, beta_2=o.beta2, epsilon=o.epsilon)
     elif which == "adagrad_optimizer":
-        opt = tf.keras.optimizers.legacy.Adagrad(o.learning_rate, initial_accumulator_value=o.initial_accumulator_value)
+        opt = tf.keras.optimizers.legacy.Adagrad(rate, initial_accumulator_value=o.initial_accumulator_value)
     elif which == "sgd_optimizer":
-        opt = tf.keras.optimizers.legacy.SGD(o.learning_rate, momentum=o.momentum)
+        opt = tf.keras.optimizers.legacy.SGD(rate, momentum=o.momentum)
     else:
-        opt = tf.keras.optimizers.legacy.Ftrl(o.learning_rate, learning_rate_power=o.learning_rate_power,
+        opt = tf.keras.optimizers.legacy.Ftrl(rate, learning_rate_power=o.learning_rate_power,
                                        initial_accumulator_value=o.initial_accumulator_value,
                                        l1_regularization_strength=o.l1_regularization_strength,
                                        l2_regularization_strength=o.l2_regularization_strength)

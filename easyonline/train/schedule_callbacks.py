@@ -1,4 +1,5 @@
-"""The trainer's own schedules as callbacks: checkpoints, shrinks and the stop file."""
+"""The trainer's own schedules as callbacks: checkpoints, shrinks, the stop file and the dead line."""
+import datetime
 import logging
 import time
 
@@ -63,3 +64,18 @@ class StopFile(Callback):
             # OSError locally; oss2's errors (not OSErrors) on OSS: a transient one must not stop training
             log.warning("cannot check stop signal %s (%s: %s); trying again in %.0f s", self.path,
                         type(e).__name__, e, self._poll_secs)
+
+
+class StopAtDeadLine(Callback):
+    """Stops the trainer at a local time, "YYYYMMDD HH:MM:SS" (EasyRec's ``train_config.dead_line``)."""
+
+    def __init__(self, dead_line: str):
+        self.dead_line = dead_line.strip()
+        self._at = datetime.datetime.strptime(self.dead_line, "%Y%m%d %H:%M:%S").timestamp()
+
+    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
+        self.on_tick(trainer)
+
+    def on_tick(self, trainer) -> None:
+        if time.time() >= self._at:
+            trainer.stop(f"reached dead_line {self.dead_line}")

@@ -12,7 +12,7 @@ COMMANDS = {"train": "easyonline.jobs.train_cli", "export": "easyonline.jobs.exp
             "tools.read_updates": "easyonline.tools.read_updates", "tools.demo": "easyonline.tools.demo",
             "tools.local_broker": "easyonline.tools.local_broker",
             "tools.local_cluster": "easyonline.tools.local_cluster",
-            "tools.stream_producer": "easyonline.tools.stream_producer"}
+            "tools.stream_producer": "easyonline.tools.stream_producer", "tools.from_easyrec": "easyonline.tools.from_easyrec"}
 
 
 @pytest.fixture(scope="module")

@@ -94,7 +94,7 @@ def test_edit_config_json_errors_name_the_path(tmp_path, edits, path):
     ({"train_config.incr_save_config": {"kafka": {"server": "127.0.0.1:1"}}}, "train_config.incr_save_config.kafka.topic"),
     ({"train_config.incr_save_config": {"kafka": {"server": "h:1", "topic": "u", "config": {"ack": "all"}}}},
      "train_config.incr_save_config.kafka.config[ack]"),
-    ({"train_config.incr_save_config": {"fs": {}}}, "train_config.incr_save_config.fs.incr_save_dir"),
+    ({"train_config.incr_save_config": {"fs": {"incr_save_dir": ""}}}, "train_config.incr_save_config.fs.incr_save_dir"),
     ({"train_config.incr_save_config": {"fs": {"incr_save_dir": "/x"}, "max_message_bytes": 100}},
      "train_config.incr_save_config.max_message_bytes"),
     ({"train_config.incr_save_config": {"fs": {"incr_save_dir": "/x"}, "sparse_save_secs": -1}},

@@ -1,0 +1,207 @@
+"""EasyRec ODL configs read as they are: its field names and shapes become this project's.
+
+Most of EasyRec's fields have the same name and meaning here and need
+nothing. The rest are of three kinds:
+
+* a different shape for the same thing (``feature_config { features }``,
+  ``learning_rate { exponential_decay_learning_rate {...} }``,
+  ``config_global: "fetch.max.bytes=..."``, the older ``offset: [..]``):
+  rewritten here to this project's form, so everything downstream sees one
+  config;
+* a setting that means nothing with dynamic tables or asynchronous training
+  (``hash_bucket_size`` on an id feature, ``sync_replicas``,
+  ``prefetch_size`` ...): accepted, and named in one warning;
+* anything else stays a ConfigError naming the field (see validate.py).
+"""
+import logging
+import os
+import re
+from typing import Dict, List, Tuple
+
+from easyonline.core.errors import ConfigError
+from easyonline.protos import pipeline_pb2
+
+log = logging.getLogger(__name__)
+
+# Strings and comments are skipped; ``learning_rate`` opening a message (``learning_rate {`` or
+# ``learning_rate: {``) is EasyRec's LearningRate, read as ``learning_rate_schedule``.
+_LEARNING_RATE_MESSAGE = re.compile(
+    r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|#[^\n]*|\blearning_rate(?=\s*:?\s*[{<])')
+
+# librdkafka's names (EasyRec's config_global / config_topic) -> kafka-python consumer settings.
+LIBRDKAFKA_TO_KAFKA_PYTHON: Dict[str, str] = {
+    "client.id": "client_id",
+    "fetch.max.bytes": "fetch_max_bytes",
+    "fetch.min.bytes": "fetch_min_bytes",
+    "fetch.wait.max.ms": "fetch_max_wait_ms",
+    "max.partition.fetch.bytes": "max_partition_fetch_bytes",
+    "fetch.message.max.bytes": "max_partition_fetch_bytes",
+    "session.timeout.ms": "session_timeout_ms",
+    "heartbeat.interval.ms": "heartbeat_interval_ms",
+    "max.poll.interval.ms": "max_poll_interval_ms",
+    "request.timeout.ms": "request_timeout_ms",
+    "socket.timeout.ms": "request_timeout_ms",
+    "reconnect.backoff.ms": "reconnect_backoff_ms",
+    "reconnect.backoff.max.ms": "reconnect_backoff_max_ms",
+    "retry.backoff.ms": "retry_backoff_ms",
+    "metadata.max.age.ms": "metadata_max_age_ms",
+    "topic.metadata.refresh.interval.ms": "metadata_max_age_ms",
+    "connections.max.idle.ms": "connections_max_idle_ms",
+    "socket.receive.buffer.bytes": "receive_buffer_bytes",
+    "socket.send.buffer.bytes": "send_buffer_bytes",
+    "check.crcs": "check_crcs",
+    "isolation.level": "isolation_level",
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+    "ssl.crl.location": "ssl_crlfile",
+}
+# Accepted and ignored: positions come from checkpoints, buffering from the reader's own bounds.
+LIBRDKAFKA_IGNORED: Dict[str, str] = {
+    "enable.auto.commit": "positions are committed after each checkpoint",
+    "enable.auto.offset.store": "positions are committed after each checkpoint",
+    "auto.commit.interval.ms": "positions are committed after each checkpoint",
+    "auto.offset.reset": "the start is offset_info / offset_time, else the earliest sample",
+    "queued.min.messages": "the reader process bounds what it reads ahead",
+    "queued.max.messages.kbytes": "the reader process bounds what it reads ahead",
+    "api.version.request": "kafka-python negotiates the API version",
+    "broker.version.fallback": "kafka-python negotiates the API version",
+}
+
+
+def read_learning_rate_messages(text: str) -> str:
+    """Config text with EasyRec's ``learning_rate { ... }`` messages named ``learning_rate_schedule``."""
+    return _LEARNING_RATE_MESSAGE.sub(
+        lambda m: "learning_rate_schedule" if m.group(0) == "learning_rate" else m.group(0), text)
+
+
+def librdkafka_settings(entries: List[str], path: str) -> Tuple[Dict[str, str], List[str]]:
+    """``name=value`` strings as (kafka-python settings, names ignored); an unknown name is a ConfigError."""
+    settings: Dict[str, str] = {}
+    ignored = []
+    for i, entry in enumerate(entries):
+        name, sep, value = entry.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name:
+            raise ConfigError(f"{path}[{i}]", f"expected name=value (librdkafka style), got {entry!r}")
+        if name in LIBRDKAFKA_IGNORED:
+            ignored.append(f"{name} ({LIBRDKAFKA_IGNORED[name]})")
+        elif name in LIBRDKAFKA_TO_KAFKA_PYTHON:
+            settings[LIBRDKAFKA_TO_KAFKA_PYTHON[name]] = value
+        else:
+            known = ", ".join(sorted(LIBRDKAFKA_TO_KAFKA_PYTHON))
+            raise ConfigError(f"{path}[{i}]", f"{name!r} has no kafka-python equivalent here (known: {known})")
+    return settings, ignored
+
+
+def _kafka_input(kafka: pipeline_pb2.KafkaInput, path: str, ignored: List[str]) -> None:
+    # librdkafka (EasyRec's client) takes a broker without a port as port 9092
+    kafka.server = ",".join(b.strip() if ":" in b or not b.strip() else b.strip() + ":9092"
+                            for b in kafka.server.split(","))
+    if kafka.offset:
+        if kafka.offset_info or kafka.offset_time:
+            raise ConfigError(f"{path}.offset", "give offset (EasyRec's older form) or offset_info / offset_time, "
+                                                "not both")
+        partitions = kafka.partitions or len(kafka.offset)
+        if len(kafka.offset) not in (1, partitions):
+            raise ConfigError(f"{path}.offset", f"{len(kafka.offset)} offsets for {partitions} partitions")
+        offsets = list(kafka.offset) * partitions if len(kafka.offset) == 1 else list(kafka.offset)
+        kafka.offset_info = "{" + ", ".join(f'"{p}": {o}' for p, o in enumerate(offsets)) + "}"
+        kafka.ClearField("offset")
+    kafka.ClearField("partitions")
+    for field in ("config_global", "config_topic"):
+        settings, skipped = librdkafka_settings(list(getattr(kafka, field)), f"{path}.{field}")
+        for key, value in settings.items():
+            if key in kafka.config and kafka.config[key] != value:
+                raise ConfigError(f"{path}.{field}", f"sets {key} to {value!r}, config[{key}] to {kafka.config[key]!r}")
+            kafka.config[key] = value
+        ignored.extend(f"{path}.{field} {name}" for name in skipped)
+        kafka.ClearField(field)
+
+
+def _incr_save_dir(config: pipeline_pb2.PipelineConfig) -> None:
+    if not config.train_config.HasField("incr_save_config"):
+        return
+    incr = config.train_config.incr_save_config
+    if incr.WhichOneof("storage") != "fs" or not incr.fs.relative:
+        return
+    directory = incr.fs.incr_save_dir
+    if config.model_dir and "://" not in directory and not os.path.isabs(directory):
+        incr.fs.incr_save_dir = config.model_dir.rstrip("/") + "/" + directory
+    incr.fs.relative = False
+
+
+def _train_config(train: pipeline_pb2.TrainConfig, ignored: List[str]) -> None:
+    for field, why in (("log_step_count_steps", "status lines come every log_step_count_secs"),
+                       ("sync_replicas", "cluster training is asynchronous")):
+        if train.HasField(field):
+            if getattr(train, field):
+                ignored.append(f"train_config.{field} ({why})")
+            train.ClearField(field)
+    for part in ("optimizer_config", "sparse_optimizer_config"):
+        if train.HasField(part) and getattr(train, part).HasField("use_moving_average"):
+            if getattr(train, part).use_moving_average:
+                ignored.append(f"train_config.{part}.use_moving_average (not supported: the raw weights are used)")
+            getattr(train, part).ClearField("use_moving_average")
+    if not train.HasField("incr_save_config"):
+        return
+    incr = train.incr_save_config
+    if incr.HasField("fs") and incr.fs.HasField("mount_path"):
+        ignored.append("incr_save_config.fs.mount_path (for EasyRec's online service)")
+        incr.fs.ClearField("mount_path")
+    if incr.HasField("debug_save_update"):
+        if incr.debug_save_update:
+            ignored.append("incr_save_config.debug_save_update (read a topic with easyonline.tools.read_updates)")
+        incr.ClearField("debug_save_update")
+
+
+def normalize(config: pipeline_pb2.PipelineConfig) -> List[str]:
+    """Rewrites EasyRec's forms in place; logs one warning naming every setting accepted and ignored.
+
+    Returns those settings (the converter prints them). Idempotent: a normalized config is unchanged.
+    """
+    ignored: List[str] = []
+    if config.HasField("feature_config"):
+        config.feature_configs.extend(config.feature_config.features)
+        config.ClearField("feature_config")
+    for name in ("kafka_train_input", "kafka_eval_input"):
+        if config.HasField(name):
+            _kafka_input(getattr(config, name), name, ignored)
+    model = config.model_config
+    if model.WhichOneof("model") == "deepfm" and model.deepfm.HasField("l2_regularization"):
+        if not model.l2_regularization:
+            model.l2_regularization = model.deepfm.l2_regularization
+        model.deepfm.ClearField("l2_regularization")
+    unbucketed = [f.feature_name or (f.input_names[0] if f.input_names else "?") for f in config.feature_configs
+                  if f.feature_type != pipeline_pb2.FeatureConfig.ComboFeature and (f.hash_bucket_size or f.num_buckets)]
+    if unbucketed:
+        ignored.append(f"hash_bucket_size / num_buckets of {', '.join(unbucketed)} (dynamic tables take any id)")
+        for feature in config.feature_configs:
+            if feature.feature_type != pipeline_pb2.FeatureConfig.ComboFeature:
+                feature.ClearField("hash_bucket_size")
+            feature.ClearField("num_buckets")
+    if config.HasField("train_config"):
+        _train_config(config.train_config, ignored)
+    if config.HasField("data_config"):
+        for field, why in (("prefetch_size", "the reader process reads ahead, bounded in bytes"),
+                           ("chief_redundant", "each trainer of a cluster reads its own partitions")):
+            if config.data_config.HasField(field):
+                if getattr(config.data_config, field):
+                    ignored.append(f"data_config.{field} ({why})")
+                config.data_config.ClearField(field)
+    if config.HasField("export_config"):
+        ignored.append("export_config (the export takes one input per field, with serving and update signatures)")
+        config.ClearField("export_config")
+    if config.HasField("eval_config") and config.eval_config.HasField("eval_interval_secs"):
+        ignored.append("eval_config.eval_interval_secs (the eval job follows new checkpoints: --poll_secs)")
+        config.eval_config.ClearField("eval_interval_secs")
+    _incr_save_dir(config)
+    if ignored:
+        log.warning("EasyRec settings accepted and ignored: %s", "; ".join(ignored))
+    return ignored
