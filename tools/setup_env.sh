@@ -20,11 +20,15 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.easyonline-installed
-want=$(cat requirements.txt requirements-dev.txt setup.py easyonline/*/*.c | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt requirements-dev.txt setup.py pyproject.toml easyonline/*/*.c | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r requirements-dev.txt
-  .venv/bin/python -m pip install -q --no-deps -e .
+  # (setuptools warns about every editable install: shown only when the install fails)
+  if ! .venv/bin/python -m pip install -q --no-deps -e . > .venv/install-easyonline.log 2>&1; then
+    cat .venv/install-easyonline.log >&2
+    exit 1
+  fi
   echo "$want" > "$stamp"
   .venv/bin/python -c "import easyonline.features._csv_decoder, easyonline.inputs._record_decoder" 2>/dev/null \
     || echo "setup_env: easyonline's C input decoders were not compiled (is gcc installed?);" \

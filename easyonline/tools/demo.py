@@ -21,6 +21,7 @@ from absl import flags
 
 from easyonline.config import load_pipeline_config
 from easyonline.config.validate import validate_pipeline_config
+from easyonline.tools.sample_configs import sample_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.callbacks import Callback
 from easyonline.core.metrics import PrequentialMetrics
@@ -127,7 +128,7 @@ def define_flags() -> None:
     flags.DEFINE_integer("drift_at", 200000, "Sample index of the concept drift.")
     flags.DEFINE_integer("partitions", 2, "Partitions of the samples topic.")
     flags.DEFINE_float("rate", 0, "Producer rate in samples/s (0: as fast as it can).")
-    flags.DEFINE_string("config", os.path.join(os.path.dirname(__file__), "..", "..", "samples", "online.config"),
+    flags.DEFINE_string("config", sample_config("online.config"),
                         "Pipeline config; kafka server, topic and model_dir are set by the demo.")
     flags.DEFINE_string("model_dir", "", "Where checkpoints go (default: a new temporary directory).")
     flags.DEFINE_float("max_seconds", 900, "Give up after this long.")
