@@ -22,7 +22,7 @@ from easyonline.config.secrets import apply_oss_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.export.embedding_files import export_embeddings
 from easyonline.export.layout import (ASSETS_DIR, DENSE_SHAPES_FILE, INCR_UPDATE_FILE, PIPELINE_FILE, SAVED_MODEL_FILE,
-                                      SERVING_SIGNATURE, UPDATE_SIGNATURE)
+                                      SERVING_SIGNATURE, UPDATE_MESSAGE_SIGNATURE, UPDATE_SIGNATURE)
 from easyonline.export.serving_module import ServingModule
 from easyonline.protos import pipeline_pb2
 from easyonline.updates.param_ids import dense_variables, ensure_parameter_ids
@@ -83,7 +83,8 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
         os.path.join(export_dir, f".staging-{version}")
     tf.saved_model.save(module, staging,
                         signatures={SERVING_SIGNATURE: module.serve.get_concrete_function(),
-                                    UPDATE_SIGNATURE: module.incr_update.get_concrete_function()},
+                                    UPDATE_SIGNATURE: module.incr_update.get_concrete_function(),
+                                    UPDATE_MESSAGE_SIGNATURE: module.incr_update_messages.get_concrete_function()},
                         options=tf.saved_model.SaveOptions(namespace_whitelist=["TFRA"]))
     assets = os.path.join(staging, ASSETS_DIR)
     os.makedirs(assets, exist_ok=True)

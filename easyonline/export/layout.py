@@ -11,3 +11,4 @@ DENSE_SHAPES_FILE = "dense_shapes.json"  # JSON: dense parameter id -> shape (up
 PIPELINE_FILE = "pipeline.config"  # the config the model was trained with (secrets redacted)
 SERVING_SIGNATURE = "serving_default"
 UPDATE_SIGNATURE = "incr_update_sig"
+UPDATE_MESSAGE_SIGNATURE = "incr_update_message_sig"  # the same, from serialized update messages

@@ -11,14 +11,22 @@ their flattened values at an offset, as the UpdateMessage carries them. The
 inputs are named by the ids in ``DENSE_UPDATE_VARIABLES`` and
 ``embed_name_to_ids.txt``, so serving never needs the trainer's variable
 names.
+
+``incr_update_messages`` applies update messages as they were published
+(serialized UpdateMessages, one per string, in stream order), decoding them in
+the graph (``tf.io.decode_proto`` with the message descriptors embedded), so a
+processor that knows only TensorFlow applies the stream: read a message from
+Kafka, call the signature.
 """
 from typing import Dict
+
+from google.protobuf import descriptor_pb2
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.features.csv_parser import feature_ids
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.features.signature import feature_signature
-from easyonline.protos import pipeline_pb2
+from easyonline.protos import pipeline_pb2, update_pb2
 from easyonline.updates.param_ids import ParameterIds, dense_variables
 
 tf = ensure_legacy_keras()
@@ -61,6 +69,30 @@ def update_input_specs(ids: ParameterIds) -> Dict[str, tf.TensorSpec]:
     return specs
 
 
+def _descriptor_source() -> bytes:
+    """update.proto's descriptors, inline: the exported graph decodes messages without any file."""
+    files = descriptor_pb2.FileDescriptorSet()
+    update_pb2.DESCRIPTOR.CopyToProto(files.file.add())
+    return b"bytes://" + files.SerializeToString()
+
+
+def _decode(serialized, message: str, fields, types):
+    """``tf.io.decode_proto`` of ``easyonline.protos.<message>``; returns one tensor per field."""
+    _, values = tf.io.decode_proto(serialized, f"easyonline.protos.{message}", fields, types,
+                                   descriptor_source=_descriptor_source())
+    return values
+
+
+def _first(values, default):
+    """[n, 0 or 1] values of a singular field (0: absent in every message, as proto3 leaves defaults out) -> [n]."""
+    return tf.concat([values, tf.fill([tf.shape(values)[0], 1], default)], axis=1)[:, 0]
+
+
+def _joined(chunks, dtype):
+    """Little-endian arrays (bytes) concatenated and decoded as one 1-D tensor."""
+    return tf.io.decode_raw(tf.strings.reduce_join(chunks), dtype)
+
+
 class _ById:
     """Dense variables and tables by id, hidden from tf.Module's tracking."""
 
@@ -83,6 +115,10 @@ class ServingModule(tf.Module):
         self.serve = tf.function(self._serve, input_signature=[raw_input_specs(specs)], autograph=False)
         self.incr_update = tf.function(self._incr_update, input_signature=[update_input_specs(ids)],
                                        autograph=False)
+        self._widths = {table_id: width for _, (table_id, width) in ids.tables.items()}
+        self.incr_update_messages = tf.function(
+            self._incr_update_messages, autograph=False,
+            input_signature=[{"messages": tf.TensorSpec([None], tf.string, name="messages")}])
         # Parsed features in, for callers that parse with the config's parser (easyonline.predict).
         self.score_features = tf.function(self._score_features, input_signature=[feature_signature(specs)],
                                           autograph=False)
@@ -118,8 +154,16 @@ class ServingModule(tf.Module):
             removed = table.remove(deleted)
             with tf.control_dependencies([removed]):  # deletes first: an update never deletes a row it sends
                 applied.append(table.upsert(keys, values))
-        ids, offsets = inputs["dense_ids"], inputs["dense_offsets"]
-        lengths, values = inputs["dense_lengths"], inputs["dense_values"]
+        applied.extend(self._apply_dense(inputs["dense_ids"], inputs["dense_offsets"], inputs["dense_lengths"],
+                                         inputs["dense_values"]))
+        with tf.control_dependencies(applied):
+            return {"applied": tf.size(inputs["dense_ids"], tf.int64) + sum(
+                tf.size(inputs[f"table_{t}_keys"], tf.int64) for t, _ in self._params.tables)}
+
+    def _apply_dense(self, ids, offsets, lengths, values):
+        """Writes dense slices: entry i puts ``lengths[i]`` values (from ``values``, entries back to back) into
+        the flattened parameter ``ids[i]`` at ``offsets[i]``."""
+        applied = []
         starts = tf.cumsum(lengths, exclusive=True)  # where each entry's values begin in dense_values
         for param_id, variable in self._params.dense:
             mine = tf.reshape(tf.where(tf.equal(ids, param_id)), [-1])
@@ -130,6 +174,45 @@ class ServingModule(tf.Module):
             flat = tf.reshape(variable, [-1])
             updated = tf.tensor_scatter_nd_update(flat, into[:, None], tf.gather(values, source))
             applied.append(variable.assign(tf.reshape(updated, tf.shape(variable))))
+        return applied
+
+    def _apply_message(self, message):
+        """Applies one serialized UpdateMessage: per table its deleted keys, then its rows; then dense slices.
+        Returns (entries applied, the message's sequence, its global step)."""
+        header, dense, sparse = _decode(message, "UpdateMessage", ["header", "dense", "sparse"], [tf.string] * 3)
+        sequence, step = _decode(header, "UpdateHeader", ["sequence", "global_step"], [tf.uint64, tf.int64])
+        table_ids, keys, values, deleted = _decode(sparse, "SparseEntry", ["table_id", "keys", "values", "deleted_keys"],
+                                                   [tf.uint32, tf.string, tf.string, tf.string])
+        table_ids = tf.cast(_first(table_ids, tf.constant(0, tf.uint32)), tf.int64)
+        keys, values, deleted = (_first(x, "") for x in (keys, values, deleted))
+        applied, count = [], tf.constant(0, tf.int64)
+        for table_id, table in self._params.tables:
+            mine = tf.equal(table_ids, table_id)
+            table_keys = _joined(tf.boolean_mask(keys, mine), tf.int64)
+            rows = tf.reshape(_joined(tf.boolean_mask(values, mine), tf.float32), [-1, self._widths[table_id]])
+            removed = table.remove(_joined(tf.boolean_mask(deleted, mine), tf.int64))
+            with tf.control_dependencies([removed]):
+                applied.append(table.upsert(table_keys, rows))
+            count += tf.size(table_keys, tf.int64)
+        dense_ids, offsets, dense_values = _decode(dense, "DenseEntry", ["id", "offset", "values"],
+                                                   [tf.uint32, tf.uint64, tf.string])
+        dense_values = _first(dense_values, "")
+        applied.extend(self._apply_dense(tf.cast(_first(dense_ids, tf.constant(0, tf.uint32)), tf.int64),
+                                         tf.cast(_first(offsets, tf.constant(0, tf.uint64)), tf.int64),
+                                         tf.cast(tf.strings.length(dense_values) // 4, tf.int64),
+                                         _joined(dense_values, tf.float32)))
         with tf.control_dependencies(applied):
-            return {"applied": tf.size(ids, tf.int64) + sum(tf.size(inputs[f"table_{t}_keys"], tf.int64)
-                                                          for t, _ in self._params.tables)}
+            return (count + tf.size(dense_ids, tf.int64), tf.cast(tf.reshape(sequence, [-1])[0], tf.int64),
+                    tf.reshape(step, [-1])[0])
+
+    def _incr_update_messages(self, inputs):
+        messages = inputs["messages"]
+
+        def body(i, applied, _sequence, _step):
+            count, sequence, step = self._apply_message(messages[i])
+            return i + 1, applied + count, sequence, step  # i + 1 waits for the message: applied in order
+
+        zero = tf.constant(0, tf.int64)
+        _, applied, sequence, step = tf.while_loop(lambda i, *_: i < tf.size(messages), body,
+                                                   [tf.constant(0), zero, zero - 1, zero - 1], parallel_iterations=1)
+        return {"applied": applied, "last_sequence": sequence, "last_global_step": step}

@@ -29,7 +29,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from easyonline.export.layout import SERVING_SIGNATURE, UPDATE_SIGNATURE
+from easyonline.export.layout import SERVING_SIGNATURE, UPDATE_MESSAGE_SIGNATURE, UPDATE_SIGNATURE
 from easyonline.serve.loaded_export import LoadedExport
 from easyonline.serve.update_follower import UpdateFollower
 
@@ -240,7 +240,8 @@ class Handler(BaseHTTPRequestHandler):
             signature = body.get("signature_name", SERVING_SIGNATURE) if isinstance(body, dict) else None
             if signature not in (None, SERVING_SIGNATURE):
                 raise BadRequest(f"signature_name {signature!r}: predict serves {SERVING_SIGNATURE!r} "
-                                 f"({UPDATE_SIGNATURE!r} applies updates; GET .../metadata lists both)")
+                                 f"({UPDATE_SIGNATURE!r} and {UPDATE_MESSAGE_SIGNATURE!r} apply updates; "
+                                 "GET .../metadata lists them)")
             inputs, rows = request_inputs(body)
             count = max((len(v) for v in inputs.values()), default=0)
             if count > self.state.max_rows_per_request:

@@ -32,6 +32,35 @@ from tests.fake_oss import FakeOss
 FIELDS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
 
 
+# A processor that knows only TensorFlow (and kafka-python to read): TFRA is imported to register its ops,
+# nothing of easyonline. It applies the published messages through incr_update_message_sig, then predicts.
+TF_ONLY_PROCESSOR = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_recommenders_addons  # noqa: F401  (registers TFRA's ops)
+from kafka import KafkaConsumer, TopicPartition
+version, requests = sys.argv[1], json.load(open(sys.argv[2]))
+info = json.load(open(version + "/assets/incr_update.txt"))
+model = tf.saved_model.load(version)
+consumer = KafkaConsumer(bootstrap_servers=info["server"], enable_auto_commit=False, consumer_timeout_ms=4000)
+partition = TopicPartition(info["topic"], 0)
+consumer.assign([partition])
+consumer.seek(partition, info["offset"])
+messages = [record.value for record in consumer]
+applied = {"messages": 0}
+for start in range(0, len(messages), 16):
+    out = model.signatures["incr_update_message_sig"](messages=tf.constant(messages[start:start + 16]))
+    applied = {"messages": applied["messages"] + len(messages[start:start + 16]),
+               "last_sequence": int(out["last_sequence"]), "last_global_step": int(out["last_global_step"])}
+serve = model.signatures["serving_default"]
+specs = serve.structured_input_signature[1]
+inputs = {name: tf.constant([row[name] for row in requests], dtype=spec.dtype) for name, spec in specs.items()}
+probs = serve(**inputs)["probs"].numpy().tolist()
+assert not [m for m in sys.modules if m.startswith("easyonline")]
+print(json.dumps({**applied, "probs": probs}))
+"""
+
+
 def instances(lines):
     """TF Serving "instances" rows from CSV sample lines (numbers as numbers, ids as strings)."""
     rows = []
@@ -106,6 +135,7 @@ def test_served_predictions_follow_training_and_match_the_trainer(broker, topic,
         cli = subprocess.run([os.path.join(os.path.dirname(PYTHON), "saved_model_cli"), "show", "--all",
                               "--dir", version], capture_output=True, text=True, timeout=120)
         assert "signature_def['serving_default']" in cli.stdout and "signature_def['incr_update_sig']" in cli.stdout
+        assert "signature_def['incr_update_message_sig']" in cli.stdout
 
         server = Server(export_dir, tmp_path / "serve.log")
         before = server.predict(requests)
@@ -137,6 +167,15 @@ def test_served_predictions_follow_training_and_match_the_trainer(broker, topic,
         assert types["easyonline_serving_predict_latency_seconds"] == "histogram"
         served = int(float(re.search(r"^easyonline_serving_predict_latency_seconds_count (\S+)$", metrics, re.M)[1]))
         assert served >= 1 and 'easyonline_serving_predict_latency_seconds_bucket{le="0.01"}' in metrics
+        # The export applies the stream as published, in TensorFlow alone: the same predictions.
+        (tmp_path / "requests.json").write_text(json.dumps(requests))
+        tf_only = subprocess.run([PYTHON, "-c", TF_ONLY_PROCESSOR, version, str(tmp_path / "requests.json")],
+                                 capture_output=True, text=True, timeout=300)
+        assert tf_only.returncode == 0, tf_only.stderr[-3000:]
+        processed = json.loads(tf_only.stdout.strip().splitlines()[-1])
+        assert processed["messages"] > 0 and processed["last_sequence"] == last
+        assert processed["last_global_step"] == trainer.step
+        np.testing.assert_allclose(processed["probs"], expected, atol=1e-5)
         # A restart loads the same export, replays the stream from its recorded position: same state.
         assert server.stop() == 0
         server = Server(export_dir, tmp_path / "serve2.log")
@@ -314,7 +353,8 @@ def test_metadata_versions_in_paths_and_signature_name_as_tf_serving_has_them(se
         metadata = json.loads(r.read())
     assert metadata["model_spec"] == {"name": "m", "signature_name": "", "version": version}
     signatures = metadata["metadata"]["signature_def"]["signature_def"]
-    assert set(signatures) == {"serving_default", "incr_update_sig"}
+    assert set(signatures) == {"serving_default", "incr_update_sig", "incr_update_message_sig"}
+    assert signatures["incr_update_message_sig"]["inputs"]["messages"]["dtype"] == "DT_STRING"
     serving = signatures["serving_default"]
     assert set(serving["inputs"]) == set(row) and set(serving["outputs"]) == {"probs", "logits"}
     assert serving["inputs"]["C1"]["dtype"] == "DT_STRING" and serving["inputs"]["I1"]["dtype"] == "DT_FLOAT"
