@@ -12,7 +12,9 @@ from absl import flags
 from easyonline.checkpoint.checkpointer import latest_checkpoint
 from easyonline.checkpoint.mirror import cache_dir_for
 from easyonline.core.exit_codes import run_job
+from easyonline.core.errors import ConfigError
 from easyonline.eval.evaluator import Evaluator
+from easyonline.eval.prometheus_metrics import EvalMetrics
 from easyonline.jobs.config_flags import config_from_flags, define_config_flags
 from easyonline.utils import fileio
 from easyonline.utils.cli import run_command
@@ -34,6 +36,9 @@ def define_flags() -> None:
     flags.DEFINE_float("poll_secs", 5.0, "How often to look for new checkpoints.")
     flags.DEFINE_integer("max_evaluations", 0, "Exit after this many evaluations (0: no limit).")
     flags.DEFINE_float("idle_timeout_secs", 0.0, "Exit when no new checkpoint appeared for this long (0: never).")
+    flags.DEFINE_integer("metrics_port", 0, "Serve the latest evaluation's figures for Prometheus on "
+                         "http://<metrics_host>:<port>/metrics (0: off). See docs/evaluation.md.")
+    flags.DEFINE_string("metrics_host", "127.0.0.1", "Address --metrics_port listens on (0.0.0.0: every interface).")
     flags.DEFINE_float("stop_grace_secs", 30.0, "Once the trainer's stop file is in model_dir, exit after this "
                        "long without a new checkpoint (the trainer's final save comes after the file).")
 
@@ -48,9 +53,22 @@ def main(argv) -> int:
     return run_job(lambda: _evaluate(config_from_flags(online=False)))
 
 
+def _metrics_endpoint(host: str, port: int) -> EvalMetrics:
+    try:
+        return EvalMetrics(port, host)
+    except OSError as e:
+        raise ConfigError("", f"--metrics_port {port} on {host}: {e.strerror or e}") from e
+
+
 def _evaluate(config) -> int:
     FLAGS = flags.FLAGS
-    print_result = lambda result: print(result.to_json(), flush=True)
+    metrics = _metrics_endpoint(FLAGS.metrics_host, FLAGS.metrics_port) if FLAGS.metrics_port else None
+
+    def print_result(result) -> None:
+        print(result.to_json(), flush=True)
+        if metrics is not None:
+            metrics.update(result)
+
     evaluator = Evaluator(config, FLAGS.eval_dir or default_eval_dir(config.model_dir),
                           FLAGS.max_eval_samples or config.eval_config.num_examples)
     try:
@@ -66,6 +84,8 @@ def _evaluate(config) -> int:
             print(f"eval stopped: {reason}", file=sys.stderr)
     finally:
         evaluator.close()
+        if metrics is not None:
+            metrics.close()
     return 0
 
 

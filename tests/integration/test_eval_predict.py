@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import time
+import urllib.request
 
 import numpy as np
 import tensorflow as tf
@@ -14,6 +15,7 @@ from easyonline.inputs import KafkaInput
 from easyonline.scoring.checkpoint_model import CheckpointModel
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.checkpoint.checkpointer import latest_checkpoint
+from easyonline.utils.net import free_port
 from tests.conftest import PYTHON, online_config, python_env
 
 FAST = {"data_config.batch_size": 500, "data_config.batch_timeout_ms": 300, "train_config.log_step_count_secs": 1,
@@ -54,15 +56,18 @@ def test_eval_job_follows_a_running_trainer_one_result_per_checkpoint(broker, to
     config_path = _write_config(config, tmp_path / "online.config")
     trainer = subprocess.Popen([PYTHON, "-m", "easyonline.train", f"--config={config_path}", "--online"],
                                env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    port = free_port()
     evaluator = subprocess.Popen([PYTHON, "-m", "easyonline.eval", f"--config={config_path}", "--poll_secs=0.5",
-                                  "--stop_grace_secs=8"], env=python_env(), stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+                                  "--stop_grace_secs=8", f"--metrics_port={port}"], env=python_env(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    scraped = ""
     try:
         deadline = time.time() + 180
         while time.time() < deadline:
             state = tf.train.get_checkpoint_state(str(model_dir))
-            if state and state.model_checkpoint_path.endswith("-60"):  # 30000 samples / 500
-                break
+            scraped = _scrape(port) or scraped
+            if state and state.model_checkpoint_path.endswith("-60") and "easyonline_eval_auc " in scraped:
+                break  # 30000 samples / 500
             time.sleep(0.5)
         (model_dir / "OSS_STOP_SIGNAL").write_text("")
         trainer_out, _ = trainer.communicate(timeout=120)
@@ -87,6 +92,19 @@ def test_eval_job_follows_a_running_trainer_one_result_per_checkpoint(broker, to
               for e in tf.compat.v1.train.summary_iterator(str(model_dir / "eval" / name))]
     auc_steps = sorted(e.step for e in events for v in e.summary.value if v.tag == "eval_auc")
     assert auc_steps == saved
+    # --metrics_port served the latest evaluation's figures while it ran.
+    figures = {line.split()[0]: float(line.split()[1]) for line in scraped.splitlines() if not line.startswith("#")}
+    assert figures["easyonline_eval_evaluations_total"] >= 1 and figures["easyonline_eval_samples"] == 3000
+    assert 0.5 < figures["easyonline_eval_auc"] <= 1 and int(figures["easyonline_eval_checkpoint_step"]) in saved
+    assert "# TYPE easyonline_eval_evaluations_total counter" in scraped
+
+
+def _scrape(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            return response.read().decode()
+    except OSError:
+        return ""
 
 
 def test_predict_scores_a_file_with_a_checkpoint_and_a_topic_with_an_export(broker, topic, tmp_path):
