@@ -27,6 +27,7 @@ from easyonline.utils import fileio
 
 tf = ensure_legacy_keras()
 log = logging.getLogger(__name__)
+PROGRESS_SECS = 10.0  # a progress line this often while one evaluation runs
 RESULTS_FILE = "results.jsonl"
 
 
@@ -88,10 +89,16 @@ class Evaluator:
         metrics = PrequentialMetrics(window_samples=2**62)  # one window: the whole pass
         bad_input = BadInputMonitor(self.config.data_config)
         source = self._make_source()
+        log.info("evaluating %s (step %d)", checkpoint, step)
+        next_progress = time.time() + PROGRESS_SECS
         try:
             for batch in parsed_batches(source, self.parser, bad_input, self.max_samples,
                                         should_stop=self.stop_signal.should_stop):
                 metrics.update(batch.labels.numpy(), self.model.score(batch.features))
+                if time.time() >= next_progress:
+                    next_progress = time.time() + PROGRESS_SECS
+                    log.info("step %d: scored %d samples (%.0f/s)", step, metrics.total_samples,
+                             metrics.total_samples / max(time.time() - started, 1e-9))
         finally:
             source.close()
             bad_input.close()

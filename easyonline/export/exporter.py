@@ -67,8 +67,11 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
     if path is None:
         raise FileNotFoundError(f"no checkpoint at {checkpoint_path or config.model_dir}")
     de.enable_inference_mode()  # process-global: lookups of unknown ids insert nothing
+    log.info("restoring %s", path)
     restored = restore_model(config, path)
     model, specs, step = restored.model, restored.specs, restored.step
+    log.info("restored step %d (%s embedding rows); writing the SavedModel", step,
+             f"{sum(int(layer.params.size()) for layer in model.tables.embeddings.values()):,}")
     ids = ensure_parameter_ids(config.model_dir, model)
     module = ServingModule(model, specs, ids)
     if embedding_export_dir:

@@ -101,15 +101,22 @@ class SyntheticCtrStream:
 
 
 def produce(bootstrap: str, topic: str, lines, rate: Optional[float] = None, lines_per_message: int = 1,
-            partitions: Optional[int] = None, timestamp_ms: Optional[int] = None, producer=None) -> int:
-    """Sends lines (an iterable of lists) to topic, round-robin over partitions; returns messages sent."""
+            partitions: Optional[int] = None, timestamp_ms: Optional[int] = None, producer=None,
+            progress_secs: float = 0) -> int:
+    """Sends lines (an iterable of lists) to topic, round-robin over partitions; returns messages sent.
+
+    ``progress_secs`` > 0: logs the samples sent and the rate that often."""
     from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
     own = producer is None
     producer = producer or KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=256 * 1024,
                                          acks=1, max_request_size=8 * 1024 * 1024)
     sent = samples = 0
     started = time.time()
+    next_progress = started + progress_secs
     for chunk in lines:
+        if progress_secs and time.time() >= next_progress:
+            next_progress = time.time() + progress_secs
+            log.info("sent %d samples to %s (%.0f/s)", samples, topic, samples / max(time.time() - started, 1e-9))
         for i in range(0, len(chunk), lines_per_message):
             value = b"\n".join(chunk[i:i + lines_per_message])
             partition = None if partitions is None else sent % partitions
@@ -152,7 +159,7 @@ def main(argv) -> None:
         print(f"wrote {FLAGS.samples} samples to {FLAGS.output_csv}")
         return
     sent = produce(FLAGS.bootstrap, FLAGS.topic, chunks, FLAGS.rate or None, FLAGS.lines_per_message,
-                   FLAGS.partitions or None)
+                   FLAGS.partitions or None, progress_secs=5)
     print(f"sent {FLAGS.samples} samples in {sent} messages to {FLAGS.topic}")
 
 

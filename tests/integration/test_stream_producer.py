@@ -23,3 +23,14 @@ def test_ids_grow_and_drift_changes_labels_not_ids():
     labels_b, num_b, cats_b = drifted.arrays(1000, 3000)
     np.testing.assert_array_equal(cats_a, cats_b)
     assert (labels_a != labels_b).mean() > 0.1
+
+
+def test_the_producer_says_how_far_it_is_while_it_sends(broker, topic, caplog):
+    import logging  # pylint: disable=g-import-not-at-top
+    from easyonline.tools.stream_producer import produce  # pylint: disable=g-import-not-at-top
+    with caplog.at_level(logging.INFO, logger="easyonline.tools.stream_producer"):
+        sent = produce(broker.bootstrap, topic, SyntheticCtrStream().chunks(0, 20000, chunk=1000), rate=8000,
+                       progress_secs=0.5)
+    assert sent == 20000
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sent ")]
+    assert len(progress) >= 3 and all(f"samples to {topic}" in line for line in progress), progress
