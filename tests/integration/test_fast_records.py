@@ -165,3 +165,20 @@ def test_kafka_input_positions_and_lines_with_the_fast_decoder(broker, topic):
     assert sorted(lines) == sorted(expected)
     assert empty == 3 + 1  # offsets 42, 142, 242 of partition 0; 242 of partition 1
     assert last.positions == {0: 300, 1: 300}
+
+
+def test_another_kafka_python_falls_back_to_its_own_decoder_and_says_so_once(broker, topic, caplog, monkeypatch):
+    """A kafka-python whose fetcher has no _unpack_message_set (3.x reorganised it): a warning, not a silent slow path."""
+    import logging  # pylint: disable=g-import-not-at-top
+    from kafka.consumer.fetcher import Fetcher  # pylint: disable=g-import-not-at-top
+    monkeypatch.delattr(Fetcher, "_unpack_message_set")
+    monkeypatch.setattr(fast_records, "_warned", [])
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap)
+    try:
+        with caplog.at_level(logging.WARNING, logger="easyonline.inputs.fast_records"):
+            assert fast_records.install(consumer) is False
+            assert fast_records.install(consumer) is False
+    finally:
+        consumer.close()
+    warnings = [r.getMessage() for r in caplog.records if "fast path replaces" in r.getMessage()]
+    assert len(warnings) == 1 and "requirements.txt" in warnings[0]
