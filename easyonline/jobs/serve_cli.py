@@ -14,6 +14,7 @@ from absl import flags
 
 from easyonline.config.kafka_settings import consumer_settings_from_flags
 from easyonline.core.errors import ConfigError
+from easyonline.serve.grpc_api import start_grpc_server
 from easyonline.serve.http_api import ServingState, make_server
 from easyonline.serve.loaded_export import LoadedExport
 from easyonline.serve.update_follower import UpdateFollower
@@ -27,6 +28,9 @@ def define_flags() -> None:
     flags.DEFINE_string("export_dir", None, "Directory of exported versions (or one version); the newest is served.")
     flags.DEFINE_integer("port", 8501, "HTTP port; 0 picks a free one (printed at start).")
     flags.DEFINE_string("host", "127.0.0.1", "Address to bind; loopback unless you mean otherwise.")
+    flags.DEFINE_integer("grpc_port", -1, "Also answer TF Serving's gRPC PredictionService (Predict, "
+                         "GetModelMetadata) on this port of --host (TF Serving uses 8500); 0 picks a free one "
+                         "(printed at start), -1: off.")
     flags.DEFINE_string("model_name", "", "Name in the URLs; default: the export's model name.")
     flags.DEFINE_integer("max_request_bytes", 16 * 1024 * 1024, "Larger predict requests get HTTP 413.")
     flags.DEFINE_integer("max_rows_per_request", 10000, "Predict requests with more rows get HTTP 413.")
@@ -65,6 +69,14 @@ def main(argv) -> int:
     follower = UpdateFollower(export, kafka_settings=kafka_settings).start()
     state = ServingState(export, follower, name, FLAGS.max_request_bytes, FLAGS.max_rows_per_request)
     server = make_server(state, FLAGS.host, FLAGS.port, FLAGS.idle_timeout_secs, FLAGS.max_connections)
+    grpc_server = None
+    if FLAGS.grpc_port >= 0:
+        try:
+            grpc_server, grpc_port = start_grpc_server(state, FLAGS.host, FLAGS.grpc_port)
+        except (OSError, RuntimeError) as e:
+            print(f"error: --grpc_port {FLAGS.grpc_port}: {e}", file=sys.stderr)
+            return 2
+        print(f"serving {name} version {export.version} over gRPC on {FLAGS.host}:{grpc_port}", flush=True)
     stopped = threading.Event()
 
     def stop(*_):
@@ -83,6 +95,8 @@ def main(argv) -> int:
                  s["last_applied_step"], s["last_applied_sequence"], s["applied_updates"], s["skipped_updates"],
                  s["refused_updates"], s["update_lag_messages"], s["update_lag_seconds"], state.requests)
     follower.stop()
+    if grpc_server is not None:
+        grpc_server.stop(grace=2).wait(5)
     thread.join(5)
     server.server_close()
     return 0

@@ -251,7 +251,7 @@ def served_from_files(tmp_path_factory):
     trainer.run()
     export(tmp_path / "m", tmp_path / "export", f"--embedding_export_dir={tmp_path / 'vectors'}")
     server = Server(tmp_path / "export", tmp_path / "serve.log", "--max_request_bytes=20000",
-                    "--idle_timeout_secs=2", "--max_rows_per_request=20")
+                    "--idle_timeout_secs=2", "--max_rows_per_request=20", "--grpc_port=0")
     yield trainer, server, updates, read_parameter_ids(str(tmp_path / "m")), tmp_path
     server.stop()
 
@@ -468,3 +468,42 @@ def test_export_and_embeddings_to_oss(served_from_files):
                                     capture_output=True,
                                     text=True, timeout=300)
     assert no_credentials.returncode == 2 and "OSS_ENDPOINT" in no_credentials.stderr
+
+
+def test_tf_serving_grpc_clients_predict_and_read_metadata(served_from_files):
+    """A client of TF Serving's gRPC API (tensorflow_serving.apis), unchanged: same model, same numbers."""
+    import grpc  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from tensorflow_serving.apis import (get_model_metadata_pb2, predict_pb2,  # pylint: disable=g-import-not-at-top
+                                         prediction_service_pb2_grpc)
+    _, server, _, _, _ = served_from_files
+    port = int(re.search(r"over gRPC on [\d.]+:(\d+)", server.log_tail(100000))[1])
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+    rows = instances(SyntheticCtrStream().lines(100, 3))
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = server.model_name
+    request.model_spec.signature_name = "serving_default"
+    for name in rows[0]:
+        values = [row[name] for row in rows]
+        request.inputs[name].CopyFrom(tf.make_tensor_proto(values, dtype=tf.float32 if name.startswith("I") else tf.string))
+    response = stub.Predict(request, timeout=30)
+    np.testing.assert_allclose(tf.make_ndarray(response.outputs["probs"]), server.predict(rows), atol=1e-6)
+    assert response.model_spec.name == server.model_name and response.model_spec.version.value > 0
+
+    request.model_spec.name = "other"
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Predict(request, timeout=30)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    request.model_spec.name = server.model_name
+    del request.inputs["C1"]
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Predict(request, timeout=30)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "C1" in e.value.details()
+
+    metadata_request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+    metadata_request.model_spec.name = server.model_name
+    metadata = stub.GetModelMetadata(metadata_request, timeout=30)
+    signatures = get_model_metadata_pb2.SignatureDefMap()
+    metadata.metadata["signature_def"].Unpack(signatures)
+    assert {"serving_default", "incr_update_sig", "incr_update_message_sig"} <= set(signatures.signature_def)
+    assert signatures.signature_def["serving_default"].inputs["C1"].dtype == tf.string.as_datatype_enum

@@ -1,0 +1,101 @@
+"""TF Serving's gRPC PredictionService (``Predict``, ``GetModelMetadata``) on ``serve --grpc_port``.
+
+The same model, counters and limits as the REST API (http_api.py): a client
+written for TF Serving's gRPC API (``tensorflow_serving.apis``) works
+unchanged, with this model's name, ``serving_default`` (or no signature
+name) and the served version or none. Bad requests get INVALID_ARGUMENT
+naming the input, too many rows RESOURCE_EXHAUSTED, another model or
+version NOT_FOUND.
+"""
+import concurrent.futures
+import os
+import time
+
+import grpc
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow_serving.apis import get_model_metadata_pb2, predict_pb2, prediction_service_pb2_grpc
+
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.export.layout import SAVED_MODEL_FILE, SERVING_SIGNATURE
+from easyonline.serve.http_api import ServingState
+
+tf = ensure_legacy_keras()
+
+
+class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
+    """Answers Predict and GetModelMetadata from a ServingState."""
+
+    def __init__(self, state: ServingState):
+        self.state = state
+        saved_model = saved_model_pb2.SavedModel()
+        with open(os.path.join(state.export.path, SAVED_MODEL_FILE), "rb") as f:
+            saved_model.ParseFromString(f.read())
+        self._signature_defs = saved_model.meta_graphs[0].signature_def
+
+    def _check_spec(self, spec, context) -> None:
+        if spec.name != self.state.model_name:
+            self.state.count("not_found")
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no model {spec.name!r}; this server has "
+                                                     f"{self.state.model_name!r}")
+        if spec.HasField("version") and str(spec.version.value) != self.state.export.version:
+            self.state.count("not_found")
+            context.abort(grpc.StatusCode.NOT_FOUND, f"version {spec.version.value} of {spec.name} is not served "
+                                                     f"(version {self.state.export.version} is)")
+
+    def _fill_spec(self, spec) -> None:
+        spec.name = self.state.model_name
+        spec.version.value = int(self.state.export.version)
+
+    def Predict(self, request, context):  # pylint: disable=invalid-name
+        started = time.perf_counter()
+        self._check_spec(request.model_spec, context)
+        if request.model_spec.signature_name not in ("", SERVING_SIGNATURE):
+            self.state.count("bad_request")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"signature_name {request.model_spec.signature_name!r}: "
+                                                            f"predict serves {SERVING_SIGNATURE!r}")
+        try:
+            inputs = {name: tf.make_ndarray(proto).reshape(-1).tolist() for name, proto in request.inputs.items()}
+        except (TypeError, ValueError) as e:
+            self.state.count("bad_request")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"an input is not a valid TensorProto: {e}")
+        rows = max((len(v) for v in inputs.values()), default=0)
+        if rows > self.state.max_rows_per_request:
+            self.state.count("too_large")
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"request of {rows} rows is over the limit of "
+                                                              f"{self.state.max_rows_per_request}")
+        try:
+            outputs = self.state.export.predict(inputs)
+        except ValueError as e:
+            self.state.count("bad_request")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        response = predict_pb2.PredictResponse()
+        self._fill_spec(response.model_spec)
+        response.model_spec.signature_name = SERVING_SIGNATURE
+        for name, value in outputs.items():
+            response.outputs[name].CopyFrom(tf.make_tensor_proto(value))
+        self.state.count("ok", rows, time.perf_counter() - started)
+        return response
+
+    def GetModelMetadata(self, request, context):  # pylint: disable=invalid-name
+        self._check_spec(request.model_spec, context)
+        if list(request.metadata_field) != ["signature_def"]:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "metadata_field must be ['signature_def']")
+        response = get_model_metadata_pb2.GetModelMetadataResponse()
+        self._fill_spec(response.model_spec)
+        signatures = get_model_metadata_pb2.SignatureDefMap()
+        for name, signature in self._signature_defs.items():
+            if not name.startswith("__"):
+                signatures.signature_def[name].CopyFrom(signature)
+        response.metadata["signature_def"].Pack(signatures)
+        return response
+
+
+def start_grpc_server(state: ServingState, host: str, port: int, threads: int = 8):
+    """Starts the PredictionService; returns (server, the port it listens on: ``port`` or, for 0, a free one)."""
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="grpc"))
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(state), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot listen on {host}:{port} for gRPC")
+    server.start()
+    return server, bound
