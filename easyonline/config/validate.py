@@ -62,6 +62,14 @@ def _validate_kafka(kafka: pipeline_pb2.KafkaInput, path: str) -> None:
     if kafka.offset_info:
         parse_offset_info(kafka.offset_info, f"{path}.offset_info")
     extra_consumer_config(kafka, path)
+    if kafka.client == pipeline_pb2.KafkaInput.CONFLUENT_KAFKA:
+        from easyonline.inputs.confluent_consumer import librdkafka_config  # pylint: disable=g-import-not-at-top
+        librdkafka_config(kafka, path, "")  # a setting librdkafka lacks is named now, not at the first batch
+        try:
+            import confluent_kafka  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+        except ImportError:
+            raise ConfigError(f"{path}.client", "CONFLUENT_KAFKA needs the confluent-kafka package "
+                              "(pip install 'easyonline[confluent]')") from None
     if kafka.offset_time:
         try:
             timeparse.parse_offset_time(kafka.offset_time)

@@ -15,6 +15,7 @@ from kafka import TopicPartition
 
 from easyonline.core.rejections import OVERSIZED_MESSAGE, rejection
 from easyonline.inputs import fast_records, kafka_client
+from easyonline.inputs.confluent_consumer import ConfluentDataConsumer
 from easyonline.inputs.raw_batch import BatchSource, RawBatch
 from easyonline.inputs.start_position import resolve_start_offsets, usable_checkpoint_positions
 from easyonline.protos import pipeline_pb2
@@ -37,6 +38,7 @@ class KafkaInput(BatchSource):
         self._consumer = kafka_client.make_consumer(kafka, path, max_poll_records=max(batch_size, 500),
                                                     fetch_max_wait_ms=min(100, max(batch_timeout_ms, 1)))
         fast_records.install(self._consumer, compiled=compiled_decoder)  # False: Python's (benchmarks, tests)
+        control = self._consumer  # finds partitions and start positions; kafka-python with either client
         self.partitions = self._discover(path, partition_wait_secs)
         checkpoint_positions = usable_checkpoint_positions(checkpoint_positions, checkpoint_topic, kafka,
                                                            [tp.partition for tp in self.partitions])
@@ -45,10 +47,13 @@ class KafkaInput(BatchSource):
             self.partitions = tuple(tp for tp in self.partitions if tp.partition % count == index)
         probe = kafka_client.make_consumer(kafka, path + ".probe", group_id=None, fetch_max_wait_ms=50)
         try:
-            offsets, self.start_mode = resolve_start_offsets(self._consumer, probe, self.partitions, kafka,
+            offsets, self.start_mode = resolve_start_offsets(control, probe, self.partitions, kafka,
                                                               checkpoint_positions)
         finally:
             probe.close()
+        if kafka.client == pipeline_pb2.KafkaInput.CONFLUENT_KAFKA:
+            control.close()
+            self._consumer = ConfluentDataConsumer(kafka, path)
         self._consumer.assign(list(self.partitions))
         for tp in self.partitions:
             self._consumer.seek(tp, offsets[tp.partition])
@@ -56,8 +61,8 @@ class KafkaInput(BatchSource):
         self._positions = dict(offsets)
         self._commits: "queue.Queue[Dict[int, int]]" = queue.Queue()
         self._lines_per_message = 0.0  # running estimate, to ask poll() for about one batch of lines
-        log.info("reading %s partitions %s from %s (%s): %s", kafka.topic, sorted(offsets), kafka.server,
-                 self.start_mode, offsets)
+        log.info("reading %s partitions %s from %s (%s, %s): %s", kafka.topic, sorted(offsets), kafka.server,
+                 self.start_mode, pipeline_pb2.KafkaInput.Client.Name(kafka.client).lower(), offsets)
 
     def _discover(self, path: str, wait_secs: float) -> Tuple[TopicPartition, ...]:
         deadline = time.time() + wait_secs

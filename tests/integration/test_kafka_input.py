@@ -20,8 +20,12 @@ def _send(broker, topic, per_partition, partitions, timestamp_ms=None, prefix="r
     producer.close()
 
 
-def _kafka(broker, topic, **fields):
-    return pipeline_pb2.KafkaInput(server=broker.bootstrap, topic=topic, group="g_" + topic, **fields)
+def _kafka(broker, topic, client="KAFKA_PYTHON", **fields):
+    return pipeline_pb2.KafkaInput(server=broker.bootstrap, topic=topic, group="g_" + topic,
+                                   client=pipeline_pb2.KafkaInput.Client.Value(client), **fields)
+
+
+CLIENTS = pytest.mark.parametrize("client", ["KAFKA_PYTHON", "CONFLUENT_KAFKA"])
 
 
 def _drain(source, timeout=1.0):
@@ -33,10 +37,11 @@ def _drain(source, timeout=1.0):
         lines.extend(batch.lines)
 
 
-def test_earliest_reads_every_partition_and_tracks_positions(broker, topic):
+@CLIENTS
+def test_earliest_reads_every_partition_and_tracks_positions(broker, topic, client):
     broker.create_topic(topic, 3)
     _send(broker, topic, 40, 3)
-    source = KafkaInput(_kafka(broker, topic), batch_size=32, batch_timeout_ms=200)
+    source = KafkaInput(_kafka(broker, topic, client), batch_size=32, batch_timeout_ms=200)
     assert source.start_mode == "earliest" and len(source.partitions) == 3
     batches = []
     while True:
@@ -49,23 +54,29 @@ def test_earliest_reads_every_partition_and_tracks_positions(broker, topic):
     assert all(len(b.lines) <= 32 for b in batches)
     assert batches[-1].positions == {0: 40, 1: 40, 2: 40}
     assert batches[-1].lag == 0
-    source.close()
+    source.commit({0: 40, 1: 35, 2: 40})
+    source.close()  # runs the queued commit
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="g_" + topic, enable_auto_commit=False)
+    assert [consumer.committed(TopicPartition(topic, p)) for p in range(3)] == [40, 35, 40]
+    consumer.close()
 
 
-def test_offset_info_partition_offsets(broker, topic):
+@CLIENTS
+def test_offset_info_partition_offsets(broker, topic, client):
     broker.create_topic(topic, 2)
     _send(broker, topic, 20, 2)
-    source = KafkaInput(_kafka(broker, topic, offset_info='{"0": 5, "1": 18}'), 100, 200)
+    source = KafkaInput(_kafka(broker, topic, client, offset_info='{"0": 5, "1": 18}'), 100, 200)
     assert source.start_mode == "offset_info"
     lines = _drain(source)
     assert sorted(lines) == sorted([f"r0_{i}".encode() for i in range(5, 20)] + [b"r1_18", b"r1_19"])
     source.close()
 
 
-def test_checkpoint_positions_win_over_offset_info(broker, topic):
+@CLIENTS
+def test_checkpoint_positions_win_over_offset_info(broker, topic, client):
     broker.create_topic(topic, 2)
     _send(broker, topic, 10, 2)
-    source = KafkaInput(_kafka(broker, topic, offset_info='{"0": 1, "1": 1}'), 100, 200,
+    source = KafkaInput(_kafka(broker, topic, client, offset_info='{"0": 1, "1": 1}'), 100, 200,
                         checkpoint_positions={0: 8, 1: 9})
     assert source.start_mode == "checkpoint"
     assert sorted(_drain(source)) == [b"r0_8", b"r0_9", b"r1_9"]
@@ -128,9 +139,10 @@ def test_several_brokers_in_server_one_of_them_down(broker, topic):
     source.close()
 
 
-def test_slow_stream_flushes_partial_batches_after_the_timeout(broker, topic):
+@CLIENTS
+def test_slow_stream_flushes_partial_batches_after_the_timeout(broker, topic, client):
     broker.create_topic(topic, 1)
-    source = KafkaInput(_kafka(broker, topic), batch_size=1000, batch_timeout_ms=300)
+    source = KafkaInput(_kafka(broker, topic, client), batch_size=1000, batch_timeout_ms=300)
     assert source.next_batch(0.3) is None  # nothing yet
     _send(broker, topic, 7, 1)
     started = time.time()
@@ -142,13 +154,14 @@ def test_slow_stream_flushes_partial_batches_after_the_timeout(broker, topic):
     source.close()
 
 
-def test_multi_line_messages_end_batches_on_message_boundaries(broker, topic):
+@CLIENTS
+def test_multi_line_messages_end_batches_on_message_boundaries(broker, topic, client):
     broker.create_topic(topic, 1)
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
     for m in range(30):
         producer.send(topic, b"\n".join(f"m{m}_{i}".encode() for i in range(4)), partition=0)
     producer.flush()
-    source = KafkaInput(_kafka(broker, topic), batch_size=10, batch_timeout_ms=200)
+    source = KafkaInput(_kafka(broker, topic, client), batch_size=10, batch_timeout_ms=200)
     total = 0
     while True:
         batch = source.next_batch(1.0)

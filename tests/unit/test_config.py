@@ -89,6 +89,8 @@ def test_edit_config_json_errors_name_the_path(tmp_path, edits, path):
     ({"feature_configs[20].eviction": {"show_click_decay_rate": 0}}, "feature_configs[20].eviction.show_click_decay_rate"),
     ({"train_config.shrink_at_hour": 24}, "train_config.shrink_at_hour"),
     ({"kafka_train_input.config": {"max_pol_records": "5"}}, "kafka_train_input.config[max_pol_records]"),
+    ({"kafka_train_input.client": "CONFLUENT_KAFKA", "kafka_train_input.config": {"max_poll_records": "5"}},
+     "kafka_train_input.config[max_poll_records]"),  # no librdkafka equivalent
     ({"train_config.incr_save_config": {"sparse_save_secs": 1}}, "train_config.incr_save_config"),
     ({"train_config.incr_save_config": {"kafka": {"topic": "u"}}}, "train_config.incr_save_config.kafka.server"),
     ({"train_config.incr_save_config": {"kafka": {"server": "127.0.0.1:1"}}}, "train_config.incr_save_config.kafka.topic"),

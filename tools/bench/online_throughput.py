@@ -61,6 +61,7 @@ class Timer(Callback):
 
 
 EDITS = {}  # train_config fields set from the command line (thread counts)
+CLIENT = ["KAFKA_PYTHON"]  # kafka_train_input.client of the broker runs (--client)
 
 
 def config_for(model_dir, server="", topic=""):
@@ -74,6 +75,7 @@ def config_for(model_dir, server="", topic=""):
     config.train_config.ClearField("incr_save_config")
     if server:
         config.kafka_train_input.server, config.kafka_train_input.topic = server, topic
+        config.kafka_train_input.client = config.kafka_train_input.Client.Value(CLIENT[0])
     validate_pipeline_config(config, online=False)
     return config
 
@@ -104,8 +106,11 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3, help="broker runs, each between two memory runs")
     parser.add_argument("--intra_op_threads", type=int, default=None, help="default: the sample config's")
+    parser.add_argument("--client", default="KAFKA_PYTHON", choices=["KAFKA_PYTHON", "CONFLUENT_KAFKA"],
+                        help="kafka_train_input.client of the broker runs")
     parser.add_argument("--inter_op_threads", type=int, default=None, help="default: the sample config's")
     args = parser.parse_args()
+    CLIENT[0] = args.client
     EDITS.update({k: getattr(args, k) for k in ("intra_op_threads", "inter_op_threads")
                   if getattr(args, k) is not None})
     setup_logging("WARNING")
@@ -133,6 +138,7 @@ def main() -> None:
     result = {
         "model": "deepfm", "categorical_fields": 26, "numeric_fields": 13, "embedding_dim": 16, "batch_size": 1024,
         "samples": args.samples, "lines_per_message": args.lines_per_message, "partitions": args.partitions,
+        "client": args.client,
         "memory_samples_per_sec": round(memory_rate), "memory_runs": [round(r) for r in memory_rates],
         "broker_samples_per_sec": round(broker_rate), "broker_runs": [round(r) for r in broker_rates],
         "ratio_broker_to_memory": round(ratio, 3), "ratios": [round(r, 3) for r in ratios],

@@ -1,0 +1,113 @@
+"""The data consumer on confluent-kafka (librdkafka), behind the calls KafkaInput makes of kafka-python's.
+
+``kafka_train_input.client: CONFLUENT_KAFKA`` reads samples with librdkafka,
+EasyRec's data client and a maintained one, which reads with less CPU per
+sample than kafka-python (tools/bench/kafka_clients.py). Only the reading
+is librdkafka's: finding the partitions and the start positions stays with
+kafka-python (the control path, as EasyRec splits it too). This class
+answers the few calls KafkaInput makes on its data consumer (assign, seek,
+poll, highwater, commit, close) with kafka-python's types, so the rest of
+the input path does not know which client reads.
+"""
+import collections
+import logging
+from typing import Dict, List, Optional
+
+from kafka import TopicPartition
+from kafka.errors import KafkaError
+
+from easyonline.config.easyrec_compat import LIBRDKAFKA_TO_KAFKA_PYTHON
+from easyonline.config.kafka_settings import extra_consumer_config
+from easyonline.core.errors import ConfigError
+from easyonline.protos import pipeline_pb2
+
+log = logging.getLogger(__name__)
+
+Record = collections.namedtuple("Record", "offset value")
+# kafka-python setting -> librdkafka property (the first librdkafka name of each in the EasyRec table).
+KAFKA_PYTHON_TO_LIBRDKAFKA: Dict[str, str] = {}
+for _name, _setting in LIBRDKAFKA_TO_KAFKA_PYTHON.items():
+    KAFKA_PYTHON_TO_LIBRDKAFKA.setdefault(_setting, _name)
+
+
+def librdkafka_config(kafka: pipeline_pb2.KafkaInput, path: str, client_id: str) -> Dict[str, object]:
+    """The section's ``config`` map (kafka-python names) as librdkafka properties; a setting with no
+    equivalent is a ConfigError naming it."""
+    config: Dict[str, object] = {"bootstrap.servers": kafka.server, "group.id": kafka.group or "easyonline",
+                                 "enable.auto.commit": False, "enable.auto.offset.store": False,
+                                 "client.id": client_id, "fetch.wait.max.ms": 100}
+    for key, value in extra_consumer_config(kafka, path).items():
+        if key not in KAFKA_PYTHON_TO_LIBRDKAFKA:
+            raise ConfigError(f"{path}.config[{key}]", "has no librdkafka equivalent (client: CONFLUENT_KAFKA); "
+                              f"known: {', '.join(sorted(KAFKA_PYTHON_TO_LIBRDKAFKA))}")
+        config[KAFKA_PYTHON_TO_LIBRDKAFKA[key]] = value
+    return config
+
+
+class ConfluentDataConsumer:
+    """Reads assigned partitions from given offsets; kafka-python's poll/highwater/commit shapes."""
+
+    def __init__(self, kafka: pipeline_pb2.KafkaInput, path: str):
+        try:
+            import confluent_kafka  # pylint: disable=g-import-not-at-top
+        except ImportError:
+            raise ConfigError(f"{path}.client", "CONFLUENT_KAFKA needs the confluent-kafka package "
+                              "(pip install confluent-kafka)") from None
+        self._ck = confluent_kafka
+        config = librdkafka_config(kafka, path, f"easyonline-{path}")
+        config["logger"] = logging.getLogger("easyonline.inputs.librdkafka")  # not librdkafka's own stderr lines
+        self._consumer = confluent_kafka.Consumer(config)
+        self._offsets: Dict[TopicPartition, int] = {}
+        self._assigned = False
+
+    def assign(self, partitions: List[TopicPartition]) -> None:
+        self._offsets = {tp: self._ck.OFFSET_BEGINNING for tp in partitions}
+        self._assigned = False
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._offsets[tp] = offset
+        self._assigned = False
+
+    def _assign(self) -> None:
+        self._consumer.assign([self._ck.TopicPartition(tp.topic, tp.partition, offset)
+                               for tp, offset in self._offsets.items()])
+        self._assigned = True
+
+    def poll(self, timeout_ms: int, max_records: int) -> Dict[TopicPartition, List[Record]]:
+        if not self._assigned:
+            self._assign()
+        out: Dict[TopicPartition, List[Record]] = {}
+        # As kafka-python's poll: back as soon as something arrived (librdkafka's consume would wait for all
+        # max_records or the timeout), with whatever else is already fetched.
+        first = self._consumer.poll(timeout_ms / 1000.0)
+        if first is None:
+            return out
+        messages = [first] + (self._consumer.consume(num_messages=max_records - 1, timeout=0) if max_records > 1 else [])
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == self._ck.KafkaError._PARTITION_EOF:  # pylint: disable=protected-access
+                    continue
+                if error.fatal():
+                    raise KafkaError(f"librdkafka: {error.str()}")
+                log.warning("librdkafka: %s (retrying)", error.str())
+                continue
+            tp = TopicPartition(message.topic(), message.partition())
+            out.setdefault(tp, []).append(Record(message.offset(), message.value()))
+        return out
+
+    def highwater(self, tp: TopicPartition) -> Optional[int]:
+        """The partition's end offset as of the last fetch (None before one)."""
+        try:
+            _, high = self._consumer.get_watermark_offsets(self._ck.TopicPartition(tp.topic, tp.partition),
+                                                           cached=True)
+        except self._ck.KafkaException:
+            return None
+        return high if high is not None and high >= 0 else None
+
+    def commit(self, offsets: Dict[TopicPartition, object]) -> None:
+        self._consumer.commit(offsets=[self._ck.TopicPartition(tp.topic, tp.partition, meta.offset)  # type: ignore
+                                       for tp, meta in offsets.items()], asynchronous=False)
+
+    def close(self) -> None:
+        self._consumer.close()
