@@ -12,6 +12,14 @@ from easyonline.core.errors import ConfigError
 from easyonline.protos import pipeline_pb2
 
 
+def connect_timeout(ms: int) -> Dict[str, int]:
+    """How long a client waits for a broker at start: kafka-python 2.0's api_version_auto_timeout_ms, 3.0's
+    bootstrap_timeout_ms."""
+    if "api_version_auto_timeout_ms" in KafkaConsumer.DEFAULT_CONFIG:
+        return {"api_version_auto_timeout_ms": ms}
+    return {"bootstrap_timeout_ms": ms}
+
+
 def bootstrap_servers(server: str) -> List[str]:
     """``host:port,host:port`` as kafka-python's list."""
     return [s.strip() for s in server.split(",") if s.strip()]

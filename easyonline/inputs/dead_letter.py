@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from kafka import KafkaProducer
 
-from easyonline.config.kafka_settings import bootstrap_servers, security_settings
+from easyonline.config.kafka_settings import bootstrap_servers, connect_timeout, security_settings
 from easyonline.core.rejections import rejection_kind
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class DeadLetterSink:
             return False
         try:
             self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers(self.server), acks=1, linger_ms=50,
-                                           max_block_ms=10000, api_version_auto_timeout_ms=5000,
+                                           max_block_ms=10000, **connect_timeout(5000),
                                            client_id="easyonline-dead-letter", **self._settings)
             return True
         except Exception as e:  # pylint: disable=broad-except

@@ -1,8 +1,9 @@
 """Builds kafka-python clients from a KafkaInput config, one way for every caller."""
 from kafka import KafkaConsumer
-from kafka.errors import KafkaError, NoBrokersAvailable
+from kafka import errors as kafka_errors
+from kafka.errors import KafkaError
 
-from easyonline.config.kafka_settings import bootstrap_servers, extra_consumer_config
+from easyonline.config.kafka_settings import bootstrap_servers, connect_timeout, extra_consumer_config
 from easyonline.core.errors import BrokerUnreachableError
 from easyonline.protos import pipeline_pb2
 
@@ -11,12 +12,12 @@ def make_consumer(kafka: pipeline_pb2.KafkaInput, path: str = "kafka_train_input
     """A consumer with no subscription (callers assign partitions), auto-commit off."""
     settings = dict(bootstrap_servers=bootstrap_servers(kafka.server), group_id=kafka.group or None,
                     enable_auto_commit=False, auto_offset_reset="earliest", client_id=f"easyonline-{path}",
-                    request_timeout_ms=30000, api_version_auto_timeout_ms=10000)
+                    request_timeout_ms=30000, **connect_timeout(10000))
     settings.update(extra_consumer_config(kafka, path))
     settings.update(overrides)
     try:
         return KafkaConsumer(**settings)
-    except NoBrokersAvailable:
+    except getattr(kafka_errors, "NoBrokersAvailable", kafka_errors.KafkaConnectionError):  # its 2.0 / 3.0 name
         raise BrokerUnreachableError(f"{path}.server: no Kafka broker answered at {kafka.server}") from None
     except KafkaError as e:
         raise BrokerUnreachableError(f"{path}.server: cannot connect to Kafka at {kafka.server}: {e}") from None

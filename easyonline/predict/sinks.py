@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 from kafka import KafkaProducer
 
-from easyonline.config.kafka_settings import bootstrap_servers
+from easyonline.config.kafka_settings import bootstrap_servers, connect_timeout
 from easyonline.utils import fileio
 
 
@@ -63,7 +63,7 @@ class TopicSink(PredictionSink):
         """``settings``: SASL/SSL settings of the connection (kafka-python producer kwargs)."""
         self.topic = topic
         self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers(server), acks=1, linger_ms=20,
-                                       api_version_auto_timeout_ms=10000, client_id="easyonline-predict",
+                                       **connect_timeout(10000), client_id="easyonline-predict",
                                        **(settings or {}))
         self._futures = []
         self.sent = 0

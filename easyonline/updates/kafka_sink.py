@@ -11,7 +11,7 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from easyonline.config.kafka_settings import bootstrap_servers, typed_setting
+from easyonline.config.kafka_settings import bootstrap_servers, connect_timeout, typed_setting
 from easyonline.protos import pipeline_pb2
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ class KafkaSink:
     def _client_settings(self) -> Dict:
         settings = {k: v for k, v in self._extra.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
         settings.update(bootstrap_servers=bootstrap_servers(self.kafka.server), request_timeout_ms=10000,
-                        api_version_auto_timeout_ms=5000)
+                        **connect_timeout(5000))
         return settings
 
     def connect(self) -> None:
@@ -43,7 +43,7 @@ class KafkaSink:
         self._ensure_topic()
         settings = dict(bootstrap_servers=bootstrap_servers(self.kafka.server), acks="all", retries=10,
                         max_in_flight_requests_per_connection=1, max_request_size=self._max_bytes + 4096,
-                        linger_ms=2, request_timeout_ms=10000, api_version_auto_timeout_ms=5000,
+                        linger_ms=2, request_timeout_ms=10000, **connect_timeout(5000),
                         client_id="easyonline-updates")
         settings.update(self._extra)
         self._producer = KafkaProducer(**settings)

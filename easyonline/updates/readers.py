@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple
 
 from kafka import KafkaConsumer, TopicPartition
 
-from easyonline.config.kafka_settings import bootstrap_servers
+from easyonline.config.kafka_settings import bootstrap_servers, connect_timeout
 from easyonline.protos import update_pb2
 from easyonline.utils import fileio
 
@@ -42,7 +42,7 @@ class KafkaUpdateReader:
     def __init__(self, server: str, topic: str, start_offset: int = 0, extra: Optional[Dict] = None):
         settings = {k: v for k, v in (extra or {}).items() if k in KafkaConsumer.DEFAULT_CONFIG}
         settings.update(bootstrap_servers=bootstrap_servers(server), group_id=None, enable_auto_commit=False,
-                        auto_offset_reset="earliest", request_timeout_ms=10000, api_version_auto_timeout_ms=5000,
+                        auto_offset_reset="earliest", request_timeout_ms=10000, **connect_timeout(5000),
                         client_id="easyonline-update-reader", max_partition_fetch_bytes=16 * 1024 * 1024,
                         fetch_max_bytes=64 * 1024 * 1024)
         self.topic = topic

@@ -11,10 +11,10 @@ import struct
 import pytest
 from hypothesis import given, settings, strategies as st
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import CorruptRecordException
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from easyonline.inputs import KafkaInput, fast_records
+from easyonline.inputs.fast_records import CorruptRecordException
 from easyonline.protos import pipeline_pb2
 
 
@@ -168,10 +168,12 @@ def test_kafka_input_positions_and_lines_with_the_fast_decoder(broker, topic):
 
 
 def test_another_kafka_python_falls_back_to_its_own_decoder_and_says_so_once(broker, topic, caplog, monkeypatch):
-    """A kafka-python whose fetcher has no _unpack_message_set (3.x reorganised it): a warning, not a silent slow path."""
+    """A kafka-python whose fetcher has neither hook (2.0's _unpack_message_set, 3.0's PartitionRecords): a warning,
+    not a silent slow path."""
     import logging  # pylint: disable=g-import-not-at-top
     from kafka.consumer.fetcher import Fetcher  # pylint: disable=g-import-not-at-top
-    monkeypatch.delattr(Fetcher, "_unpack_message_set")
+    monkeypatch.delattr(Fetcher, "_unpack_message_set", raising=False)  # kafka-python 2.0's hook
+    monkeypatch.delattr(Fetcher, "PartitionRecords", raising=False)  # 3.0's
     monkeypatch.setattr(fast_records, "_warned", [])
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap)
     try:
