@@ -7,6 +7,7 @@ from typing import Any, Dict, List
 
 from kafka import KafkaConsumer
 
+from easyonline.config.easyrec_compat import LIBRDKAFKA_TO_KAFKA_PYTHON
 from easyonline.config.secrets import resolve_env
 from easyonline.core.errors import ConfigError
 from easyonline.protos import pipeline_pb2
@@ -74,3 +75,23 @@ def security_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
     """
     return {key: value for key, value in settings.items()
             if key == "security_protocol" or key.startswith(("ssl_", "sasl_"))}
+
+
+# kafka-python setting -> librdkafka property (the first librdkafka name of each in the EasyRec table).
+KAFKA_PYTHON_TO_LIBRDKAFKA: Dict[str, str] = {}
+for _name, _setting in LIBRDKAFKA_TO_KAFKA_PYTHON.items():
+    KAFKA_PYTHON_TO_LIBRDKAFKA.setdefault(_setting, _name)
+
+
+def librdkafka_config(kafka: pipeline_pb2.KafkaInput, path: str, client_id: str) -> Dict[str, object]:
+    """The section's ``config`` map (kafka-python names) as librdkafka properties; a setting with no
+    equivalent is a ConfigError naming it."""
+    config: Dict[str, object] = {"bootstrap.servers": kafka.server, "group.id": kafka.group or "easyonline",
+                                 "enable.auto.commit": False, "enable.auto.offset.store": False,
+                                 "client.id": client_id, "fetch.wait.max.ms": 100}
+    for key, value in extra_consumer_config(kafka, path).items():
+        if key not in KAFKA_PYTHON_TO_LIBRDKAFKA:
+            raise ConfigError(f"{path}.config[{key}]", "has no librdkafka equivalent (client: CONFLUENT_KAFKA); "
+                              f"known: {', '.join(sorted(KAFKA_PYTHON_TO_LIBRDKAFKA))}")
+        config[KAFKA_PYTHON_TO_LIBRDKAFKA[key]] = value
+    return config

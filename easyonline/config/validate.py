@@ -9,7 +9,7 @@ import logging
 
 from kafka import KafkaProducer
 
-from easyonline.config.kafka_settings import extra_consumer_config
+from easyonline.config.kafka_settings import extra_consumer_config, librdkafka_config
 from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import is_id_feature
 from easyonline.features.parse_fn import load_parse_fn
@@ -63,7 +63,6 @@ def _validate_kafka(kafka: pipeline_pb2.KafkaInput, path: str) -> None:
         parse_offset_info(kafka.offset_info, f"{path}.offset_info")
     extra_consumer_config(kafka, path)
     if kafka.client == pipeline_pb2.KafkaInput.CONFLUENT_KAFKA:
-        from easyonline.inputs.confluent_consumer import librdkafka_config  # pylint: disable=g-import-not-at-top
         librdkafka_config(kafka, path, "")  # a setting librdkafka lacks is named now, not at the first batch
         try:
             import confluent_kafka  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import

@@ -16,34 +16,13 @@ from typing import Dict, List, Optional
 from kafka import TopicPartition
 from kafka.errors import KafkaError
 
-from easyonline.config.easyrec_compat import LIBRDKAFKA_TO_KAFKA_PYTHON
-from easyonline.config.kafka_settings import extra_consumer_config
+from easyonline.config.kafka_settings import librdkafka_config
 from easyonline.core.errors import ConfigError
 from easyonline.protos import pipeline_pb2
 
 log = logging.getLogger(__name__)
 
 Record = collections.namedtuple("Record", "offset value")
-# kafka-python setting -> librdkafka property (the first librdkafka name of each in the EasyRec table).
-KAFKA_PYTHON_TO_LIBRDKAFKA: Dict[str, str] = {}
-for _name, _setting in LIBRDKAFKA_TO_KAFKA_PYTHON.items():
-    KAFKA_PYTHON_TO_LIBRDKAFKA.setdefault(_setting, _name)
-
-
-def librdkafka_config(kafka: pipeline_pb2.KafkaInput, path: str, client_id: str) -> Dict[str, object]:
-    """The section's ``config`` map (kafka-python names) as librdkafka properties; a setting with no
-    equivalent is a ConfigError naming it."""
-    config: Dict[str, object] = {"bootstrap.servers": kafka.server, "group.id": kafka.group or "easyonline",
-                                 "enable.auto.commit": False, "enable.auto.offset.store": False,
-                                 "client.id": client_id, "fetch.wait.max.ms": 100}
-    for key, value in extra_consumer_config(kafka, path).items():
-        if key not in KAFKA_PYTHON_TO_LIBRDKAFKA:
-            raise ConfigError(f"{path}.config[{key}]", "has no librdkafka equivalent (client: CONFLUENT_KAFKA); "
-                              f"known: {', '.join(sorted(KAFKA_PYTHON_TO_LIBRDKAFKA))}")
-        config[KAFKA_PYTHON_TO_LIBRDKAFKA[key]] = value
-    return config
-
-
 class ConfluentDataConsumer:
     """Reads assigned partitions from given offsets; kafka-python's poll/highwater/commit shapes."""
 
