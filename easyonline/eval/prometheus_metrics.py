@@ -9,10 +9,10 @@ watches the model the trainer keeps writing.
 import threading
 from typing import Iterator, Optional
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from easyonline.eval.evaluator import EvalResult
+from easyonline.utils.metrics_server import MetricsServer
 
 PREFIX = "easyonline_eval_"
 
@@ -21,14 +21,12 @@ class EvalMetrics:
     """Serves the latest EvalResult on ``http://host:port/metrics``; ``update`` after each evaluation."""
 
     def __init__(self, port: int, host: str = "127.0.0.1"):
-        self.registry = CollectorRegistry(auto_describe=False)
         self._lock = threading.Lock()
         self._last: Optional[EvalResult] = None
         self._evaluations = 0
         self._rejected = 0
-        self.registry.register(self)
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
-        self.port = self._server.server_port
+        self._endpoint = MetricsServer(self, port, host)
+        self.port = self._endpoint.port
 
     def update(self, result: EvalResult) -> None:
         with self._lock:
@@ -37,8 +35,7 @@ class EvalMetrics:
             self._rejected += result.rejected
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._endpoint.close()
 
     def collect(self) -> Iterator[Metric]:
         """Called by prometheus_client at each scrape."""

@@ -12,7 +12,6 @@ from absl import flags
 from easyonline.checkpoint.checkpointer import latest_checkpoint
 from easyonline.checkpoint.mirror import cache_dir_for
 from easyonline.core.exit_codes import run_job
-from easyonline.core.errors import ConfigError
 from easyonline.eval.evaluator import Evaluator
 from easyonline.eval.prometheus_metrics import EvalMetrics
 from easyonline.jobs.config_flags import config_from_flags, define_config_flags
@@ -53,16 +52,9 @@ def main(argv) -> int:
     return run_job(lambda: _evaluate(config_from_flags(online=False)))
 
 
-def _metrics_endpoint(host: str, port: int) -> EvalMetrics:
-    try:
-        return EvalMetrics(port, host)
-    except OSError as e:
-        raise ConfigError("", f"--metrics_port {port} on {host}: {e.strerror or e}") from e
-
-
 def _evaluate(config) -> int:
     FLAGS = flags.FLAGS
-    metrics = _metrics_endpoint(FLAGS.metrics_host, FLAGS.metrics_port) if FLAGS.metrics_port else None
+    metrics = EvalMetrics(FLAGS.metrics_port, FLAGS.metrics_host) if FLAGS.metrics_port else None
 
     def print_result(result) -> None:
         print(result.to_json(), flush=True)

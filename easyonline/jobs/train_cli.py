@@ -14,7 +14,6 @@ import sys
 
 from absl import flags
 
-from easyonline.core.errors import ConfigError
 from easyonline.core.exit_codes import run_job
 from easyonline.distributed.cluster_config import cluster_from_env
 from easyonline.distributed.server import run_server
@@ -64,19 +63,12 @@ def _train() -> int:
     if cluster is not None and cluster.task_type == "ps":
         return run_server(cluster, config.train_config)
     apply_thread_config(config.train_config)
-    callbacks = [_metrics_endpoint(FLAGS.metrics_host, FLAGS.metrics_port)] if FLAGS.metrics_port else []
+    callbacks = [PrometheusMetrics(FLAGS.metrics_port, FLAGS.metrics_host)] if FLAGS.metrics_port else []
     summary = online_train(config, online=FLAGS.online, callbacks=callbacks)
     print("training summary")
     for line in summary.lines():
         print("  " + line)
     return 0
-
-
-def _metrics_endpoint(host: str, port: int) -> PrometheusMetrics:
-    try:
-        return PrometheusMetrics(port, host)
-    except OSError as e:
-        raise ConfigError("", f"--metrics_port {port} on {host}: {e.strerror or e}") from e
 
 
 def run() -> None:

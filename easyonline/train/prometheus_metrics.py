@@ -10,10 +10,10 @@ metrics while a batch trains.
 import threading
 from typing import Any, Dict, Iterator, Optional
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from easyonline.core.callbacks import Callback
+from easyonline.utils.metrics_server import MetricsServer
 
 PREFIX = "easyonline_trainer_"
 
@@ -33,20 +33,17 @@ class PrometheusMetrics(Callback):
     """Serves the last status line's figures on ``http://host:port/metrics`` while the trainer runs."""
 
     def __init__(self, port: int, host: str = "127.0.0.1"):
-        self.registry = CollectorRegistry(auto_describe=False)
         self._lock = threading.Lock()
         self._logs: Dict[str, Any] = {}
-        self.registry.register(self)
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
-        self.port = self._server.server_port
+        self._endpoint = MetricsServer(self, port, host)
+        self.port = self._endpoint.port
 
     def on_metrics(self, trainer, logs: Dict[str, Any]) -> None:
         with self._lock:
             self._logs = dict(logs)
 
     def on_train_end(self, trainer, summary: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._endpoint.close()
 
     def collect(self) -> Iterator[Metric]:
         """Called by prometheus_client at each scrape."""
