@@ -21,7 +21,9 @@ class TableAccess:
     def __init__(self, tables):
         v1 = tf.compat.v1
         self.keys_in = v1.placeholder(tf.int64, [None], name="access_keys")
-        self.lookup = {name: table.params.lookup(self.keys_in, return_exists=True)
+        self.lookup_keys = {name: v1.placeholder(tf.int64, [None], name=f"lookup_keys_{i}")
+                            for i, name in enumerate(tables.embeddings)}
+        self.lookup = {name: table.params.lookup(self.lookup_keys[name], return_exists=True)
                        for name, table in tables.embeddings.items()}
         self.export_rows = {name: table.params.export() for name, table in tables.embeddings.items()}
         self.variables: Dict[str, Dict] = {}
@@ -48,8 +50,13 @@ class SessionTableRows:
     def export(self, table: str) -> Tuple[np.ndarray, np.ndarray]:
         return tuple(self._run(self._access.export_rows[table]))
 
-    def lookup(self, table: str, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        return tuple(self._run(self._access.lookup[table], {self._access.keys_in: keys}))
+    def lookup(self, keys: Dict[str, np.ndarray]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+        """Every table's keys in one session run: one round trip to the ps, not one per table."""
+        if not keys:
+            return {}
+        found = self._run({name: self._access.lookup[name] for name in keys},
+                          {self._access.lookup_keys[name]: k for name, k in keys.items()})
+        return {name: tuple(rows) for name, rows in found.items()}
 
 
 class SessionTableOps:

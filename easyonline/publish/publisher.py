@@ -103,6 +103,7 @@ class UpdatePublisher:
             self._stream_step = restored_step
         log.info("publishing updates to %s from sequence %d of stream %d (%s)", self.sink.description,
                  self.next_sequence, self.stream_id, start.reason)
+        self._tables.lookup({})  # reads no row: builds the tables' lookup now (~0.3 s), not at the first update
         self._thread = threading.Thread(target=self._run, name="update-publisher", daemon=True)
         self._thread.start()
 

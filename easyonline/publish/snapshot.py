@@ -20,8 +20,9 @@ class TableRows(Protocol):
     def export(self, table: str) -> Tuple[np.ndarray, np.ndarray]:
         """Every (key, row) of ``table``."""
 
-    def lookup(self, table: str, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        """(rows, exists) of ``keys``."""
+    def lookup(self, keys: Dict[str, np.ndarray]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+        """(rows, exists) of each table's ``keys``, all tables in one call: an update reads every table
+        it changed, and a call per table cost ~0.6 ms of fixed overhead each (26 tables: 15 ms an update)."""
 
 
 class EagerTableRows:
@@ -29,6 +30,7 @@ class EagerTableRows:
 
     def __init__(self, tables):
         self._tables = tables
+        self._lookup_all = None  # the concrete function reading every table, traced at first use
 
     def names(self) -> List[str]:
         return list(self._tables.embeddings)
@@ -37,9 +39,20 @@ class EagerTableRows:
         keys, values = self._tables.embeddings[table].params.export()
         return keys.numpy(), values.numpy()
 
-    def lookup(self, table: str, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        values, exists = self._tables.embeddings[table].params.lookup(tf.constant(keys), return_exists=True)
-        return values.numpy(), exists.numpy()
+    def lookup(self, keys: Dict[str, np.ndarray]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+        names = self.names()
+        if self._lookup_all is None:
+            params = [self._tables.embeddings[name].params for name in names]
+
+            def lookup_all(*all_keys):
+                return [table.lookup(k, return_exists=True) for table, k in zip(params, all_keys)]
+
+            signature = [tf.TensorSpec([None], tf.int64)] * len(names)
+            self._lookup_all = tf.function(lookup_all, autograph=False).get_concrete_function(*signature)
+        empty = np.zeros(0, np.int64)
+        found = self._lookup_all(*[tf.constant(keys.get(name, empty)) for name in names])
+        return {name: (values.numpy(), exists.numpy()) for name, (values, exists) in zip(names, found)
+                if name in keys}
 
 
 def take_snapshot(tables: TableRows, ids: ParameterIds, step: int, create_time: float, positions: Dict[int, int],
@@ -51,18 +64,21 @@ def take_snapshot(tables: TableRows, ids: ParameterIds, step: int, create_time: 
     old, but its key is then recorded again and re-sent with the next update.
     """
     snapshot = UpdateSnapshot(step, create_time, positions, dense=dense or {}, full_sync=full_sync)
-    for name in tables.names():
+    gone_by_table = {name: unique_keys(deleted.get(name, [])) for name in tables.names()}
+    wanted: Dict[str, np.ndarray] = {}
+    if not full_sync:
+        wanted = {name: unique_keys(trained.get(name, []) + [gone]) for name, gone in gone_by_table.items()}
+        wanted = {name: keys for name, keys in wanted.items() if len(keys)}
+    found = tables.lookup(wanted) if wanted else {}
+    for name, gone_keys in gone_by_table.items():
         table_id = ids.tables[name][0]
-        gone_keys = unique_keys(deleted.get(name, []))
         if full_sync:
             keys, values = tables.export(name)
             gone = gone_keys[~np.isin(gone_keys, keys)]
+        elif name in wanted:
+            keys, values, gone = split_changes(wanted[name], gone_keys, *found[name])
         else:
-            keys = unique_keys(trained.get(name, []) + [gone_keys])
-            if not len(keys):
-                continue
-            values, exists = tables.lookup(name, keys)
-            keys, values, gone = split_changes(keys, gone_keys, values, exists)
+            continue
         if len(keys):
             snapshot.rows[table_id] = (keys, values)
         if len(gone):

@@ -27,6 +27,7 @@ from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa
 from easyonline.core.callbacks import Callback  # noqa: E402
 from easyonline.jobs.online_train import build_trainer  # noqa: E402
 from easyonline.utils.logs import setup_logging  # noqa: E402
+from tools.bench.alternating_runs import alternate  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 WARMUP_BATCHES = 5
@@ -119,20 +120,20 @@ def main() -> None:
     # that never come, a pause of the benchmark's making that a stream in production does not have.
     args.samples = -(-args.samples // BATCH_SIZE) * BATCH_SIZE
     lines = SyntheticCtrStream().lines(0, args.samples)
-    memory_rates, broker_rates, ratios, waits = [], [], [], []
     with LocalBroker() as broker:
         broker.create_topic("bench", args.partitions)
         produce(broker.bootstrap, "bench", [lines], lines_per_message=args.lines_per_message,
                 partitions=args.partitions)
-        # Alternating rounds, each ratio against the memory runs on either side of its broker
-        # run: this machine's speed drifts by 10-20% over minutes.
-        memory_rates.append(from_memory(work, lines, BATCH_SIZE))
-        for _ in range(args.rounds):
-            broker_rate, waited, summary = from_broker(work, broker, "bench")
-            broker_rates.append(broker_rate)
-            waits.append(waited)
-            memory_rates.append(from_memory(work, lines, BATCH_SIZE))
-            ratios.append(broker_rate / ((memory_rates[-2] + memory_rates[-1]) / 2))
+        results = []
+
+        def broker_run() -> float:
+            results.append(from_broker(work, broker, "bench"))
+            return results[-1][0]
+
+        memory_rates, broker_rates, ratios = alternate(lambda: from_memory(work, lines, BATCH_SIZE), broker_run,
+                                                       args.rounds)
+    waits = [waited for _, waited, _ in results]
+    summary = results[-1][2]
     ratio = statistics.median(ratios)
     memory_rate, broker_rate = statistics.median(memory_rates), statistics.median(broker_rates)
     result = {

@@ -1,0 +1,21 @@
+"""Ratios of a measured setting to a baseline, on a machine whose speed drifts.
+
+This machine's speed drifts by 10-20% over minutes, more than most costs a
+benchmark looks for. So runs alternate, baseline, test, baseline, test, ...,
+baseline, and each test run is compared with the mean of the two baseline
+runs on either side of it; the figure reported is the median of those
+ratios, which one disturbed run does not move.
+"""
+from typing import Callable, List, Tuple
+
+
+def alternate(baseline: Callable[[], float], test: Callable[[], float],
+              rounds: int) -> Tuple[List[float], List[float], List[float]]:
+    """Runs ``baseline`` rounds + 1 times and ``test`` rounds times, alternating; returns (baseline rates,
+    test rates, each test rate over the mean of its two neighbours)."""
+    baselines, tests, ratios = [baseline()], [], []
+    for _ in range(rounds):
+        tests.append(test())
+        baselines.append(baseline())
+        ratios.append(tests[-1] / ((baselines[-2] + baselines[-1]) / 2))
+    return baselines, tests, ratios
