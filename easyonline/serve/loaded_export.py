@@ -53,6 +53,11 @@ class LoadedExport:
         self._serve_concrete = self._module.serve.concrete_functions[0]
         (raw_specs,), _ = self._serve_concrete.structured_input_signature
         self.inputs: Dict[str, tf.DType] = {name: spec.dtype for name, spec in raw_specs.items()}
+        # The inputs in the order the function takes them flat (nest's order of its own signature): calling it
+        # flat skips checking each tensor against the signature again (~0.3 ms of a batch-1 request with
+        # 39 inputs); predict builds every tensor from self.inputs' dtypes, so the check cannot fail there.
+        self._flat_order = tf.nest.flatten({name: name for name in raw_specs})
+        self._call_flat = getattr(self._serve_concrete, "_call_flat", None)  # TF's own, not public API
         self._widths = {table_id: width for table_id, width in self.ids.tables.values()}
         # The served dense shapes: an update's dense entries are checked against them, not only against
         # themselves (exports made before the file existed check the latter only).
@@ -95,7 +100,10 @@ class LoadedExport:
                 tensors[name] = _tensor(inputs[name], dtype)
             except (TypeError, ValueError, OverflowError) as e:  # e.g. an int over int64
                 raise ValueError(f"input {name!r}: expected {dtype.name} values ({e})") from None
-        out = self._serve_concrete(tensors)
+        if self._call_flat is not None:
+            out = self._call_flat([tensors[name] for name in self._flat_order], self._serve_concrete.captured_inputs)
+        else:
+            out = self._serve_concrete(tensors)
         return {name: value.numpy() for name, value in out.items()}
 
     def score_features(self, features) -> np.ndarray:
