@@ -128,6 +128,7 @@ class OnlineTrainer:
         self._score_step = tf.function(self._distribute(self._score_impl), input_signature=[signature],
                                        autograph=False)
         self._concrete_steps: Dict[int, Any] = {}
+        self._table_rows: Optional[TableRows] = None
         self.clock = time.time
         self._build_variables()
         self.restored_from = self._restore()
@@ -255,8 +256,11 @@ class OnlineTrainer:
         return EagerTableOps()
 
     def table_rows(self) -> TableRows:
-        """The tables, for publishing and base/delta saves (thread-safe reads)."""
-        return EagerTableRows(self.model.tables)
+        """The tables, for publishing and base/delta saves (thread-safe reads); one reader for both, so its
+        lookup over every table is traced once."""
+        if self._table_rows is None:
+            self._table_rows = EagerTableRows(self.model.tables)
+        return self._table_rows
 
     def read_variables(self, variables: Dict) -> Dict:
         """The current values of ``variables`` (a dict of the model's variables), as numpy."""
