@@ -83,6 +83,16 @@ for _name, _setting in LIBRDKAFKA_TO_KAFKA_PYTHON.items():
     KAFKA_PYTHON_TO_LIBRDKAFKA.setdefault(_setting, _name)
 
 
+def confluent_kafka_module(path: str):
+    """The confluent_kafka module (``client: CONFLUENT_KAFKA``); its absence is a ConfigError naming ``path``."""
+    try:
+        import confluent_kafka  # pylint: disable=g-import-not-at-top
+    except ImportError:
+        raise ConfigError(f"{path}.client", "CONFLUENT_KAFKA needs the confluent-kafka package "
+                          "(pip install 'easyonline[confluent]')") from None
+    return confluent_kafka
+
+
 def librdkafka_config(kafka: pipeline_pb2.KafkaInput, path: str, client_id: str) -> Dict[str, object]:
     """The section's ``config`` map (kafka-python names) as librdkafka properties; a setting with no
     equivalent is a ConfigError naming it."""

@@ -9,7 +9,7 @@ import logging
 
 from kafka import KafkaProducer
 
-from easyonline.config.kafka_settings import extra_consumer_config, librdkafka_config
+from easyonline.config.kafka_settings import confluent_kafka_module, extra_consumer_config, librdkafka_config
 from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import is_id_feature
 from easyonline.features.parse_fn import load_parse_fn
@@ -64,11 +64,7 @@ def _validate_kafka(kafka: pipeline_pb2.KafkaInput, path: str) -> None:
     extra_consumer_config(kafka, path)
     if kafka.client == pipeline_pb2.KafkaInput.CONFLUENT_KAFKA:
         librdkafka_config(kafka, path, "")  # a setting librdkafka lacks is named now, not at the first batch
-        try:
-            import confluent_kafka  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-        except ImportError:
-            raise ConfigError(f"{path}.client", "CONFLUENT_KAFKA needs the confluent-kafka package "
-                              "(pip install 'easyonline[confluent]')") from None
+        confluent_kafka_module(path)
     if kafka.offset_time:
         try:
             timeparse.parse_offset_time(kafka.offset_time)

@@ -16,26 +16,22 @@ from typing import Dict, List, Optional
 from kafka import TopicPartition
 from kafka.errors import KafkaError
 
-from easyonline.config.kafka_settings import librdkafka_config
-from easyonline.core.errors import ConfigError
+from easyonline.config.kafka_settings import confluent_kafka_module, librdkafka_config
 from easyonline.protos import pipeline_pb2
 
 log = logging.getLogger(__name__)
 
 Record = collections.namedtuple("Record", "offset value")
+
+
 class ConfluentDataConsumer:
     """Reads assigned partitions from given offsets; kafka-python's poll/highwater/commit shapes."""
 
     def __init__(self, kafka: pipeline_pb2.KafkaInput, path: str):
-        try:
-            import confluent_kafka  # pylint: disable=g-import-not-at-top
-        except ImportError:
-            raise ConfigError(f"{path}.client", "CONFLUENT_KAFKA needs the confluent-kafka package "
-                              "(pip install confluent-kafka)") from None
-        self._ck = confluent_kafka
+        self._ck = confluent_kafka_module(path)
         config = librdkafka_config(kafka, path, f"easyonline-{path}")
         config["logger"] = logging.getLogger("easyonline.inputs.librdkafka")  # not librdkafka's own stderr lines
-        self._consumer = confluent_kafka.Consumer(config)
+        self._consumer = self._ck.Consumer(config)
         self._offsets: Dict[TopicPartition, int] = {}
         self._assigned = False
 

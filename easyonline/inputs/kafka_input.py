@@ -37,7 +37,6 @@ class KafkaInput(BatchSource):
         self._batch_timeout = batch_timeout_ms / 1000.0
         self._consumer = kafka_client.make_consumer(kafka, path, max_poll_records=max(batch_size, 500),
                                                     fetch_max_wait_ms=min(100, max(batch_timeout_ms, 1)))
-        fast_records.install(self._consumer, compiled=compiled_decoder)  # False: Python's (benchmarks, tests)
         control = self._consumer  # finds partitions and start positions; kafka-python with either client
         self.partitions = self._discover(path, partition_wait_secs)
         checkpoint_positions = usable_checkpoint_positions(checkpoint_positions, checkpoint_topic, kafka,
@@ -54,6 +53,8 @@ class KafkaInput(BatchSource):
         if kafka.client == pipeline_pb2.KafkaInput.CONFLUENT_KAFKA:
             control.close()
             self._consumer = ConfluentDataConsumer(kafka, path)
+        else:  # kafka-python reads the data too, with the fast record decoder (compiled False: Python's)
+            fast_records.install(self._consumer, compiled=compiled_decoder)
         self._consumer.assign(list(self.partitions))
         for tp in self.partitions:
             self._consumer.seek(tp, offsets[tp.partition])
