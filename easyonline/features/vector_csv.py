@@ -152,6 +152,16 @@ class VectorCsvParser:
                 _native_column(column, out) for out, column in enumerate(self._dense_columns)) + (
                 _native_column(self._label, 0),)
 
+    @property
+    def id_names(self) -> Tuple[str, ...]:
+        """The id features, in the order of a VectorBatch's ``ids`` columns."""
+        return self._id_names
+
+    @property
+    def dense_names(self) -> Tuple[str, ...]:
+        """The numeric features, in the order of a VectorBatch's ``dense`` columns."""
+        return self._dense_names
+
     def parse(self, lines: Sequence[bytes]) -> Optional[VectorBatch]:
         """Lines without their newline; empty lines are skipped as CsvParser skips them."""
         if b"" in lines:

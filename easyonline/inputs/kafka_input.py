@@ -21,7 +21,8 @@ from easyonline.inputs.start_position import resolve_start_offsets, usable_check
 from easyonline.protos import pipeline_pb2
 
 log = logging.getLogger(__name__)
-_value = operator.attrgetter("value")
+_value = operator.attrgetter("value")  # of kafka-python's records
+_offset = operator.attrgetter("offset")
 
 
 class KafkaInput(BatchSource):
@@ -53,8 +54,10 @@ class KafkaInput(BatchSource):
         if kafka.client == pipeline_pb2.KafkaInput.CONFLUENT_KAFKA:
             control.close()
             self._consumer = ConfluentDataConsumer(kafka, path)
+            self._value, self._offset = self._consumer.record_value, self._consumer.record_offset
         else:  # kafka-python reads the data too, with the fast record decoder (compiled False: Python's)
             fast_records.install(self._consumer, compiled=compiled_decoder)
+            self._value, self._offset = _value, _offset
         self._consumer.assign(list(self.partitions))
         for tp in self.partitions:
             self._consumer.seek(tp, offsets[tp.partition])
@@ -110,8 +113,8 @@ class KafkaInput(BatchSource):
             got = 0
             for tp, chunk in records.items():
                 got += len(chunk)
-                self._positions[tp.partition] = chunk[-1].offset + 1
-                values = list(map(_value, chunk))
+                self._positions[tp.partition] = self._offset(chunk[-1]) + 1
+                values = list(map(self._value, chunk))
                 if self._max_message_bytes and max(map(len, filter(None, values)), default=0) \
                         > self._max_message_bytes:
                     values = self._refuse_oversized(tp, chunk, refused)
@@ -140,12 +143,13 @@ class KafkaInput(BatchSource):
         """The values of ``chunk`` without the messages over max_message_bytes, which go to ``refused``."""
         values = []
         for record in chunk:
-            if record.value and len(record.value) > self._max_message_bytes:
-                refused.append((record.value[:200], rejection(
-                    OVERSIZED_MESSAGE, f"{len(record.value)} bytes at partition {tp.partition} offset "
-                    f"{record.offset} (max_message_bytes {self._max_message_bytes})")))
+            value = self._value(record)
+            if value and len(value) > self._max_message_bytes:
+                refused.append((value[:200], rejection(
+                    OVERSIZED_MESSAGE, f"{len(value)} bytes at partition {tp.partition} offset "
+                    f"{self._offset(record)} (max_message_bytes {self._max_message_bytes})")))
             else:
-                values.append(record.value)
+                values.append(value)
         return values
 
     def commit(self, positions: Dict[int, int]) -> None:

@@ -12,7 +12,8 @@ TensorFlow.
 Given a ``VectorCsvParser`` the child also parses each batch (in C, or numpy
 where the C decoder was not built; features, not lines, cross over), so the
 trainer's process spends its CPU on training; a batch that parser declines
-goes over as lines, for CsvParser.
+goes over as lines, for CsvParser. Parsed batches cross in shared memory
+(batch_slots.py), with only their layout on the queue.
 """
 import multiprocessing
 import os
@@ -21,6 +22,7 @@ import time
 from typing import Dict, Optional, Tuple
 
 from easyonline.core.errors import BrokerUnreachableError, ConfigError
+from easyonline.inputs.batch_slots import BatchSlots, slot_bytes_for, unlink_quietly
 from easyonline.features.vector_csv import VectorCsvParser
 from easyonline.inputs.kafka_input import KafkaInput
 from easyonline.inputs.raw_batch import BatchSource, BlobLines, RawBatch
@@ -31,12 +33,19 @@ from easyonline.utils.child_process import die_with_parent
 def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoint_positions, path: str,
            max_message_bytes: int, vector_parser, batches: "multiprocessing.Queue",
            commands: "multiprocessing.Queue", partition_share=None, trainer_pid: int = 0,
-           checkpoint_topic: str = "") -> None:
+           checkpoint_topic: str = "", slots_spec=None) -> None:
     # A trainer killed outright (SIGKILL, the OOM killer) cannot close its reader: it must not live on.
     die_with_parent()
     if trainer_pid and os.getppid() != trainer_pid:
         return  # the trainer died before the line above took effect
     kafka = pipeline_pb2.KafkaInput.FromString(kafka_bytes)
+    slots = None
+    if slots_spec is not None:
+        try:
+            slots = BatchSlots(*slots_spec, create=False)  # mapped before "ready": the trainer then unlinks it
+        except (OSError, ValueError):
+            slots = None  # every batch goes through the queue
+    slot_batches = 0
     try:
         source = KafkaInput(kafka, batch_size, batch_timeout_ms, checkpoint_positions, path,
                             max_message_bytes=max_message_bytes, partition_share=partition_share,
@@ -73,8 +82,14 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
             if vector_parser is not None:  # empty lines are skipped, so only a batch without them reuses the blob
                 vectors = vector_parser.parse(batch.lines) if b"" in batch.lines \
                     else vector_parser.parse_blob(blob, len(batch.lines))
-            item = ("batch", blob, vectors, batch.positions, batch.lag, batch.messages,
-                    batch.empty_messages, batch.rejected)
+            layout = slots.write(slot_batches, blob, vectors) if slots is not None and vectors is not None else None
+            if layout is not None:
+                item = ("slot", slot_batches, layout, batch.positions, batch.lag, batch.messages,
+                        batch.empty_messages, batch.rejected)
+                slot_batches += 1
+            else:
+                item = ("batch", blob, vectors, batch.positions, batch.lag, batch.messages,
+                        batch.empty_messages, batch.rejected)
             while True:
                 try:
                     batches.put(item, timeout=0.2)
@@ -104,17 +119,26 @@ class KafkaReaderProcess(BatchSource):
         context = multiprocessing.get_context("spawn")
         self._batches = context.Queue(maxsize=depth)
         self._commands = context.Queue()
+        self._parser = vector_parser
+        # depth + 2 slots suffice (see batch_slots.py); one more for margin.
+        self._slots = BatchSlots.create(depth + 3, slot_bytes_for(batch_size, len(vector_parser.id_names),
+                                                                  len(vector_parser.dense_names))) \
+            if vector_parser is not None else None
+        slots_spec = (self._slots.path, self._slots.count, self._slots.slot_bytes) if self._slots else None
         self._process = context.Process(
             target=_child, name="easyonline-kafka-reader", daemon=True,
             args=(kafka.SerializeToString(), batch_size, batch_timeout_ms, checkpoint_positions, path,
                   max_message_bytes, vector_parser, self._batches, self._commands, partition_share, os.getpid(),
-                  checkpoint_topic))
+                  checkpoint_topic, slots_spec))
         self._process.start()
         try:
             first = self._batches.get(timeout=start_timeout)
         except queue.Empty:
             self.close()
             raise TimeoutError(f"{path}: the Kafka reader did not start within {start_timeout:.0f}s") from None
+        finally:
+            if self._slots is not None:  # the child has mapped it (or failed): no file to leave behind
+                unlink_quietly(self._slots.path)
         if first[0] == "error":
             self._process.join(timeout=5)
             if first[1] == "ConfigError":
@@ -135,7 +159,11 @@ class KafkaReaderProcess(BatchSource):
             self.idle_lag = item[1]
             return None
         self.idle_lag = None
-        _, blob, vectors, positions, lag, messages, empty, rejected = item
+        if item[0] == "slot":  # copied out before the next get (the ring's rule, batch_slots.py)
+            _, index, layout, positions, lag, messages, empty, rejected = item
+            blob, vectors = self._slots.read(index, layout, self._parser.id_names, self._parser.dense_names)
+        else:
+            _, blob, vectors, positions, lag, messages, empty, rejected = item
         parsed = None
         if vectors is not None:
             # why: ParsedBatch holds tensors; the child imports this module and must not load TensorFlow
@@ -154,3 +182,5 @@ class KafkaReaderProcess(BatchSource):
         if self._process.is_alive():
             self._process.terminate()
             self._process.join(timeout=5)
+        if self._slots is not None:
+            self._slots.close()

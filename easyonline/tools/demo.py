@@ -81,7 +81,7 @@ class DriftMonitor(Callback):
         log.info("drift point reached: online window AUC %.4f; model frozen for comparison", self.pre_drift_auc)
 
     def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
-        trained = int(trainer.checkpointer.samples.numpy())
+        trained = trainer.samples_trained()
         self.labels.append(np.asarray(parsed_batch.labels).reshape(-1))
         self.online_scores.append(np.asarray(probs).reshape(-1))
         reached = any(offset * self.partitions + partition >= self.drift_message

@@ -6,6 +6,8 @@ by TensorFlow and by both VectorCsvParser backends; whenever a backend
 accepts a batch its ids, floats and labels must equal TensorFlow's exactly,
 and it must decline every batch CsvParser would reject a line of.
 """
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -217,3 +219,43 @@ def test_reader_process_sends_parsed_batches_and_lines_for_the_rest(broker, topi
         assert values.numpy().tobytes() == expected.features[name].numpy().tobytes(), name
     assert batches[0].parsed.labels.numpy().tobytes() == expected.labels.numpy().tobytes()
     assert batches[1].positions == {0: 200}
+
+
+def test_reader_process_batches_cross_in_shared_memory_and_none_is_overwritten(broker, topic, tmp_path):
+    """The reader runs ahead through the ring several times while the trainer side is slow; every
+    batch still arrives equal to CsvParser's parse of its own lines, and no /dev/shm file is left."""
+    import time  # pylint: disable=g-import-not-at-top
+    from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
+    from easyonline.inputs.reader_process import KafkaReaderProcess  # pylint: disable=g-import-not-at-top
+    from easyonline.tools.stream_producer import SyntheticCtrStream  # pylint: disable=g-import-not-at-top
+    config = online_config(tmp_path, broker.bootstrap, topic)
+    specs = build_feature_specs(config)
+    lines = SyntheticCtrStream().lines(0, 1200)
+    broker.create_topic(topic, 1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+    for line in lines:
+        producer.send(topic, line, partition=0)
+    producer.flush()
+    producer.close()
+    source = KafkaReaderProcess(config.kafka_train_input, 40, 200, vector_parser=VectorCsvParser(specs), depth=2)
+    try:
+        assert source._slots is not None and not os.path.exists(source._slots.path)  # mapped, then unlinked
+        batches = []
+        while sum(b.parsed.size for b in batches) < len(lines):
+            time.sleep(0.02)  # the reader fills the queue and waits on it
+            batch = source.next_batch(5.0)
+            assert batch is not None and batch.parsed is not None
+            batches.append(batch)
+    finally:
+        source.close()
+    assert len(batches) >= 3 * source._slots.count  # the ring of depth + 3 slots went round several times
+    parser, done = CsvParser(specs), 0
+    for batch in batches:
+        own = lines[done:done + batch.parsed.size]
+        assert list(batch.lines) == own
+        expected = parser.parse(own)
+        for name, values in batch.parsed.features.items():
+            assert values.numpy().tobytes() == expected.features[name].numpy().tobytes(), (done, name)
+        assert batch.parsed.labels.numpy().tobytes() == expected.labels.numpy().tobytes()
+        done += batch.parsed.size
+    assert batches[-1].positions == {0: len(lines)}

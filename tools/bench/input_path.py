@@ -5,8 +5,10 @@ nothing else running: fetch from the local broker and decode the records
 (``KafkaInput``), then parse the CSV lines into id/dense/label arrays
 (``VectorCsvParser``). Measured once with the compiled decoders
 (``_record_decoder.c``, ``_csv_decoder.c``) and once with the Python record
-decoder and the numpy parser, which run where no C compiler built them.
-On two cores this CPU comes out of the training step (online_throughput.py).
+decoder and the numpy parser, which run where no C compiler built them,
+and once with confluent-kafka reading (``kafka_train_input.client:
+CONFLUENT_KAFKA``) and the compiled parser. On two cores this CPU comes out
+of the training step (online_throughput.py).
 
     .venv/bin/python tools/bench/input_path.py [--samples 102400] [--lines_per_message 1]
 """
@@ -69,17 +71,21 @@ def main() -> None:
         produce(broker.bootstrap, "bench", [lines], lines_per_message=args.lines_per_message, partitions=2)
         kafka = pipeline_pb2.KafkaInput(server=broker.bootstrap, topic="bench")
         read_and_parse(kafka, VectorCsvParser(specs), BATCH_SIZE * 4, True)  # warm-up: connections, page cache
-        for name, compiled in (("compiled", True), ("python_numpy", False)):
-            read, parse = read_and_parse(kafka, VectorCsvParser(specs, native=compiled), args.samples, compiled)
+        confluent = pipeline_pb2.KafkaInput(server=broker.bootstrap, topic="bench",
+                                            client=pipeline_pb2.KafkaInput.CONFLUENT_KAFKA)
+        read_and_parse(confluent, VectorCsvParser(specs), BATCH_SIZE * 4, True)
+        for name, compiled, source in (("compiled", True, kafka), ("python_numpy", False, kafka),
+                                       ("confluent_kafka", True, confluent)):
+            read, parse = read_and_parse(source, VectorCsvParser(specs, native=compiled), args.samples, compiled)
             results[name] = {"read_us_per_sample": round(read, 2), "parse_us_per_sample": round(parse, 2),
                              "total_us_per_sample": round(read + parse, 2)}
     saving = results["python_numpy"]["total_us_per_sample"] / results["compiled"]["total_us_per_sample"]
     print(json.dumps({"samples": args.samples, "lines_per_message": args.lines_per_message, **results,
                       "python_numpy_to_compiled": round(saving, 2)}))
     print()
-    print(f"{'decoders':<14} {'fetch+decode':>13} {'parse':>8} {'total':>8}   (CPU us per sample)")
+    print(f"{'decoders':<16} {'fetch+decode':>13} {'parse':>8} {'total':>8}   (CPU us per sample)")
     for name, r in results.items():
-        print(f"{name:<14} {r['read_us_per_sample']:>13.2f} {r['parse_us_per_sample']:>8.2f} "
+        print(f"{name:<16} {r['read_us_per_sample']:>13.2f} {r['parse_us_per_sample']:>8.2f} "
               f"{r['total_us_per_sample']:>8.2f}")
     print(f"the Python/numpy path costs {saving:.1f} times the compiled one")
 

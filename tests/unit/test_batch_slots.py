@@ -1,0 +1,61 @@
+"""The shared-memory ring that carries parsed batches from the reader process (inputs/batch_slots.py)."""
+import os
+
+import numpy as np
+
+from easyonline.features.vector_csv import VectorBatch
+from easyonline.inputs import batch_slots
+from easyonline.inputs.batch_slots import BatchSlots, slot_bytes_for
+
+ID_NAMES, DENSE_NAMES = ("a", "b", "c"), ("x", "y")
+
+
+def _batch(rows: int, seed: int) -> VectorBatch:
+    rng = np.random.default_rng(seed)
+    return VectorBatch(ID_NAMES, rng.integers(-2**62, 2**62, (rows, 3), dtype=np.int64), DENSE_NAMES,
+                       rng.random((rows, 2), dtype=np.float32), rng.integers(0, 2, rows).astype(np.float32), rows)
+
+
+def test_batches_written_by_one_mapping_read_back_equal_through_another():
+    writer = BatchSlots.create(4, slot_bytes_for(64, 3, 2))
+    assert writer is not None and os.path.getsize(writer.path) == 4 * writer.slot_bytes
+    reader = BatchSlots(writer.path, writer.count, writer.slot_bytes, create=False)  # as the trainer maps it
+    os.unlink(writer.path)
+    try:
+        for index in range(10):  # wraps the ring twice
+            batch, blob = _batch(64 - index, index), bytes([65 + index]) * (100 + index)
+            layout = writer.write(index, blob, batch)
+            assert layout is not None
+            got_blob, got = reader.read(index, layout, ID_NAMES, DENSE_NAMES)
+            assert got_blob == blob and got.size == batch.size
+            assert got.id_names == ID_NAMES and got.dense_names == DENSE_NAMES
+            np.testing.assert_array_equal(got.ids, batch.ids)
+            np.testing.assert_array_equal(got.dense, batch.dense)
+            np.testing.assert_array_equal(got.labels, batch.labels)
+            del got
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_batch_larger_than_its_slot_is_refused_not_truncated():
+    slots = BatchSlots.create(3, 4096)
+    try:
+        assert slots.write(0, b"x" * 100, _batch(10, 0)) is not None
+        assert slots.write(1, b"x" * 5000, _batch(10, 1)) is None  # the blob alone is over 4 KB
+        assert slots.write(2, b"", _batch(1000, 2)) is None  # 1000 rows of ids: 24 KB
+    finally:
+        slots.close()
+        os.unlink(slots.path)
+
+
+def test_without_shared_memory_the_ring_is_not_made(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(batch_slots, "SHM_DIR", str(tmp_path / "missing"))
+    with caplog.at_level("INFO"):
+        assert BatchSlots.create(3, 4096) is None
+    assert "through its queue" in caplog.text and "missing" in caplog.text
+
+
+def test_slot_size_covers_overshooting_batches_and_is_capped():
+    assert slot_bytes_for(1024, 26, 13) >= 2 * 1024 * (8 * 26 + 4 * 13 + 4)
+    assert slot_bytes_for(10_000_000, 26, 13) == batch_slots.MAX_SLOT_BYTES
