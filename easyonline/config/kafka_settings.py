@@ -89,7 +89,7 @@ def confluent_kafka_module(path: str):
         import confluent_kafka  # pylint: disable=g-import-not-at-top
     except ImportError:
         raise ConfigError(f"{path}.client", "CONFLUENT_KAFKA needs the confluent-kafka package "
-                          "(pip install 'easyonline[confluent]')") from None
+                          "(pip install confluent-kafka, or set client: KAFKA_PYTHON)") from None
     return confluent_kafka
 
 
@@ -101,7 +101,8 @@ def librdkafka_config(kafka: pipeline_pb2.KafkaInput, path: str, client_id: str)
                                  "client.id": client_id, "fetch.wait.max.ms": 100}
     for key, value in extra_consumer_config(kafka, path).items():
         if key not in KAFKA_PYTHON_TO_LIBRDKAFKA:
-            raise ConfigError(f"{path}.config[{key}]", "has no librdkafka equivalent (client: CONFLUENT_KAFKA); "
+            raise ConfigError(f"{path}.config[{key}]", "has no librdkafka equivalent (client: CONFLUENT_KAFKA, the "
+                              "default data client; client: KAFKA_PYTHON takes every kafka-python setting); "
                               f"known: {', '.join(sorted(KAFKA_PYTHON_TO_LIBRDKAFKA))}")
         config[KAFKA_PYTHON_TO_LIBRDKAFKA[key]] = value
     return config

@@ -2,7 +2,9 @@
 
 The samples are written by confluent-kafka (librdkafka: the client of EasyRec's data path and of most
 production producers), one codec per partition, through the real local broker. The trainer reads them
-through its reader process, the eval job through its own consumer, and the trainer publishes its updates
+through its reader process with the default data client (librdkafka), the eval job through its own
+consumer with the other one (kafka-python, whose decompression the test watches), and the trainer publishes
+its updates
 compressed (zstd: kafka-python sends a batch uncompressed when a codec does not make it smaller, which lz4
 and snappy do not for float rows); the update reader (serving's) decompresses them and rebuilds the trainer
 exactly.
@@ -51,6 +53,7 @@ def test_librdkafka_compressed_samples_train_and_evaluate_and_updates_publish_co
         "train_config.incr_save_config": {"sparse_save_steps": 2, "dense_save_steps": 5, "kafka": {
             "server": broker.bootstrap, "topic": updates, "config": {"compression_type": "zstd"}}}})
     config.kafka_eval_input.CopyFrom(config.kafka_train_input)
+    config.kafka_eval_input.client = config.kafka_eval_input.KAFKA_PYTHON  # the train input: the default, librdkafka
 
     trainer = build_trainer(config, online=False)  # the config's own input: the reader process
     summary = trainer.run()
