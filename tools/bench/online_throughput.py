@@ -62,7 +62,7 @@ class Timer(Callback):
 
 
 EDITS = {}  # train_config fields set from the command line (thread counts)
-CLIENT = ["KAFKA_PYTHON"]  # kafka_train_input.client of the broker runs (--client)
+CLIENT = ["CONFLUENT_KAFKA"]  # kafka_train_input.client of the broker runs (--client)
 
 
 def config_for(model_dir, server="", topic=""):
@@ -107,8 +107,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3, help="broker runs, each between two memory runs")
     parser.add_argument("--intra_op_threads", type=int, default=None, help="default: the sample config's")
-    parser.add_argument("--client", default="KAFKA_PYTHON", choices=["KAFKA_PYTHON", "CONFLUENT_KAFKA"],
-                        help="kafka_train_input.client of the broker runs")
+    parser.add_argument("--client", default="CONFLUENT_KAFKA", choices=["KAFKA_PYTHON", "CONFLUENT_KAFKA"],
+                        help="kafka_train_input.client of the broker runs (default: the config's default)")
     parser.add_argument("--inter_op_threads", type=int, default=None, help="default: the sample config's")
     args = parser.parse_args()
     CLIENT[0] = args.client
@@ -145,7 +145,7 @@ def main() -> None:
         "ratio_broker_to_memory": round(ratio, 3), "ratios": [round(r, 3) for r in ratios],
         "broker_input_wait_share": [round(w, 3) for w in waits],
         "broker_run_samples": summary.samples, "broker_run_auc": round(summary.auc, 4),
-        "targets": {"ratio_at_least": 0.85, "broker_samples_per_sec_at_least": 10000},
+        "targets": {"ratio_at_least": 0.86, "broker_samples_per_sec_at_least": 10000},
     }
     print(json.dumps(result))
     print()
@@ -154,7 +154,7 @@ def main() -> None:
     print(f"{'broker':<10} {broker_rate:>18.0f}   {', '.join(f'{r:.0f}' for r in broker_rates)}   "
           f"(waiting for input {', '.join(f'{w:.0%}' for w in waits)} of the time)")
     print(f"ratio broker/memory (median of {len(ratios)}: {', '.join(f'{r:.3f}' for r in ratios)}): {ratio:.3f} "
-          f"(target >= 0.85); broker >= 10000/s: {'yes' if broker_rate >= 10000 else 'NO'}")
+          f"(target >= 0.86); broker >= 10000/s: {'yes' if broker_rate >= 10000 else 'NO'}")
 
 
 if __name__ == "__main__":
