@@ -186,22 +186,27 @@ def test_supports_only_plain_csv_configs(tmp_path):
     assert not supports(build_feature_specs(config), config.data_config)
 
 
-@BACKENDS
-def test_reader_process_sends_parsed_batches_and_lines_for_the_rest(broker, topic, tmp_path, backend):
-    """Clean batches arrive parsed (equal to CsvParser's); a batch with a bad line arrives as lines only."""
+def _produce_to_one_partition(broker, topic, lines) -> None:
+    """A one-partition topic holding ``lines``, one per message, in order."""
     from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
-    from easyonline.inputs.reader_process import KafkaReaderProcess  # pylint: disable=g-import-not-at-top
-    from easyonline.tools.stream_producer import SyntheticCtrStream  # pylint: disable=g-import-not-at-top
-    config = online_config(tmp_path, broker.bootstrap, topic)
-    specs = build_feature_specs(config)
-    lines = SyntheticCtrStream().lines(0, 200)
-    lines[150] = b"1,not,enough,fields"
     broker.create_topic(topic, 1)
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
     for line in lines:
         producer.send(topic, line, partition=0)
     producer.flush()
     producer.close()
+
+
+@BACKENDS
+def test_reader_process_sends_parsed_batches_and_lines_for_the_rest(broker, topic, tmp_path, backend):
+    """Clean batches arrive parsed (equal to CsvParser's); a batch with a bad line arrives as lines only."""
+    from easyonline.inputs.reader_process import KafkaReaderProcess  # pylint: disable=g-import-not-at-top
+    from easyonline.tools.stream_producer import SyntheticCtrStream  # pylint: disable=g-import-not-at-top
+    config = online_config(tmp_path, broker.bootstrap, topic)
+    specs = build_feature_specs(config)
+    lines = SyntheticCtrStream().lines(0, 200)
+    lines[150] = b"1,not,enough,fields"
+    _produce_to_one_partition(broker, topic, lines)
     parser = VectorCsvParser(specs, native=backend == "compiled")
     source = KafkaReaderProcess(config.kafka_train_input, 100, 200, vector_parser=parser)
     try:
@@ -225,18 +230,12 @@ def test_reader_process_batches_cross_in_shared_memory_and_none_is_overwritten(b
     """The reader runs ahead through the ring several times while the trainer side is slow; every
     batch still arrives equal to CsvParser's parse of its own lines, and no /dev/shm file is left."""
     import time  # pylint: disable=g-import-not-at-top
-    from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
     from easyonline.inputs.reader_process import KafkaReaderProcess  # pylint: disable=g-import-not-at-top
     from easyonline.tools.stream_producer import SyntheticCtrStream  # pylint: disable=g-import-not-at-top
     config = online_config(tmp_path, broker.bootstrap, topic)
     specs = build_feature_specs(config)
     lines = SyntheticCtrStream().lines(0, 1200)
-    broker.create_topic(topic, 1)
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
-    for line in lines:
-        producer.send(topic, line, partition=0)
-    producer.flush()
-    producer.close()
+    _produce_to_one_partition(broker, topic, lines)
     source = KafkaReaderProcess(config.kafka_train_input, 40, 200, vector_parser=VectorCsvParser(specs), depth=2)
     try:
         assert source._slots is not None and not os.path.exists(source._slots.path)  # mapped, then unlinked
