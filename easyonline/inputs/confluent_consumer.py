@@ -11,6 +11,7 @@ the input path does not know which client reads; only the records poll
 returns are librdkafka's own, read through ``record_value`` and
 ``record_offset``.
 """
+import itertools
 import logging
 from typing import Dict, List, Optional
 
@@ -35,6 +36,7 @@ class ConfluentDataConsumer:
         self._assigned = False
         self.record_value = self._ck.Message.value  # how KafkaInput reads the messages poll returns
         self.record_offset = self._ck.Message.offset
+        self._error, self._partition = self._ck.Message.error, self._ck.Message.partition
 
     def assign(self, partitions: List[TopicPartition]) -> None:
         self._offsets = {tp: self._ck.OFFSET_BEGINNING for tp in partitions}
@@ -64,22 +66,34 @@ class ConfluentDataConsumer:
         if first is None:
             return out
         messages = [first] + (self._consumer.consume(num_messages=max_records - 1, timeout=0) if max_records > 1 else [])
-        by_partition: Dict[int, list] = {}
+        # Per message only C-level calls (map, count, compress), no Python loop.
+        if any(map(self._error, messages)):
+            messages = self._without_errors(messages)
+        partitions = list(map(self._partition, messages))
+        if not partitions:
+            return out
+        if partitions.count(partitions[0]) == len(partitions):  # the usual case: one partition's run
+            out[self._topic_partition(messages[0])] = messages
+            return out
+        for partition in sorted(set(partitions)):
+            chunk = list(itertools.compress(messages, map(partition.__eq__, partitions)))
+            out[self._topic_partition(chunk[0])] = chunk
+        return out
+
+    def _topic_partition(self, message) -> TopicPartition:
+        tp = self._partitions.get(message.partition())
+        if tp is None:
+            tp = self._partitions[message.partition()] = TopicPartition(message.topic(), message.partition())
+        return tp
+
+    def _without_errors(self, messages: list) -> list:
+        kept = []
         for message in messages:
             if message.error() is not None:
                 self._raise_or_log(message.error())
-                continue
-            partition = message.partition()
-            chunk = by_partition.get(partition)
-            if chunk is None:
-                chunk = by_partition[partition] = []
-            chunk.append(message)
-        for partition, chunk in by_partition.items():
-            tp = self._partitions.get(partition)
-            if tp is None:
-                tp = self._partitions[partition] = TopicPartition(chunk[0].topic(), partition)
-            out[tp] = chunk
-        return out
+            else:
+                kept.append(message)
+        return kept
 
     def _raise_or_log(self, error) -> None:
         if error.code() == self._ck.KafkaError._PARTITION_EOF:  # pylint: disable=protected-access

@@ -9,14 +9,14 @@ import logging
 import operator
 import queue
 import time
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from kafka import TopicPartition
 
 from easyonline.core.rejections import OVERSIZED_MESSAGE, rejection
 from easyonline.inputs import fast_records, kafka_client
 from easyonline.inputs.confluent_consumer import ConfluentDataConsumer
-from easyonline.inputs.raw_batch import BatchSource, RawBatch
+from easyonline.inputs.raw_batch import BatchSource, BlobLines, RawBatch
 from easyonline.inputs.start_position import resolve_start_offsets, usable_checkpoint_positions
 from easyonline.protos import pipeline_pb2
 
@@ -92,11 +92,13 @@ class KafkaInput(BatchSource):
 
     def next_batch(self, timeout: float) -> Optional[RawBatch]:
         self._run_commits()
-        lines, refused = [], []
+        pieces: List[bytes] = []  # each chunk's messages joined: the batch is one blob (raw_batch.BlobLines)
+        lines = 0
+        refused: list = []
         messages = empty = 0
         started = time.time()
         first_at = None
-        while len(lines) < self._batch_size:
+        while lines < self._batch_size:
             now = time.time()
             if first_at is None:
                 remaining = timeout - (now - started)
@@ -104,7 +106,7 @@ class KafkaInput(BatchSource):
                 remaining = self._batch_timeout - (now - first_at)
             if remaining <= 0:
                 break
-            wanted = self._batch_size - len(lines)
+            wanted = self._batch_size - lines
             if self._lines_per_message:
                 wanted = max(1, int(wanted / self._lines_per_message))
             else:
@@ -124,9 +126,11 @@ class KafkaInput(BatchSource):
                     values = [value for value in values if value]
                 if not values:
                     continue
-                added = len(lines)
-                lines.extend(b"\n".join(values).split(b"\n"))  # several lines per message are allowed
-                per_message = (len(lines) - added) / len(values)
+                piece = b"\n".join(values)
+                added = piece.count(b"\n") + 1  # several lines per message are allowed
+                pieces.append(piece)
+                lines += added
+                per_message = added / len(values)
                 self._lines_per_message = 0.9 * self._lines_per_message + 0.1 * per_message \
                     if self._lines_per_message else per_message
             messages += got
@@ -136,8 +140,8 @@ class KafkaInput(BatchSource):
             self.idle_lag = self.lag()
             return None
         self.idle_lag = None
-        return RawBatch(lines, dict(self._positions), lag=self.lag(), messages=messages, empty_messages=empty,
-                        rejected=refused)
+        return RawBatch(BlobLines(b"\n".join(pieces), lines), dict(self._positions), lag=self.lag(),
+                        messages=messages, empty_messages=empty, rejected=refused)
 
     def _refuse_oversized(self, tp: TopicPartition, chunk, refused: list) -> list:
         """The values of ``chunk`` without the messages over max_message_bytes, which go to ``refused``."""

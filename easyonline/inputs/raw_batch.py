@@ -7,20 +7,32 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 
 class BlobLines(collections.abc.Sequence):
-    """The lines of a newline-joined blob, split only if someone looks (a parsed batch seldom needs them)."""
+    """The lines of a newline-joined blob, split only if someone looks (a parsed batch seldom needs them).
 
-    def __init__(self, blob: bytes):
-        self._blob = blob
+    A Kafka batch is read as blobs (a chunk's messages joined at once) and crosses to the trainer as one:
+    splitting it into lines there, only to join them again for the parser, was work done twice.
+    """
+
+    def __init__(self, blob: bytes, count: Optional[int] = None):
+        self.blob = blob
+        self._count = count
 
     @functools.cached_property
     def _lines(self) -> List[bytes]:
-        return self._blob.split(b"\n") if self._blob else []
+        return self.blob.split(b"\n") if self.blob else []
 
     def __getitem__(self, index):
         return self._lines[index]
 
     def __len__(self) -> int:
-        return len(self._lines)
+        if self._count is None:
+            self._count = self.blob.count(b"\n") + 1 if self.blob else 0
+        return self._count
+
+    def has_empty_line(self) -> bool:
+        """True if a line is empty (parsers skip them, so the blob cannot be parsed as it is)."""
+        blob = self.blob
+        return bool(blob) and (blob[:1] == b"\n" or blob[-1:] == b"\n" or b"\n\n" in blob)
 
 
 @dataclasses.dataclass

@@ -77,11 +77,13 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
                     except queue.Full:
                         pass
                 continue
-            blob = b"\n".join(batch.lines)
+            lines = batch.lines
+            assert isinstance(lines, BlobLines)  # KafkaInput's batches are one blob
             vectors = None
-            if vector_parser is not None:  # empty lines are skipped, so only a batch without them reuses the blob
-                vectors = vector_parser.parse(batch.lines) if b"" in batch.lines \
-                    else vector_parser.parse_blob(blob, len(batch.lines))
+            if vector_parser is not None:  # empty lines are skipped, so only a batch without them is parsed whole
+                vectors = vector_parser.parse(lines) if lines.has_empty_line() \
+                    else vector_parser.parse_blob(lines.blob, len(lines))
+            blob = lines.blob
             layout = slots.write(slot_batches, blob, vectors) if slots is not None and vectors is not None else None
             if layout is not None:
                 item = ("slot", slot_batches, layout, batch.positions, batch.lag, batch.messages,

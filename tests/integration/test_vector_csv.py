@@ -258,3 +258,33 @@ def test_reader_process_batches_cross_in_shared_memory_and_none_is_overwritten(b
         assert batch.parsed.labels.numpy().tobytes() == expected.labels.numpy().tobytes()
         done += batch.parsed.size
     assert batches[-1].positions == {0: len(lines)}
+
+
+def test_reader_process_takes_messages_of_several_lines_and_skips_their_empty_lines(broker, topic, tmp_path):
+    """Messages of three lines cross as one blob per batch; a message that ends in a newline (an empty
+    line) still gives exactly its samples, parsed as CsvParser parses them."""
+    from easyonline.inputs.reader_process import KafkaReaderProcess  # pylint: disable=g-import-not-at-top
+    from easyonline.tools.stream_producer import SyntheticCtrStream  # pylint: disable=g-import-not-at-top
+    config = online_config(tmp_path, broker.bootstrap, topic)
+    specs = build_feature_specs(config)
+    lines = SyntheticCtrStream().lines(0, 300)
+    messages = [b"\n".join(lines[i:i + 3]) for i in range(0, 300, 3)]
+    messages[10] += b"\n"  # a trailing newline: an empty line the parsers skip
+    _produce_to_one_partition(broker, topic, messages)
+    source = KafkaReaderProcess(config.kafka_train_input, 60, 200, vector_parser=VectorCsvParser(specs))
+    try:
+        batches = []
+        while sum(b.parsed.size for b in batches) < len(lines):
+            batch = source.next_batch(5.0)
+            assert batch is not None and batch.parsed is not None
+            batches.append(batch)
+    finally:
+        source.close()
+    trained = [line for b in batches for line in b.lines if line]
+    assert trained == lines
+    assert sum(len(b.lines) for b in batches) == len(lines) + 1  # the empty line is seen, not trained
+    expected = CsvParser(specs).parse(lines)
+    for name in expected.features:
+        got = np.concatenate([b.parsed.features[name].numpy() for b in batches])
+        assert got.tobytes() == expected.features[name].numpy().tobytes(), name
+    assert batches[-1].positions == {0: len(messages)}
