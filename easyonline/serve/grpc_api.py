@@ -8,16 +8,14 @@ naming the input, too many rows RESOURCE_EXHAUSTED, another model or
 version NOT_FOUND.
 """
 import concurrent.futures
-import os
 import time
 
 import grpc
-from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import get_model_metadata_pb2, predict_pb2, prediction_service_pb2_grpc
 
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.export.layout import SAVED_MODEL_FILE, SERVING_SIGNATURE
-from easyonline.serve.http_api import ServingState
+from easyonline.export.layout import SERVING_SIGNATURE
+from easyonline.serve.http_api import BadRequest, ServingState, TooManyRows
 
 tf = ensure_legacy_keras()
 
@@ -27,10 +25,6 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     def __init__(self, state: ServingState):
         self.state = state
-        saved_model = saved_model_pb2.SavedModel()
-        with open(os.path.join(state.export.path, SAVED_MODEL_FILE), "rb") as f:
-            saved_model.ParseFromString(f.read())
-        self._signature_defs = saved_model.meta_graphs[0].signature_def
 
     def _check_spec(self, spec, context) -> None:
         if spec.name != self.state.model_name:
@@ -49,20 +43,19 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def Predict(self, request, context):  # pylint: disable=invalid-name
         started = time.perf_counter()
         self._check_spec(request.model_spec, context)
-        if request.model_spec.signature_name not in ("", SERVING_SIGNATURE):
-            self.state.count("bad_request")
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"signature_name {request.model_spec.signature_name!r}: "
-                                                            f"predict serves {SERVING_SIGNATURE!r}")
         try:
             inputs = {name: tf.make_ndarray(proto).reshape(-1).tolist() for name, proto in request.inputs.items()}
         except (TypeError, ValueError) as e:
             self.state.count("bad_request")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"an input is not a valid TensorProto: {e}")
-        rows = max((len(v) for v in inputs.values()), default=0)
-        if rows > self.state.max_rows_per_request:
+        try:
+            rows = self.state.predict_rows(request.model_spec.signature_name, inputs)
+        except TooManyRows as e:
             self.state.count("too_large")
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"request of {rows} rows is over the limit of "
-                                                              f"{self.state.max_rows_per_request}")
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+        except BadRequest as e:
+            self.state.count("bad_request")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         try:
             outputs = self.state.export.predict(inputs)
         except ValueError as e:
@@ -83,9 +76,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         response = get_model_metadata_pb2.GetModelMetadataResponse()
         self._fill_spec(response.model_spec)
         signatures = get_model_metadata_pb2.SignatureDefMap()
-        for name, signature in self._signature_defs.items():
-            if not name.startswith("__"):
-                signatures.signature_def[name].CopyFrom(signature)
+        for name, signature in self.state.export.signature_defs().items():
+            signatures.signature_def[name].CopyFrom(signature)
         response.metadata["signature_def"].Pack(signatures)
         return response
 

@@ -27,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, Optional, Tuple
 
 import numpy as np
+from google.protobuf import json_format
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from easyonline.export.layout import SERVING_SIGNATURE, UPDATE_MESSAGE_SIGNATURE, UPDATE_SIGNATURE
@@ -38,7 +39,11 @@ _DRAIN_LIMIT = 64 * 1024 * 1024  # a refused body up to this size is read and dr
 
 
 class BadRequest(ValueError):
-    pass
+    """A request that cannot be answered as it is (REST 400, gRPC INVALID_ARGUMENT); the message says why."""
+
+
+class TooManyRows(BadRequest):
+    """More rows than --max_rows_per_request (REST 413, gRPC RESOURCE_EXHAUSTED)."""
 
 
 def request_inputs(body: dict) -> Tuple[Dict[str, list], bool]:
@@ -111,10 +116,27 @@ class ServingState:
                 "refused_updates": dict(follower.refused), "update_lag_messages": follower.lag_messages,
                 "update_lag_seconds": None if lag is None else round(lag, 3), "update_error": follower.error}
 
+    def predict_rows(self, signature_name: str, inputs: Dict[str, list]) -> int:
+        """The rows of a predict request, after the checks both APIs make: the signature it names (none or
+        serving_default) and the row limit. Raises BadRequest or TooManyRows with the reason."""
+        if signature_name not in ("", SERVING_SIGNATURE):
+            raise BadRequest(f"signature_name {signature_name!r}: predict serves {SERVING_SIGNATURE!r} "
+                             f"({UPDATE_SIGNATURE!r} and {UPDATE_MESSAGE_SIGNATURE!r} apply updates; "
+                             "the model's metadata lists them)")
+        rows = max((len(v) for v in inputs.values()), default=0)
+        if rows > self.max_rows_per_request:
+            raise TooManyRows(f"request of {rows} rows is over the limit of {self.max_rows_per_request} "
+                              "(--max_rows_per_request)")
+        return rows
+
     def metadata(self) -> dict:
-        """TF Serving's GetModelMetadata answer: the model spec and its signature defs."""
+        """TF Serving's GetModelMetadata answer as its REST API gives it: the model spec and the signature
+        defs in JSON (proto field names, every field printed)."""
+        signatures = {name: json_format.MessageToDict(signature, preserving_proto_field_name=True,
+                                                      including_default_value_fields=True)
+                      for name, signature in self.export.signature_defs().items()}
         return {"model_spec": {"name": self.model_name, "signature_name": "", "version": self.export.version},
-                "metadata": {"signature_def": {"signature_def": self.export.signature_defs()}}}
+                "metadata": {"signature_def": {"signature_def": signatures}}}
 
     def metrics(self) -> str:
         follower = self.follower
@@ -237,18 +259,12 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 raise BadRequest(f"the body ended after {len(data)} of {length} bytes (Content-Length)")
             body = json.loads(data)
-            signature = body.get("signature_name", SERVING_SIGNATURE) if isinstance(body, dict) else None
-            if signature not in (None, SERVING_SIGNATURE):
-                raise BadRequest(f"signature_name {signature!r}: predict serves {SERVING_SIGNATURE!r} "
-                                 f"({UPDATE_SIGNATURE!r} and {UPDATE_MESSAGE_SIGNATURE!r} apply updates; "
-                                 "GET .../metadata lists them)")
             inputs, rows = request_inputs(body)
-            count = max((len(v) for v in inputs.values()), default=0)
-            if count > self.state.max_rows_per_request:
-                self._error(413, "too_large", f"request of {count} rows is over the limit of "
-                                              f"{self.state.max_rows_per_request} (--max_rows_per_request)")
-                return
+            self.state.predict_rows(body.get("signature_name", SERVING_SIGNATURE), inputs)
             out = self.state.export.predict(inputs)
+        except TooManyRows as e:
+            self._error(413, "too_large", str(e))
+            return
         except ValueError as e:  # BadRequest and JSONDecodeError are ValueErrors
             self._error(400, "bad_request", str(e))
             return

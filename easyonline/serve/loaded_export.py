@@ -19,7 +19,7 @@ from easyonline.updates.param_ids import read_parameter_ids
 
 tf = ensure_legacy_keras()
 import tensorflow_recommenders_addons  # noqa: E402,F401  pylint: disable=g-import-not-at-top,unused-import
-from tensorflow.core.framework import types_pb2  # noqa: E402  pylint: disable=g-import-not-at-top
+from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def newest_version(export_dir: str) -> str:
@@ -67,21 +67,19 @@ class LoadedExport:
             with open(shapes_path) as f:
                 self._dense_shapes = {int(i): tuple(shape) for i, shape in json.load(f).items()}
         self._update_lock = threading.Lock()
+        self._signature_defs: Optional[Dict[str, meta_graph_pb2.SignatureDef]] = None
 
-    def signature_defs(self) -> Dict[str, dict]:
-        """The SavedModel's signatures as TF Serving's metadata shows them: inputs and outputs with dtype and
-        shape (-1: any size)."""
-        def spec(tensor) -> dict:
-            dims = [{"size": str(-1 if d is None else d)} for d in tensor.shape.as_list()]
-            return {"dtype": types_pb2.DataType.Name(tensor.dtype.as_datatype_enum), "tensor_shape": {"dim": dims},
-                    "name": getattr(tensor, "name", "") or ""}
-        out = {}
-        for name, function in self._module.signatures.items():
-            _, inputs = function.structured_input_signature
-            out[name] = {"inputs": {k: spec(v) for k, v in sorted(inputs.items())},
-                         "outputs": {k: spec(v) for k, v in sorted(function.structured_outputs.items())},
-                         "method_name": "tensorflow/serving/predict"}
-        return out
+    def signature_defs(self) -> Dict[str, meta_graph_pb2.SignatureDef]:
+        """The SignatureDefs saved_model.pb holds (what saved_model_cli shows), by name: the one source of
+        the metadata both APIs answer (gRPC as protos, REST as their JSON)."""
+        if self._signature_defs is None:
+            saved_model = saved_model_pb2.SavedModel()
+            with open(os.path.join(self.path, SAVED_MODEL_FILE), "rb") as f:
+                saved_model.ParseFromString(f.read())
+            self._signature_defs = {name: signature for name, signature
+                                    in saved_model.meta_graphs[0].signature_def.items()
+                                    if not name.startswith("__")}  # not TF's own (__saved_model_init_op)
+        return self._signature_defs
 
     def predict(self, inputs: Dict[str, List]) -> Dict[str, np.ndarray]:
         """``inputs``: one equally long list per input; raises ValueError naming a bad or missing input."""

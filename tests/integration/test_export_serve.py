@@ -16,6 +16,7 @@ import urllib.request
 
 import numpy as np
 import pytest
+from google.protobuf import json_format
 
 from easyonline.updates.param_ids import read_parameter_ids
 from easyonline.publish.publish_callback import IncrementalPublish
@@ -358,7 +359,8 @@ def test_metadata_versions_in_paths_and_signature_name_as_tf_serving_has_them(se
     serving = signatures["serving_default"]
     assert set(serving["inputs"]) == set(row) and set(serving["outputs"]) == {"probs", "logits"}
     assert serving["inputs"]["C1"]["dtype"] == "DT_STRING" and serving["inputs"]["I1"]["dtype"] == "DT_FLOAT"
-    assert serving["inputs"]["C1"]["tensor_shape"] == {"dim": [{"size": "-1"}]}
+    assert serving["inputs"]["C1"]["tensor_shape"] == {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False}
+    assert serving["method_name"] == "tensorflow/serving/predict"
     expected = server.predict([row])
     code, body = server.post(json.dumps({"signature_name": "serving_default", "instances": [row]}).encode(),
                              name=f"m/versions/{version}")
@@ -507,3 +509,24 @@ def test_tf_serving_grpc_clients_predict_and_read_metadata(served_from_files):
     metadata.metadata["signature_def"].Unpack(signatures)
     assert {"serving_default", "incr_update_sig", "incr_update_message_sig"} <= set(signatures.signature_def)
     assert signatures.signature_def["serving_default"].inputs["C1"].dtype == tf.string.as_datatype_enum
+    # REST's metadata is the same SignatureDefs, as JSON (one source: saved_model.pb)
+    with urllib.request.urlopen(server.url("/v1/models/m/metadata"), timeout=10) as r:
+        rest = json.loads(r.read())["metadata"]["signature_def"]["signature_def"]
+    assert rest == {name: json_format.MessageToDict(signature, preserving_proto_field_name=True,
+                                                    including_default_value_fields=True)
+                    for name, signature in signatures.signature_def.items()}
+
+    # the same checks, and messages, as the REST API: the signature named, the row limit
+    request.inputs["C1"].CopyFrom(tf.make_tensor_proto([row["C1"] for row in rows], dtype=tf.string))
+    request.model_spec.signature_name = "incr_update_sig"
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Predict(request, timeout=30)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "incr_update_sig" in e.value.details()
+    request.model_spec.signature_name = ""
+    many = instances(SyntheticCtrStream().lines(0, 21))  # --max_rows_per_request=20
+    for name in many[0]:
+        request.inputs[name].CopyFrom(tf.make_tensor_proto([row[name] for row in many],
+                                                           dtype=tf.float32 if name.startswith("I") else tf.string))
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Predict(request, timeout=30)
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "max_rows_per_request" in e.value.details()
