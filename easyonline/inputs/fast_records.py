@@ -208,6 +208,7 @@ def install(consumer, compiled: bool = True) -> bool:
         return True
     if isinstance(fetcher, Fetcher) and _partition_records_known():  # kafka-python 3.0
         fetcher.PartitionRecords = _fast_partition_records(compiled)
+        fetcher._fetchable_partitions = _no_idle_fetch_while_buffered(fetcher)  # pylint: disable=protected-access
         return True
     _warn_fallback()
     return False
@@ -215,7 +216,36 @@ def install(consumer, compiled: bool = True) -> bool:
 
 def _partition_records_known() -> bool:
     records = getattr(Fetcher, "PartitionRecords", None)
-    return records is not None and all(hasattr(records, name) for name in ("take", "drain", "_unpack_records"))
+    return records is not None and all(hasattr(records, name) for name in ("take", "drain", "_unpack_records")) \
+        and hasattr(Fetcher, "_fetchable_partitions")
+
+
+def _no_idle_fetch_while_buffered(fetcher):
+    """kafka-python 3.0's ``_fetchable_partitions``, except that while records of some partition are still
+    buffered it offers no fetch made only of partitions that are caught up.
+
+    3.0 fetches a partition again as soon as its records were handed out, while another partition's
+    records still wait in its buffer (that one is not fetchable until they are). When the first is at its
+    end, such a fetch carries only partitions without data: the broker holds it for fetch_max_wait_ms, and
+    the backlogged partition, its buffer drained meanwhile, cannot be fetched until it returns (one fetch in
+    flight per broker). Reading a backlog of two partitions where one ended first, that was a ~100 ms stall
+    every ~5,000 records (a quarter of the reading time); the fetch is sent instead with the next one.
+    """
+    fetchable = fetcher._fetchable_partitions  # pylint: disable=protected-access
+
+    def caught_up(tp) -> bool:
+        state = fetcher._subscriptions.assignment.get(tp)  # pylint: disable=protected-access
+        return state is not None and state.highwater is not None and state.position is not None \
+            and state.position.offset >= state.highwater
+
+    def fetchable_partitions():
+        partitions = fetchable()
+        buffered = fetcher._next_partition_records or fetcher._completed_fetches  # pylint: disable=protected-access
+        if partitions and buffered and all(caught_up(tp) for tp in partitions):
+            return []
+        return partitions
+
+    return fetchable_partitions
 
 
 def _fast_partition_records(compiled: bool):

@@ -3,9 +3,10 @@ import logging
 import sys
 
 
-class _DropCancelledFetches(logging.Filter):
-    """kafka-python logs a fetch cancelled by closing its own consumer as an error ("Fetch to node N failed:
-    Cancelled"): every run that closes a consumer would end on what looks like a failure."""
+class _DropCancelled(logging.Filter):
+    """kafka-python logs a request cancelled by closing its own client as an error (2.0: "Fetch to node N
+    failed: Cancelled"; 3.0: "Metadata refresh: failed Cancelled"): every run that closes a consumer or
+    producer would end on what looks like a failure."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "Cancelled" not in record.getMessage()
@@ -20,8 +21,9 @@ def setup_logging(level: str = "INFO") -> None:
     # kafka-python logs every failed connect attempt; easyonline reports outages itself, once a minute.
     logging.getLogger("kafka.conn").setLevel(logging.CRITICAL)
     logging.getLogger("kafka.client").setLevel(logging.CRITICAL)
-    fetcher = logging.getLogger("kafka.consumer.fetcher")
-    if not any(isinstance(f, _DropCancelledFetches) for f in fetcher.filters):
-        fetcher.addFilter(_DropCancelledFetches())
+    for name in ("kafka.consumer.fetcher", "kafka.cluster"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropCancelled) for f in logger.filters):
+            logger.addFilter(_DropCancelled())
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     logging.getLogger("absl").setLevel(logging.WARNING)  # TensorFlow's checkpoint chatter ("Sharding callback ...")

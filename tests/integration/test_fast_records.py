@@ -184,3 +184,36 @@ def test_another_kafka_python_falls_back_to_its_own_decoder_and_says_so_once(bro
         consumer.close()
     warnings = [r.getMessage() for r in caplog.records if "fast path replaces" in r.getMessage()]
     assert len(warnings) == 1 and "requirements.txt" in warnings[0]
+
+
+def test_a_partition_at_its_end_does_not_stall_the_backlog_of_another(broker, topic):
+    """Partition 0 holds a few records, partition 1 a backlog read in many small fetches. Once partition 0
+    is at its end, kafka-python 3.0 alone sends fetches made only of it whenever partition 1's records are
+    still buffered; the broker holds such a fetch fetch_max_wait_ms (100 ms here), and partition 1 waits
+    behind it: 5.5 s here for ~100 fetch cycles of 64 KB. Without such fetches: 0.7 s (the bound, 3 s, is
+    between the two with room for a loaded machine)."""
+    import time  # pylint: disable=g-import-not-at-top
+    broker.create_topic(topic, 2)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20, batch_size=64 * 1024)
+    for i in range(20):
+        producer.send(topic, b"p0_%d" % i, partition=0)
+    line = b"x" * 200
+    for i in range(30000):
+        producer.send(topic, line, partition=1)
+    producer.flush()
+    producer.close()
+    kafka = pipeline_pb2.KafkaInput(server=broker.bootstrap, topic=topic,
+                                    client=pipeline_pb2.KafkaInput.KAFKA_PYTHON)
+    kafka.config["max_partition_fetch_bytes"] = str(64 * 1024)
+    source = KafkaInput(kafka, batch_size=64, batch_timeout_ms=500)  # a fetch of partition 1 lasts several batches
+    read, started = 0, time.perf_counter()
+    try:
+        while read < 30020:
+            batch = source.next_batch(5.0)
+            assert batch is not None, read
+            read += len(batch.lines)
+        seconds = time.perf_counter() - started
+    finally:
+        source.close()
+    assert read == 30020 and batch.positions == {0: 20, 1: 30000}
+    assert seconds < 3.0, f"{seconds:.1f} s to read 30,020 records: fetches of partitions at their end stalled it"

@@ -3,17 +3,17 @@
 Which client should read the training stream? The same topic (CSV samples, one per message, on the local
 broker) is read to the end by:
 
-* kafka-python as pinned (2.0.2), stock;
-* the same with easyonline's fast record decoder (``fast_records.install``; what the trainer runs);
-* confluent-kafka (librdkafka; EasyRec's data client), ``Consumer.consume`` in batches;
-* kafka-python 3.x, stock (its fetcher no longer has the hook the fast decoder replaces), when
-  ``--kafka_python3`` names an interpreter that has it (``python3.11 -m venv /tmp/kp3 &&
-  /tmp/kp3/bin/pip install 'kafka-python>=3'``).
+* kafka-python as pinned (requirements.txt), stock;
+* the same with easyonline's fast record decoder (``fast_records.install``; ``client: KAFKA_PYTHON``);
+* confluent-kafka (librdkafka; EasyRec's data client and the default), ``Consumer.consume`` in batches;
+* another kafka-python, stock and with the fast decoder, when ``--other_kafka_python`` names an
+  interpreter that has it (``python3.11 -m venv /tmp/kp2 && /tmp/kp2/bin/pip install -r requirements.txt
+  'kafka-python==2.0.2'``).
 
 Each reader runs in its own process, one after the other, and reports wall time and its process CPU
 (librdkafka's threads included) per sample; the table's ratios are against the pinned fast path.
 
-    .venv/bin/python tools/bench/kafka_clients.py [--samples 300000] [--kafka_python3 /tmp/kp3/bin/python]
+    .venv/bin/python tools/bench/kafka_clients.py [--samples 300000] [--other_kafka_python /tmp/kp2/bin/python]
 """
 import argparse
 import json
@@ -81,7 +81,8 @@ def read_with(python: str, script: str, *args: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=300000)
-    parser.add_argument("--kafka_python3", default="", help="a Python with kafka-python 3.x installed")
+    parser.add_argument("--other_kafka_python", default="",
+                        help="a Python with another kafka-python version installed, measured too")
     args = parser.parse_args()
     with LocalBroker() as broker:
         broker.create_topic("samples", PARTITIONS)
@@ -92,8 +93,10 @@ def main() -> int:
             "kafka-python pinned, stock": read_with(sys.executable, READ_KAFKA_PYTHON, *common, "stock"),
             "confluent-kafka": read_with(sys.executable, READ_CONFLUENT, *common),
         }
-        if args.kafka_python3:
-            results["kafka-python 3.x, stock"] = read_with(args.kafka_python3, READ_KAFKA_PYTHON, *common, "stock")
+        if args.other_kafka_python:
+            for mode in ("fast", "stock"):
+                results[f"other kafka-python, {mode}"] = read_with(args.other_kafka_python, READ_KAFKA_PYTHON,
+                                                                   *common, mode)
     for name, result in results.items():
         assert result["samples"] >= args.samples, (name, result)
         result["samples_per_sec"] = result["samples"] / result["seconds"]
