@@ -9,7 +9,7 @@ and a key that was trained but never admitted is not sent at all. That
 rule needs no ordering between trains and deletes.
 """
 import threading
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 import numpy as np
 
@@ -93,7 +93,8 @@ class ChangeTracker:
         self._logs.append(log)
         return log
 
-    def record_batch(self, features: Dict[str, tf.Tensor]) -> None:
+    def record_batch(self, features: Mapping[str, Any]) -> None:
+        """The ids of a trained batch: tensors (ragged ones too) or numpy arrays, by feature."""
         if not self._logs:
             return
         arrays = []
@@ -101,7 +102,7 @@ class ChangeTracker:
             ids = features[name]
             if isinstance(ids, tf.RaggedTensor):
                 ids = ids.flat_values
-            arrays.append((table, ids.numpy()))
+            arrays.append((table, np.asarray(ids)))
         for log in self._logs:
             log.add(arrays, [])
 

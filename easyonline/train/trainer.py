@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import resource
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -128,6 +128,7 @@ class OnlineTrainer:
         self._score_step = tf.function(self._distribute(self._score_impl), input_signature=[signature],
                                        autograph=False)
         self._concrete_steps: Dict[int, Any] = {}
+        self._vector_steps: Dict[Tuple[Tuple[str, ...], Tuple[str, ...]], Any] = {}
         self._table_rows: Optional[TableRows] = None
         self.clock = time.time
         self._build_variables()
@@ -281,10 +282,36 @@ class OnlineTrainer:
             logits = self._run(self._train_step, features, labels, self._now())
         return self.task.probabilities(logits)
 
+    def train_vectors(self, vectors) -> np.ndarray:
+        """``train_batch`` of a batch parsed into arrays (``vector_csv.VectorBatch``): they go into the step
+        whole and are split into features inside it."""
+        step = self._vector_steps.get((vectors.id_names, vectors.dense_names))
+        if step is None:
+            step = self._trace_vector_step(vectors.id_names, vectors.dense_names)
+        return self.task.probabilities(step(vectors.ids, vectors.dense, vectors.labels, self._now()).numpy())
+
+    def _trace_vector_step(self, id_names: Tuple[str, ...], dense_names: Tuple[str, ...]):
+        def step(ids, dense, labels, now):
+            features = dict(zip(id_names, tf.unstack(ids, len(id_names), axis=1)))
+            features.update(zip(dense_names, tf.unstack(dense, len(dense_names), axis=1)))
+            return self._train_step_impl(features, labels, now)
+
+        signature = [tf.TensorSpec([None, len(id_names)], tf.int64), tf.TensorSpec([None, len(dense_names)], tf.float32),
+                     tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float64)]
+        concrete = tf.function(self._distribute(step), input_signature=signature,
+                               autograph=False).get_concrete_function()
+        self._vector_steps[(id_names, dense_names)] = concrete
+        return concrete
+
     def _train_and_count(self, raw, parsed) -> np.ndarray:
         """Scores and trains a non-empty batch, adds it to the metrics and counts; returns its probabilities."""
-        probs = self.train_batch(parsed.features, parsed.labels)
-        self.task.update_metrics(parsed.labels.numpy(), probs)
+        if parsed.vectors is not None and not self.model.scores_differ_in_training:
+            probs = self.train_vectors(parsed.vectors)
+            labels = parsed.vectors.labels
+        else:
+            probs = self.train_batch(parsed.features, parsed.labels)
+            labels = parsed.labels.numpy()
+        self.task.update_metrics(labels, probs)
         self._count(parsed.size)
         return probs
 
@@ -417,7 +444,8 @@ class OnlineTrainer:
         probs = None
         if parsed.size:
             probs = self._train_and_count(raw, parsed)
-            self.changes.record_batch(parsed.features)
+            self.changes.record_batch(parsed.features if parsed.vectors is None
+                                      else dict(zip(parsed.vectors.id_names, parsed.vectors.ids.T)))
         else:
             self._count(0)
         self.positions = raw.positions

@@ -288,3 +288,27 @@ def test_reader_process_takes_messages_of_several_lines_and_skips_their_empty_li
         got = np.concatenate([b.parsed.features[name].numpy() for b in batches])
         assert got.tobytes() == expected.features[name].numpy().tobytes(), name
     assert batches[-1].positions == {0: len(messages)}
+
+
+def test_a_trainer_fed_the_arrays_trains_as_one_fed_the_features(tmp_path):
+    """The step that takes a VectorBatch's arrays whole (and splits them into features inside the graph)
+    gives the same probabilities, batch after batch, as the step fed CsvParser's features, from the same
+    start; and the features made from the arrays on demand equal CsvParser's."""
+    from easyonline.features.csv_parser import ParsedBatch  # pylint: disable=g-import-not-at-top
+    from easyonline.jobs.online_train import build_trainer  # pylint: disable=g-import-not-at-top
+    from easyonline.tools.stream_producer import SyntheticCtrStream  # pylint: disable=g-import-not-at-top
+    lines = SyntheticCtrStream().lines(0, 6 * 256)
+    trainers = [build_trainer(online_config(tmp_path / name), online=False) for name in ("features", "arrays")]
+    specs = trainers[0].specs
+    vector_parser, csv_parser = VectorCsvParser(specs), CsvParser(specs)
+    for start in range(0, len(lines), 256):
+        chunk = lines[start:start + 256]
+        expected = csv_parser.parse(chunk)
+        from_arrays = ParsedBatch.from_vectors(vector_parser.parse(chunk))
+        by_features = trainers[0].train_batch(expected.features, expected.labels)
+        by_arrays = trainers[1].train_vectors(from_arrays.vectors)
+        np.testing.assert_allclose(by_arrays, by_features, rtol=1e-5, atol=1e-6)
+    assert set(from_arrays.features) == set(expected.features)
+    for name, values in expected.features.items():
+        assert from_arrays.features[name].numpy().tobytes() == values.numpy().tobytes(), name
+    assert trainers[0].table_sizes() == trainers[1].table_sizes()
