@@ -54,6 +54,13 @@ class ParsedBatch:
                                     labels=np.array(vectors.labels))
         return cls(_ColumnFeatures(owned), tf.constant(owned.labels), owned.size, [], vectors=owned)
 
+    def host_ids(self) -> Mapping[str, object]:
+        """The ids by feature for recording trained keys: the arrays' columns when there are arrays (no
+        tensor per feature made for it), else the features."""
+        if self.vectors is not None:
+            return dict(zip(self.vectors.id_names, self.vectors.ids.T))
+        return self.features
+
 
 class _ColumnFeatures(collections.abc.Mapping):
     """A VectorBatch's columns as features, made into tensors at the first access (two unstacks)."""

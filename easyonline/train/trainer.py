@@ -444,8 +444,7 @@ class OnlineTrainer:
         probs = None
         if parsed.size:
             probs = self._train_and_count(raw, parsed)
-            self.changes.record_batch(parsed.features if parsed.vectors is None
-                                      else dict(zip(parsed.vectors.id_names, parsed.vectors.ids.T)))
+            self.changes.record_batch(parsed.host_ids())
         else:
             self._count(0)
         self.positions = raw.positions
