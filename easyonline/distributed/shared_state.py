@@ -21,7 +21,7 @@ an offline run is over.
 """
 import collections
 import dataclasses
-from typing import Deque, Dict, Optional
+from typing import Deque, Dict, Optional, Sequence
 
 import numpy as np
 
@@ -68,20 +68,30 @@ class ClusterState:
         self.metric_reads = {"pos": self.hist_pos, "neg": self.hist_neg, "logloss": self.logloss_sum,
                              "labels": self.label_sum, "samples": self.samples}
 
-    def step_updates(self, labels: tf.Tensor, probabilities: tf.Tensor, trainer_index: int) -> tf.Operation:
-        """The updates of one trained batch (run after its parameter updates)."""
+    def step_updates(self, labels: tf.Tensor, probabilities: tf.Tensor, trainer_index: int,
+                     after: Sequence = ()) -> tf.Operation:
+        """The updates of one trained batch, run once the ops in ``after`` (its parameter updates) ran.
+
+        Only the writes wait for ``after``: every value they write is computed first, without waiting,
+        on whichever task the setter put it (the trainer's, for the count of the fed labels). A value
+        computed on the trainer after the ps applied the batch would have to travel back to the ps, and a
+        trainer killed in that round trip would leave the positions advanced and the samples not counted.
+        """
         count = tf.size(labels, out_type=tf.int64)
         probs = tf.clip_by_value(tf.cast(probabilities, tf.float64), _EPS, 1 - _EPS)
         labels64 = tf.cast(labels, tf.float64)
         bucket = tf.minimum(tf.cast(probs * BUCKETS, tf.int64), BUCKETS - 1)
         logloss = -tf.reduce_sum(labels64 * tf.math.log(probs) + (1 - labels64) * tf.math.log(1 - probs))
-        return tf.group(
-            self.positions.scatter_update(tf.IndexedSlices(self.offsets_in, self.partitions_in)),
-            self.global_step.assign_add(1), self.samples.assign_add(count),
-            self.lags.scatter_update(tf.IndexedSlices(tf.reshape(self.lag_in, [1]), [trainer_index])),
-            self.hist_pos.scatter_add(tf.IndexedSlices(labels64, bucket)),
-            self.hist_neg.scatter_add(tf.IndexedSlices(1 - labels64, bucket)),
-            self.logloss_sum.assign_add(logloss), self.label_sum.assign_add(tf.reduce_sum(labels64)))
+        negatives, positives = 1 - labels64, tf.reduce_sum(labels64)
+        lag, index, one = tf.reshape(self.lag_in, [1]), tf.constant([trainer_index]), tf.constant(1, tf.int64)
+        with tf.control_dependencies(list(after)):
+            return tf.group(
+                self.positions.scatter_update(tf.IndexedSlices(self.offsets_in, self.partitions_in)),
+                self.global_step.assign_add(one), self.samples.assign_add(count),
+                self.lags.scatter_update(tf.IndexedSlices(lag, index)),
+                self.hist_pos.scatter_add(tf.IndexedSlices(labels64, bucket)),
+                self.hist_neg.scatter_add(tf.IndexedSlices(negatives, bucket)),
+                self.logloss_sum.assign_add(logloss), self.label_sum.assign_add(positives))
 
 
 def positions_array(positions: Dict[int, int]) -> np.ndarray:

@@ -82,6 +82,12 @@ def _drain(changed) -> tf.Tensor:
         return tf.identity(keys)
 
 
+def op_task(op: tf.Operation, own_device: str) -> str:
+    """The task an op runs on: its device's, else a resource's it uses, else this trainer's (``own_device``)."""
+    device = op.device or next((t.op.device for t in op.inputs if t.dtype == tf.resource and t.op.device), "")
+    return (device or own_device).split("/device:")[0]
+
+
 def cross_task_tensors(fetches, own_device: str) -> Dict[str, int]:
     """How many tensors a run of ``fetches`` sends between tasks, by receiving task.
 
@@ -90,8 +96,7 @@ def cross_task_tensors(fetches, own_device: str) -> Dict[str, int]:
     trainer's. Resource handles themselves are not counted (no data moves).
     """
     def task(op) -> str:
-        device = op.device or next((t.op.device for t in op.inputs if t.dtype == tf.resource and t.op.device), "")
-        return (device or own_device).split("/device:")[0]
+        return op_task(op, own_device)
 
     ops, stack = set(), [t.op if isinstance(t, tf.Tensor) else t for t in tf.nest.flatten(fetches)]
     while stack:
@@ -163,8 +168,8 @@ class TrainGraph:
                        *self.model.get_updates_for(features),
                        *[_record_keys(changed, wrapper.ids) for name, changed in self.changed_keys.items()
                          for wrapper in self.model.tables.embeddings[name].wrappers]]
-            with tf.control_dependencies(updates):
-                shared = self.state.step_updates(self.labels, self.probabilities, cluster.trainer_index)
+            self.parameter_updates = updates
+            shared = self.state.step_updates(self.labels, self.probabilities, cluster.trainer_index, after=updates)
             with tf.control_dependencies([shared]):
                 # read after this step's own increments: the cluster's step and samples so far
                 self.train_op = {"probabilities": tf.identity(self.probabilities),

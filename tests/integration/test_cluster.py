@@ -56,7 +56,8 @@ def _wait_for(cluster, pattern, timeout=180):
         if cluster.processes["chief"].poll() is not None:
             break
         time.sleep(0.3)
-    raise AssertionError(f"chief never logged {pattern!r}:\n" + cluster.chief_output()[-4000:])
+    others = "".join(f"\n--- {name}:\n" + cluster.output_of(name)[-3000:] for name in cluster.trainers()[1:])
+    raise AssertionError(f"chief never logged {pattern!r}:\n" + cluster.chief_output()[-4000:] + others)
 
 
 def _checkpoint_positions(checkpoint):

@@ -5,11 +5,14 @@ ops where their devices say, so counting tensors whose producer and consumer
 are on different tasks counts what a step transfers.
 """
 import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.distributed.cluster_config import ClusterConfig
-from easyonline.distributed.train_graph import TrainGraph
+from easyonline.distributed.train_graph import TrainGraph, op_task
 from easyonline.features import build_feature_specs
 from easyonline.tasks import RankingTask
 from tests.conftest import online_config
+
+tf = ensure_legacy_keras()
 
 
 def _graph(tmp_path, **edits) -> TrainGraph:
@@ -17,6 +20,17 @@ def _graph(tmp_path, **edits) -> TrainGraph:
     cluster = ClusterConfig({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2", "127.0.0.1:3"],
                              "worker": ["127.0.0.1:4"]}, "chief", 0)
     return TrainGraph(config, build_feature_specs(config), cluster, RankingTask(1000))
+
+
+def _ancestors(tensors) -> set:
+    """The ops that ``tensors`` (or ops) wait for, through their inputs and control inputs."""
+    found, stack = set(), [t if isinstance(t, tf.Operation) else t.op for t in tensors]
+    while stack:
+        op = stack.pop()
+        if op not in found:
+            found.add(op)
+            stack.extend([t.op for t in op.inputs] + list(op.control_inputs))
+    return found
 
 
 def test_a_step_sends_a_few_tensors_per_ps_not_some_per_table(tmp_path):
@@ -36,3 +50,33 @@ def test_tables_split_by_key_still_build_and_train_through_every_ps(tmp_path):
     devices = {device for layer in graph.model.tables.embeddings.values() for device in layer.params.devices}
     assert devices == {"/job:ps/task:0", "/job:ps/task:1"}
     assert graph.transfers["/job:ps/task:0"] > 0 and graph.transfers["/job:ps/task:1"] > 0
+
+
+def test_the_shared_writes_take_nothing_the_trainer_computes_after_the_parameter_updates(tmp_path):
+    """A trainer killed after the ps applied a batch must not leave its positions written and its count not.
+
+    The positions, samples and metrics are written on the ps once the batch's parameter updates ran. If
+    a value they write were computed on the trainer after those updates (it was: the count of the labels,
+    under the same control dependencies), it would travel ps -> trainer -> ps, and a SIGKILL in that round
+    trip advanced the positions without counting the samples (a CI run of test_cluster saw the cluster
+    stop 457 samples short of the stream).
+    """
+    graph = _graph(tmp_path)
+    own = "/job:chief/task:0"
+    state = graph.state
+    variables = [state.positions, state.samples, state.global_step, state.lags, state.hist_pos, state.hist_neg,
+                 state.logloss_sum, state.label_sum]
+    handles = {variable.handle.op for variable in variables}
+    step = _ancestors(tf.nest.flatten(graph.train_op))
+    writes = [op for op in step if op.inputs and op.inputs[0].op in handles and op.type != "ReadVariableOp"]
+    assert len(writes) == len(variables), sorted(op.type for op in writes)
+    updates = {op if isinstance(op, tf.Operation) else op.op for op in graph.parameter_updates}
+    late = set()  # ops that wait, through data or control, for a parameter update of the step
+    for op in graph.graph.get_operations():  # in creation order: every input before its consumer
+        if op in updates or any(t.op in late for t in op.inputs) or any(c in late for c in op.control_inputs):
+            late.add(op)
+    assert all(write in late for write in writes)  # they do wait for the updates
+    for write in writes:
+        inputs = _ancestors(write.inputs[1:])
+        on_trainer_after = [op.name for op in inputs if op in late and op_task(op, own) == own]
+        assert not on_trainer_after, (write.name, on_trainer_after)
