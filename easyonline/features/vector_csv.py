@@ -169,9 +169,15 @@ class VectorCsvParser:
         return self.parse_blob(b"\n".join(lines), len(lines)) if lines else None
 
     def parse_blob(self, blob: bytes, count: int) -> Optional[VectorBatch]:
-        """``count`` non-empty lines joined by newlines (a caller that already joined them saves a copy)."""
+        """``count`` lines joined by newlines (a caller that already joined them saves a copy).
+
+        A blob with an empty line is declined (every line must have every field), so a caller can try
+        it first and look for empty lines, which ``parse`` skips, only when it is declined.
+        """
         if not count or b'"' in blob or b"\r" in blob or not _valid_utf8(blob):
             return None
+        if self._num_fields == 1 and (blob[:1] == b"\n" or blob[-1:] == b"\n" or b"\n\n" in blob):
+            return None  # one field: an empty line would pass for an empty field
         if self.native:
             return self._parse_native(blob, count)
         bounds = self._field_bounds(blob, count)

@@ -27,6 +27,7 @@ from easyonline.features.vector_csv import VectorCsvParser
 from easyonline.inputs.kafka_input import KafkaInput
 from easyonline.inputs.raw_batch import BatchSource, BlobLines, RawBatch
 from easyonline.protos import pipeline_pb2
+from easyonline.utils import garbage
 from easyonline.utils.child_process import die_with_parent
 
 
@@ -56,6 +57,7 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
     except Exception as e:  # pylint: disable=broad-except
         batches.put(("error", type(e).__name__, str(e)))
         return
+    garbage.settle()  # the client's per-message objects would trigger full collections (utils/garbage.py)
     batches.put(("ready", source.start_offsets, source.start_mode, [tp.partition for tp in source.partitions]))
     next_idle_report = 0.0
     try:
@@ -80,9 +82,10 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
             lines = batch.lines
             assert isinstance(lines, BlobLines)  # KafkaInput's batches are one blob
             vectors = None
-            if vector_parser is not None:  # empty lines are skipped, so only a batch without them is parsed whole
-                vectors = vector_parser.parse(lines) if lines.has_empty_line() \
-                    else vector_parser.parse_blob(lines.blob, len(lines))
+            if vector_parser is not None:
+                vectors = vector_parser.parse_blob(lines.blob, len(lines))
+                if vectors is None and lines.has_empty_line():  # declined for them: parse() skips empty lines
+                    vectors = vector_parser.parse(lines)
             blob = lines.blob
             layout = slots.write(slot_batches, blob, vectors) if slots is not None and vectors is not None else None
             if layout is not None:
@@ -173,6 +176,11 @@ class KafkaReaderProcess(BatchSource):
             parsed = ParsedBatch.from_vectors(vectors)
         return RawBatch(BlobLines(blob), positions, lag=lag, messages=messages, empty_messages=empty,
                         rejected=rejected, parsed=parsed)
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The reader process's id (its CPU is not this process's)."""
+        return self._process.pid
 
     def commit(self, positions: Dict[int, int]) -> None:
         self._commands.put(("commit", dict(positions)))

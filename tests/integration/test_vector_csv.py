@@ -153,6 +153,16 @@ def test_a_batch_of_only_empty_messages_has_nothing_to_parse(backend):
     assert PARSERS[backend].parse([b"", b""]) is None
 
 
+@BACKENDS
+@pytest.mark.parametrize("blob", [b"\n1,0.25,3,u1,i9,12", b"1,0.25,3,u1,i9,12\n", b"1,0.25,3,u1,i9,12\n\n1,2,3,u,i,4"])
+def test_a_blob_with_an_empty_line_is_declined_whole_and_parsed_as_lines(backend, blob):
+    """The reader process parses a batch's blob as it is and splits it into lines only if that is declined."""
+    count = blob.count(b"\n") + 1
+    assert PARSERS[backend].parse_blob(blob, count) is None
+    lines = blob.split(b"\n")
+    _assert_same(PARSERS[backend].parse(lines), TF_PARSER.parse([line for line in lines if line]))
+
+
 def test_only_numpy_declines_ids_over_64_bytes():
     lines = [b"1,0.25,3," + b"u" * n + b",i" * 1 + b"9" * n + b",12" for n in (65, 100, 200, 1000)]
     assert PARSERS["numpy"].parse(lines) is None

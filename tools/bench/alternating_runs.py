@@ -13,9 +13,13 @@ def alternate(baseline: Callable[[], float], test: Callable[[], float],
               rounds: int) -> Tuple[List[float], List[float], List[float]]:
     """Runs ``baseline`` rounds + 1 times and ``test`` rounds times, alternating; returns (baseline rates,
     test rates, each test rate over the mean of its two neighbours)."""
-    baselines, tests, ratios = [baseline()], [], []
+    baselines, tests = [baseline()], []
     for _ in range(rounds):
         tests.append(test())
         baselines.append(baseline())
-        ratios.append(tests[-1] / ((baselines[-2] + baselines[-1]) / 2))
-    return baselines, tests, ratios
+    return baselines, tests, neighbour_ratios(baselines, tests)
+
+
+def neighbour_ratios(baselines: List[float], tests: List[float]) -> List[float]:
+    """Each test rate over the mean of the baseline rates measured just before and just after it."""
+    return [test / ((before + after) / 2) for test, before, after in zip(tests, baselines, baselines[1:])]

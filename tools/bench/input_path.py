@@ -10,6 +10,12 @@ and once with confluent-kafka reading (``kafka_train_input.client:
 CONFLUENT_KAFKA``) and the compiled parser. On two cores this CPU comes out
 of the training step (online_throughput.py).
 
+The last row is the reader process as the trainer runs it
+(``KafkaReaderProcess``, confluent-kafka, compiled parser): its whole CPU per
+sample, hand-over into shared memory and the process's own overheads (its
+garbage collector, its queue's feeder thread) included, and the trainer
+side's CPU to take the batches.
+
     .venv/bin/python tools/bench/input_path.py [--samples 102400] [--lines_per_message 1]
 """
 import argparse
@@ -25,9 +31,11 @@ from easyonline.features.feature_spec import build_feature_specs  # noqa: E402
 from easyonline.features.vector_csv import VectorCsvParser, native_available  # noqa: E402
 from easyonline.inputs import fast_records  # noqa: E402
 from easyonline.inputs.kafka_input import KafkaInput  # noqa: E402
+from easyonline.inputs.reader_process import KafkaReaderProcess  # noqa: E402
 from easyonline.protos import pipeline_pb2  # noqa: E402
 from easyonline.tools.local_broker import LocalBroker  # noqa: E402
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa: E402
+from tools.bench.cluster_throughput import process_cpu_seconds  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 BATCH_SIZE = 1024
@@ -55,6 +63,25 @@ def read_and_parse(kafka: pipeline_pb2.KafkaInput, parser: VectorCsvParser, samp
     return read / got * 1e6, parse / got * 1e6
 
 
+def reader_process(kafka: pipeline_pb2.KafkaInput, parser: VectorCsvParser, samples: int):
+    """(reader process us/sample, taking process us/sample), after a first batch (start-up excluded)."""
+    source = KafkaReaderProcess(kafka, BATCH_SIZE, 500, vector_parser=parser)
+    got, first = 0, None
+    try:
+        while got < samples:
+            batch = source.next_batch(2.0)
+            if batch is None or batch.parsed is None:
+                raise RuntimeError(f"no parsed batch after {got} of {samples} samples")
+            if first is None:
+                first = (process_cpu_seconds(source.pid), time.process_time(), got)
+            got += batch.parsed.size
+        reader, taker = process_cpu_seconds(source.pid) - first[0], time.process_time() - first[1]
+    finally:
+        source.close()
+    counted = got - first[2]
+    return reader / counted * 1e6, taker / counted * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=102400)
@@ -79,15 +106,19 @@ def main() -> None:
             read, parse = read_and_parse(source, VectorCsvParser(specs, native=compiled), args.samples, compiled)
             results[name] = {"read_us_per_sample": round(read, 2), "parse_us_per_sample": round(parse, 2),
                              "total_us_per_sample": round(read + parse, 2)}
+        reader, taker = reader_process(confluent, VectorCsvParser(specs), args.samples)
+        process = {"reader_process_us_per_sample": round(reader, 2), "taking_us_per_sample": round(taker, 2)}
     saving = results["python_numpy"]["total_us_per_sample"] / results["compiled"]["total_us_per_sample"]
     print(json.dumps({"samples": args.samples, "lines_per_message": args.lines_per_message, **results,
-                      "python_numpy_to_compiled": round(saving, 2)}))
+                      "python_numpy_to_compiled": round(saving, 2), "reader_process": process}))
     print()
     print(f"{'decoders':<16} {'fetch+decode':>13} {'parse':>8} {'total':>8}   (CPU us per sample)")
     for name, r in results.items():
         print(f"{name:<16} {r['read_us_per_sample']:>13.2f} {r['parse_us_per_sample']:>8.2f} "
               f"{r['total_us_per_sample']:>8.2f}")
     print(f"the Python/numpy path costs {saving:.1f} times the compiled one")
+    print(f"reader process (confluent_kafka, compiled): {reader:.2f} us of its CPU per sample, "
+          f"and {taker:.2f} us of the taking process's")
 
 
 if __name__ == "__main__":

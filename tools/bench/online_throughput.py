@@ -1,11 +1,17 @@
 """Benchmark: samples/s of online training from the broker vs from in-memory arrays, same run.
 
 DeepFM, 26 categorical + 13 numeric fields, embedding dim 16, batch 1024
-(samples/online.config). The same samples are first trained from tensors
+(samples/online.config). The same samples are first trained from arrays
 already in memory (the ceiling: only the training step), then streamed
 through the local broker and trained by OnlineTrainer (Kafka polling,
 CSV parsing, training, status, checkpoint at the end), each on a fresh model.
 Prints JSON and a table; the ratio is broker / memory.
+
+The memory runs train with the step the broker runs use (the id and dense
+matrices whole, ``OnlineTrainer.train_vectors``), so the ratio is what the
+input path costs. Each memory run also times the per-feature step
+(``train_batch`` of CsvParser's tensors), the baseline of the figures
+before 2026-11-26 (``ratio_to_feature_step``), which is slower.
 
     .venv/bin/python tools/bench/online_throughput.py [--samples 300000] [--rounds 3] [--lines_per_message 1]
 """
@@ -27,7 +33,9 @@ from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa
 from easyonline.core.callbacks import Callback  # noqa: E402
 from easyonline.jobs.online_train import build_trainer  # noqa: E402
 from easyonline.utils.logs import setup_logging  # noqa: E402
-from tools.bench.alternating_runs import alternate  # noqa: E402
+from easyonline.features.csv_parser import ParsedBatch  # noqa: E402
+from easyonline.features.vector_csv import VectorCsvParser  # noqa: E402
+from tools.bench.alternating_runs import alternate, neighbour_ratios  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 WARMUP_BATCHES = 5
@@ -81,13 +89,24 @@ def config_for(model_dir, server="", topic=""):
     return config
 
 
-def from_memory(work, lines, batch_size):
+def from_memory(work, lines, batch_size, matrices: bool = True):
+    """Samples/s of the training step alone; ``matrices``: the step the broker runs use, else the
+    per-feature step."""
     trainer = build_trainer(config_for(os.path.join(work, f"memory_{time.time()}")), online=False)
-    batches = [trainer.parser.parse(lines[i:i + batch_size]) for i in range(0, len(lines), batch_size)]
+    if matrices:
+        parser = VectorCsvParser(trainer.specs)
+        batches = [ParsedBatch.from_vectors(parser.parse(lines[i:i + batch_size]))
+                   for i in range(0, len(lines), batch_size)]
+    else:
+        batches = [trainer.parser.parse(lines[i:i + batch_size]) for i in range(0, len(lines), batch_size)]
     timer = Timer()
     for parsed in batches:
-        probs = trainer.train_batch(parsed.features, parsed.labels)
-        trainer.metrics.update(parsed.labels.numpy(), probs)
+        if matrices:
+            probs = trainer.train_vectors(parsed.vectors)
+            trainer.task.update_metrics(parsed.vectors.labels, probs)
+        else:
+            probs = trainer.train_batch(parsed.features, parsed.labels)
+            trainer.task.update_metrics(parsed.labels.numpy(), probs)
         timer.on_batch_end(trainer, None, parsed, probs)
     return timer.rate()
 
@@ -130,8 +149,14 @@ def main() -> None:
             results.append(from_broker(work, broker, "bench"))
             return results[-1][0]
 
-        memory_rates, broker_rates, ratios = alternate(lambda: from_memory(work, lines, BATCH_SIZE), broker_run,
-                                                       args.rounds)
+        feature_step_rates = []
+
+        def memory_run() -> float:
+            feature_step_rates.append(from_memory(work, lines, BATCH_SIZE, matrices=False))
+            return from_memory(work, lines, BATCH_SIZE)
+
+        memory_rates, broker_rates, ratios = alternate(memory_run, broker_run, args.rounds)
+        feature_step_ratios = neighbour_ratios(feature_step_rates, broker_rates)
     waits = [waited for _, waited, _ in results]
     summary = results[-1][2]
     ratio = statistics.median(ratios)
@@ -143,6 +168,9 @@ def main() -> None:
         "memory_samples_per_sec": round(memory_rate), "memory_runs": [round(r) for r in memory_rates],
         "broker_samples_per_sec": round(broker_rate), "broker_runs": [round(r) for r in broker_rates],
         "ratio_broker_to_memory": round(ratio, 3), "ratios": [round(r, 3) for r in ratios],
+        "feature_step_runs": [round(r) for r in feature_step_rates],
+        "ratio_to_feature_step": round(statistics.median(feature_step_ratios), 3),
+        "ratios_to_feature_step": [round(r, 3) for r in feature_step_ratios],
         "broker_input_wait_share": [round(w, 3) for w in waits],
         "broker_run_samples": summary.samples, "broker_run_auc": round(summary.auc, 4),
         "targets": {"ratio_at_least": 0.86, "broker_samples_per_sec_at_least": 10000},
@@ -151,10 +179,13 @@ def main() -> None:
     print()
     print(f"{'source':<10} {'samples/s (median)':>18}   runs")
     print(f"{'memory':<10} {memory_rate:>18.0f}   {', '.join(f'{r:.0f}' for r in memory_rates)}")
+    print(f"{'(features)':<10} {statistics.median(feature_step_rates):>18.0f}   "
+          f"{', '.join(f'{r:.0f}' for r in feature_step_rates)}   (the per-feature step, before 2026-11-26's baseline)")
     print(f"{'broker':<10} {broker_rate:>18.0f}   {', '.join(f'{r:.0f}' for r in broker_rates)}   "
           f"(waiting for input {', '.join(f'{w:.0%}' for w in waits)} of the time)")
     print(f"ratio broker/memory (median of {len(ratios)}: {', '.join(f'{r:.3f}' for r in ratios)}): {ratio:.3f} "
           f"(target >= 0.86); broker >= 10000/s: {'yes' if broker_rate >= 10000 else 'NO'}")
+    print(f"ratio broker/per-feature step (median): {statistics.median(feature_step_ratios):.3f}")
 
 
 if __name__ == "__main__":
