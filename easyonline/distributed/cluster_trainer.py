@@ -306,7 +306,7 @@ class ClusterTrainer(OnlineTrainer):
 
     def _train_and_count(self, raw, parsed) -> np.ndarray:
         """One session.run: score, train, and add to the shared positions, counters and metrics."""
-        feed = self.graph.feed(parsed.features, parsed.labels, self.clock() - STATS_EPOCH, raw.positions,
+        feed = self.graph.feed(parsed.host_features(), parsed.labels, self.clock() - STATS_EPOCH, raw.positions,
                                raw.lag or 0)
         started = time.time()
         out = self._session_run(self.graph.train_op, feed)

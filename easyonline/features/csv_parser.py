@@ -54,11 +54,11 @@ class ParsedBatch:
                                     labels=np.array(vectors.labels))
         return cls(_ColumnFeatures(owned), tf.constant(owned.labels), owned.size, [], vectors=owned)
 
-    def host_ids(self) -> Mapping[str, object]:
-        """The ids by feature for recording trained keys: the arrays' columns when there are arrays (no
-        tensor per feature made for it), else the features."""
+    def host_features(self) -> Mapping[str, object]:
+        """The features for host-side use (a feed dict, the trained keys): the arrays' columns when there
+        are arrays (no tensor per feature made and read back), else the features."""
         if self.vectors is not None:
-            return dict(zip(self.vectors.id_names, self.vectors.ids.T))
+            return self.vectors.features
         return self.features
 
 

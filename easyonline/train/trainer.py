@@ -444,7 +444,7 @@ class OnlineTrainer:
         probs = None
         if parsed.size:
             probs = self._train_and_count(raw, parsed)
-            self.changes.record_batch(parsed.host_ids())
+            self.changes.record_batch(parsed.host_features())
         else:
             self._count(0)
         self.positions = raw.positions

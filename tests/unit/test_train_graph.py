@@ -4,6 +4,8 @@ Only the graph is built (no servers run); TensorFlow's placer would put the
 ops where their devices say, so counting tensors whose producer and consumer
 are on different tasks counts what a step transfers.
 """
+import numpy as np
+
 import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.distributed.cluster_config import ClusterConfig
@@ -80,3 +82,24 @@ def test_the_shared_writes_take_nothing_the_trainer_computes_after_the_parameter
         inputs = _ancestors(write.inputs[1:])
         on_trainer_after = [op.name for op in inputs if op in late and op_task(op, own) == own]
         assert not on_trainer_after, (write.name, on_trainer_after)
+
+
+def test_a_batch_parsed_into_arrays_feeds_the_cluster_step_as_csv_parsers_features_do(tmp_path):
+    """The cluster trainer feeds a reader-parsed batch's columns (ParsedBatch.host_features) straight
+    into the step's placeholders; they must be what CsvParser's features would feed, placeholder for
+    placeholder."""
+    from easyonline.features.csv_parser import CsvParser, ParsedBatch  # pylint: disable=g-import-not-at-top
+    from easyonline.features.vector_csv import VectorCsvParser  # pylint: disable=g-import-not-at-top
+    from easyonline.tools.stream_producer import SyntheticCtrStream  # pylint: disable=g-import-not-at-top
+
+    graph = _graph(tmp_path)
+    specs = graph.model.specs
+    lines = SyntheticCtrStream().lines(0, 300)
+    from_tensors = CsvParser(specs).parse(lines)
+    from_arrays = ParsedBatch.from_vectors(VectorCsvParser(specs).parse(lines))
+    positions = {0: 300}
+    expected = graph.feed(from_tensors.features, from_tensors.labels.numpy(), 1.0, positions, 0)
+    got = graph.feed(from_arrays.host_features(), from_arrays.labels, 1.0, positions, 0)
+    assert set(got) == set(expected)
+    for placeholder, value in expected.items():
+        assert np.asarray(got[placeholder]).tobytes() == np.asarray(value).tobytes(), placeholder.name
