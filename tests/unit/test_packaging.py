@@ -49,6 +49,12 @@ def test_the_wheel_has_ranges_extras_console_scripts_and_the_samples(wheel, tmp_
     for verb, module in VERBS.items():
         assert scripts[f"easyonline-{verb}"] == f"{module}:run"
     names = archive.namelist()
+    # every module of the source tree is in the wheel (a folder without __init__.py was left out once)
+    for folder, _, files in os.walk(os.path.join(ROOT, "easyonline")):
+        for module in files:
+            if module.endswith(".py"):
+                path = os.path.relpath(os.path.join(folder, module), ROOT).replace(os.sep, "/")
+                assert path in names, path
     for sample in os.listdir(os.path.join(ROOT, "samples")):
         if sample.endswith(".config"):
             assert f"easyonline/samples/{sample}" in names
