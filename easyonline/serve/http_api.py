@@ -285,7 +285,10 @@ class BoundedHTTPServer(ThreadingHTTPServer):
     """One thread per connection, at most ``max_connections`` at once; one more gets 503 and is closed."""
 
     daemon_threads = True
-    request_queue_size = 128
+    # the listen backlog: a burst of connections beyond it is not refused but left half-open by the kernel,
+    # and waits for its 1 s SYN-ACK retransmit (a predict stalled a second behind idle connects); the
+    # kernel caps it at net.core.somaxconn
+    request_queue_size = 1024
 
     def __init__(self, address, handler, state: ServingState, max_connections: int):
         super().__init__(address, handler)

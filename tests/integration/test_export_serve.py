@@ -413,17 +413,33 @@ def test_http_keep_alive_timeouts_limits_and_bad_numbers(served_from_files):
     started = time.monotonic()
     assert _raw(server, b"POST /v1/models/m:predict HTTP/1.1\r\nContent-Le") == b""
     assert time.monotonic() - started < 8
-    # 300 idle connections at once do not keep a predict request waiting
-    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(300)]
+    # 300 slow clients, each holding a connection open mid-request (a byte every 0.3 s keeps it under the
+    # 2 s stall timeout), do not keep a predict request waiting: with a pool of fewer threads than clients
+    # the predict would wait as long as they trickle (until the 10 s client timeout), so no clock is needed
+    slow = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(300)]
+    trickling = threading.Event()
+    trickling.set()
+
+    def trickle():
+        for conn in slow:
+            conn.sendall(b"POST /v1/models/m:predict HTTP/1.1\r\nX-Slow: ")
+        while trickling.is_set():
+            for conn in slow:
+                conn.sendall(b"a")
+            time.sleep(0.3)
+
+    trickler = threading.Thread(target=trickle, daemon=True)
+    trickler.start()
     try:
-        started = time.monotonic()
         assert server.post(json.dumps({"instances": [row]}).encode())[0] == 200
-        assert time.monotonic() - started < 1.0
+        metrics = urllib.request.urlopen(server.url("/metrics"), timeout=10).read().decode()
+        open_now = re.search(r"^easyonline_serving_open_connections (\S+)$", metrics, re.M)
+        assert open_now and float(open_now.group(1)) >= 300, open_now  # all held while the predict was answered
     finally:
-        for conn in idle:
+        trickling.clear()
+        trickler.join(10)
+        for conn in slow:
             conn.close()
-    metrics = urllib.request.urlopen(server.url("/metrics"), timeout=10).read().decode()
-    assert "easyonline_serving_open_connections " in metrics
 
 
 def test_embedding_export_writes_every_table_exactly(served_from_files):
