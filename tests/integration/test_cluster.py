@@ -164,8 +164,10 @@ def test_killed_worker_restarts_and_loses_nothing(broker, topic, tmp_path):
         readers = _children(cluster.processes["worker0"].pid)
         assert readers  # its Kafka reader process
         cluster.kill("worker0")  # SIGKILL, mid-stream, while the chief goes on
-        time.sleep(3)
-        assert not [pid for pid in readers if _alive(pid)]  # the reader died with it
+        deadline = time.time() + 10  # the reader, and the spawn start method's resource tracker, die with it
+        while [pid for pid in readers if _alive(pid)] and time.time() < deadline:
+            time.sleep(0.2)
+        assert not [pid for pid in readers if _alive(pid)]
         cluster.start_task("worker", 0)  # it resumes its partition from the shared positions
         _wait_for(cluster, r"samples=(?:2[4-9]|[3-9]\d)\d\d\d ", timeout=240)  # at least every sample
         producer.join()

@@ -88,9 +88,11 @@ def test_sigterm_stops_the_cli_cleanly_with_a_checkpoint(broker, topic, tmp_path
             break
     assert any("samples=5000 " in l for l in output), "".join(output[-20:])
     # the status line's figures on /metrics, with Prometheus' types
-    for _ in range(50):
+    deadline = time.time() + 60  # the published sequence appears once the first update is acknowledged
+    while time.time() < deadline:
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
-        if "easyonline_trainer_samples_total 5000" in metrics:
+        if "easyonline_trainer_samples_total 5000" in metrics and \
+                re.search(r"^easyonline_trainer_published_sequence [1-9]", metrics, re.M):
             break
         time.sleep(0.1)
     assert "easyonline_trainer_samples_total 5000.0" in metrics, metrics

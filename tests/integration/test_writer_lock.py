@@ -63,12 +63,19 @@ def test_a_lease_nobody_refreshes_is_taken_over_and_the_old_owner_notices(fake_o
     lease = json.loads(fileio.read_text(fileio.join(MODEL_DIR, "TRAINER_LOCK")))
     assert lease["token"] == lock.token
     lock.check()  # still ours
-    # the lease is refreshed while held
-    time.sleep(0.5)
-    assert json.loads(fileio.read_text(fileio.join(MODEL_DIR, "TRAINER_LOCK")))["refreshed"] > lease["refreshed"]
-    # a trainer that was paused past STALE_SECS and got taken over stops writing
-    _foreign_lease(time.time())
-    time.sleep(0.6)
+    # the lease is refreshed while held (every REFRESH_SECS, 0.2 s here)
+    deadline = time.monotonic() + 10
+    while json.loads(fileio.read_text(fileio.join(MODEL_DIR, "TRAINER_LOCK")))["refreshed"] <= lease["refreshed"]:
+        assert time.monotonic() < deadline, "the lease was not refreshed in 10 s"
+        time.sleep(0.05)
+    # a trainer that was paused past STALE_SECS and got taken over stops writing. The new owner keeps
+    # refreshing its lease, as a running trainer does (a single write can land between the old owner's read
+    # and write of its refresh, and be overwritten: the next one is seen)
+    deadline = time.monotonic() + 10
+    while not lock.lost:
+        assert time.monotonic() < deadline, "the take-over was not noticed in 10 s"
+        _foreign_lease(time.time())
+        time.sleep(0.1)
     with pytest.raises(ModelDirLockedError, match="took over"):
         lock.check()
     lock.release()
