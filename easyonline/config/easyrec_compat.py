@@ -28,6 +28,13 @@ log = logging.getLogger(__name__)
 _LEARNING_RATE_MESSAGE = re.compile(
     r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|#[^\n]*|\blearning_rate(?=\s*:?\s*[{<])')
 
+# ``optimizer_config`` opening a message, strings and comments skipped.
+_OPTIMIZER_MESSAGE = re.compile(
+    r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|#[^\n]*|\boptimizer_config(?=\s*:?\s*[{<])')
+
+# EasyRec's metrics the eval job computes (it always reports AUC, log loss and CTR).
+EVAL_METRICS = ("auc", "gauc", "session_auc")
+
 # librdkafka's names (EasyRec's config_global / config_topic) -> kafka-python consumer settings.
 LIBRDKAFKA_TO_KAFKA_PYTHON: Dict[str, str] = {
     "client.id": "client_id",
@@ -75,10 +82,27 @@ LIBRDKAFKA_IGNORED: Dict[str, str] = {
 }
 
 
-def read_learning_rate_messages(text: str) -> str:
-    """Config text with EasyRec's ``learning_rate { ... }`` messages named ``learning_rate_schedule``."""
-    return _LEARNING_RATE_MESSAGE.sub(
+def read_easyrec_text(text: str) -> str:
+    """Config text with EasyRec's forms that protobuf text format cannot take as they are, renamed.
+
+    ``learning_rate { ... }`` messages become ``learning_rate_schedule``. Two
+    ``optimizer_config`` in a row (EasyRec: the first trains the embeddings,
+    the second the rest) become ``sparse_optimizer_config`` and
+    ``optimizer_config``; more than two are an error.
+    """
+    text = _LEARNING_RATE_MESSAGE.sub(
         lambda m: "learning_rate_schedule" if m.group(0) == "learning_rate" else m.group(0), text)
+    optimizers = [m for m in _OPTIMIZER_MESSAGE.finditer(text) if m.group(0) == "optimizer_config"]
+    if len(optimizers) > 2:
+        raise ConfigError("train_config.optimizer_config", f"{len(optimizers)} optimizers: give one, or two (EasyRec's "
+                          "order: the embedding tables', then the rest's)")
+    if len(optimizers) == 2:
+        first = optimizers[0]
+        text = text[:first.start()] + "sparse_optimizer_config" + text[first.end():]
+        if re.search(r'model_class\s*:\s*"(WideAndDeep|wide_and_deep)"', text):
+            log.warning("train_config: of two optimizers, the first trains every embedding table here, the deep "
+                        "part's too (EasyRec's wide & deep gives the deep embeddings to the second)")
+    return text
 
 
 def librdkafka_settings(entries: List[str], path: str) -> Tuple[Dict[str, str], List[str]]:
@@ -137,6 +161,30 @@ def _incr_save_dir(config: pipeline_pb2.PipelineConfig) -> None:
     incr.fs.relative = False
 
 
+def _optimizer(optimizer: pipeline_pb2.OptimizerConfig) -> None:
+    """EasyRec's optimizers that are this project's under another name, renamed; FTRL's EasyRec field names."""
+    which = optimizer.WhichOneof("optimizer")
+    if which in ("lazy_adam_optimizer", "adam_async_optimizer"):
+        adam = pipeline_pb2.AdamOptimizer()
+        adam.CopyFrom(getattr(optimizer, which))
+        optimizer.adam_optimizer.CopyFrom(adam)
+    elif which == "momentum_optimizer":
+        momentum = optimizer.momentum_optimizer
+        sgd = pipeline_pb2.SgdOptimizer(momentum=momentum.momentum_optimizer_value)
+        if momentum.HasField("learning_rate"):
+            sgd.learning_rate = momentum.learning_rate
+        if momentum.HasField("learning_rate_schedule"):
+            sgd.learning_rate_schedule.CopyFrom(momentum.learning_rate_schedule)
+        optimizer.sgd_optimizer.CopyFrom(sgd)
+    elif which == "ftrl_optimizer":
+        ftrl = optimizer.ftrl_optimizer
+        for easyrec, ours in (("l1_reg", "l1_regularization_strength"), ("l2_reg", "l2_regularization_strength"),
+                              ("l2_shrinkage_reg", "l2_shrinkage_regularization_strength")):
+            if ftrl.HasField(easyrec):
+                setattr(ftrl, ours, getattr(ftrl, easyrec))
+                ftrl.ClearField(easyrec)
+
+
 def _train_config(train: pipeline_pb2.TrainConfig, ignored: List[str]) -> None:
     for field, why in (("log_step_count_steps", "status lines come every log_step_count_secs"),
                        ("sync_replicas", "cluster training is asynchronous")):
@@ -145,6 +193,8 @@ def _train_config(train: pipeline_pb2.TrainConfig, ignored: List[str]) -> None:
                 ignored.append(f"train_config.{field} ({why})")
             train.ClearField(field)
     for part in ("optimizer_config", "sparse_optimizer_config"):
+        if train.HasField(part):
+            _optimizer(getattr(train, part))
         if train.HasField(part) and getattr(train, part).HasField("use_moving_average"):
             if getattr(train, part).use_moving_average:
                 ignored.append(f"train_config.{part}.use_moving_average (not supported: the raw weights are used)")
@@ -161,6 +211,40 @@ def _train_config(train: pipeline_pb2.TrainConfig, ignored: List[str]) -> None:
         incr.ClearField("debug_save_update")
 
 
+def _model_config(model: pipeline_pb2.ModelConfig, ignored: List[str]) -> None:
+    which = model.WhichOneof("model")
+    if which in ("deepfm", "wide_and_deep") and getattr(model, which).HasField("l2_regularization"):
+        if not model.l2_regularization:
+            model.l2_regularization = getattr(model, which).l2_regularization
+        getattr(model, which).ClearField("l2_regularization")
+    if which == "deepfm":
+        for field in ("wide_regularization", "dense_regularization"):
+            if model.deepfm.HasField(field):
+                ignored.append(f"model_config.deepfm.{field} (deprecated and unused in EasyRec too)")
+                model.deepfm.ClearField(field)
+    if model.HasField("variational_dropout"):
+        ignored.append("model_config.variational_dropout (not supported: the model trains without it)")
+        model.ClearField("variational_dropout")
+
+
+def _eval_config(evaluation: pipeline_pb2.EvalConfig, ignored: List[str]) -> None:
+    if evaluation.HasField("eval_interval_secs"):
+        ignored.append("eval_config.eval_interval_secs (the eval job follows new checkpoints: --poll_secs)")
+        evaluation.ClearField("eval_interval_secs")
+    if evaluation.HasField("eval_online"):
+        if evaluation.eval_online:
+            ignored.append("eval_config.eval_online (the status line carries the trainer's prequential AUC; "
+                           "python -m easyonline.eval scores a held-out stream)")
+        evaluation.ClearField("eval_online")
+    kept = [m for m in evaluation.metrics_set if m.WhichOneof("metric") in EVAL_METRICS]
+    dropped = sorted({m.WhichOneof("metric") for m in evaluation.metrics_set} - set(EVAL_METRICS) - {None})
+    if dropped:
+        ignored.append(f"eval_config.metrics_set {', '.join(dropped)} (the eval job reports "
+                       f"{', '.join(EVAL_METRICS)}, log loss and CTR)")
+        del evaluation.metrics_set[:]
+        evaluation.metrics_set.extend(kept)
+
+
 def normalize(config: pipeline_pb2.PipelineConfig) -> List[str]:
     """Rewrites EasyRec's forms in place; logs one warning naming every setting accepted and ignored.
 
@@ -173,11 +257,16 @@ def normalize(config: pipeline_pb2.PipelineConfig) -> List[str]:
     for name in ("kafka_train_input", "kafka_eval_input"):
         if config.HasField(name):
             _kafka_input(getattr(config, name), name, ignored)
-    model = config.model_config
-    if model.WhichOneof("model") == "deepfm" and model.deepfm.HasField("l2_regularization"):
-        if not model.l2_regularization:
-            model.l2_regularization = model.deepfm.l2_regularization
-        model.deepfm.ClearField("l2_regularization")
+    if config.HasField("model_config"):
+        _model_config(config.model_config, ignored)
+    for feature in config.feature_configs:
+        name = feature.feature_name or (feature.input_names[0] if feature.input_names else "?")
+        if feature.HasField("combo_join_sep"):
+            ignored.append(f"combo_join_sep of {name} (the combination is hashed as a whole)")
+            feature.ClearField("combo_join_sep")
+        if feature.vocab_list:
+            ignored.append(f"vocab_list of {name} (a dynamic table takes any value)")
+            feature.ClearField("vocab_list")
     unbucketed = [f.feature_name or (f.input_names[0] if f.input_names else "?") for f in config.feature_configs
                   if f.feature_type != pipeline_pb2.FeatureConfig.ComboFeature and (f.hash_bucket_size or f.num_buckets)]
     if unbucketed:
@@ -190,7 +279,9 @@ def normalize(config: pipeline_pb2.PipelineConfig) -> List[str]:
         _train_config(config.train_config, ignored)
     if config.HasField("data_config"):
         for field, why in (("prefetch_size", "the reader process reads ahead, bounded in bytes"),
-                           ("chief_redundant", "each trainer of a cluster reads its own partitions")):
+                           ("chief_redundant", "each trainer of a cluster reads its own partitions"),
+                           ("num_epochs", "a stream has no epochs"),
+                           ("n_data_batch_tfrecord", "TFRecord input only")):
             if config.data_config.HasField(field):
                 if getattr(config.data_config, field):
                     ignored.append(f"data_config.{field} ({why})")
@@ -198,9 +289,8 @@ def normalize(config: pipeline_pb2.PipelineConfig) -> List[str]:
     if config.HasField("export_config"):
         ignored.append("export_config (the export takes one input per field, with serving and update signatures)")
         config.ClearField("export_config")
-    if config.HasField("eval_config") and config.eval_config.HasField("eval_interval_secs"):
-        ignored.append("eval_config.eval_interval_secs (the eval job follows new checkpoints: --poll_secs)")
-        config.eval_config.ClearField("eval_interval_secs")
+    if config.HasField("eval_config"):
+        _eval_config(config.eval_config, ignored)
     _incr_save_dir(config)
     if ignored:
         log.warning("EasyRec settings accepted and ignored: %s", "; ".join(ignored))

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Union
 from google.protobuf import descriptor, json_format, text_format
 
 from easyonline.core.errors import ConfigError
-from easyonline.config.easyrec_compat import normalize, read_learning_rate_messages
+from easyonline.config.easyrec_compat import normalize, read_easyrec_text
 from easyonline.config.secrets import redacted
 from easyonline.protos import pipeline_pb2
 from easyonline.utils import fileio
@@ -40,7 +40,7 @@ def parse_pipeline_config(text: str, source: str = "<string>") -> pipeline_pb2.P
     """Parses protobuf text format into a PipelineConfig, with path-naming errors."""
     config = pipeline_pb2.PipelineConfig()
     try:
-        text_format.Parse(read_learning_rate_messages(text), config)
+        text_format.Parse(read_easyrec_text(text), config)
     except text_format.ParseError as e:
         line, column = getattr(e, "GetLine", lambda: 0)() or 0, getattr(e, "GetColumn", lambda: 0)() or 0
         message = str(e)

@@ -140,6 +140,10 @@ def _validate_features(config: pipeline_pb2.PipelineConfig) -> None:
             for j, sep in enumerate(feature.combo_input_seps):
                 _require(len(sep) <= 1 and sep != config.data_config.separator, f"{path}.combo_input_seps[{j}]",
                          f"must be empty or one character other than data_config.separator, got {sep!r}")
+        for field in ("min_val", "max_val"):
+            _require(not feature.HasField(field) or (kind == pipeline_pb2.FeatureConfig.RawFeature
+                                                     and not feature.boundaries), f"{path}.{field}",
+                     "only a RawFeature without boundaries is scaled")
         if feature.hash_bucket_size and not combo:
             log.warning("%s.hash_bucket_size is ignored: a %s's ids need no buckets in a dynamic table", path,
                         pipeline_pb2.FeatureConfig.FeatureType.Name(kind))
@@ -223,11 +227,17 @@ def _validate_model(config: pipeline_pb2.PipelineConfig) -> None:
         _require(chosen == entry.config_field, f"{path}.{chosen}",
                  f"does not match model_class {model.model_class!r}")
         _validate_dnn(getattr(model, chosen).dnn, f"{path}.{chosen}.dnn")
-    if chosen == "deepfm":
-        _require(1 <= model.deepfm.wide_output_dim <= 1024, f"{path}.deepfm.wide_output_dim",
-                 f"must be in [1, 1024], got {model.deepfm.wide_output_dim}")
-        if model.deepfm.HasField("final_dnn"):
-            _validate_dnn(model.deepfm.final_dnn, f"{path}.deepfm.final_dnn")
+    if chosen in ("deepfm", "wide_and_deep"):
+        sub = getattr(model, chosen)
+        _require(1 <= sub.wide_output_dim <= 1024, f"{path}.{chosen}.wide_output_dim",
+                 f"must be in [1, 1024], got {sub.wide_output_dim}")
+        if sub.HasField("final_dnn"):
+            _validate_dnn(sub.final_dnn, f"{path}.{chosen}.final_dnn")
+    _require(model.loss_type == pipeline_pb2.LossType.CLASSIFICATION, f"{path}.loss_type",
+             f"only CLASSIFICATION (a click model: 0/1 labels, log loss) is supported here, got "
+             f"{pipeline_pb2.LossType.Name(model.loss_type)}")
+    _require(model.num_class == 1, f"{path}.num_class",
+             f"only 1 (one probability per sample) is supported here, got {model.num_class}")
     _validate_feature_groups(config)
     _require(model.embedding_regularization >= 0, f"{path}.embedding_regularization", "must be >= 0")
     _require(model.l2_regularization >= 0, f"{path}.l2_regularization", "must be >= 0")

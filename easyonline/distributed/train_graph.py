@@ -16,6 +16,7 @@ take the graph-mode path (``embedding.dynamic_tables.GraphEmbedding``), and
 its checkpoint names the tables' parameters as the single process does.
 """
 import collections
+import functools
 import logging
 from typing import Dict, List
 
@@ -95,9 +96,7 @@ def cross_task_tensors(fetches, own_device: str) -> Dict[str, int]:
     resource it uses (resource ops run where the resource lives), else this
     trainer's. Resource handles themselves are not counted (no data moves).
     """
-    def task(op) -> str:
-        return op_task(op, own_device)
-
+    task = functools.partial(op_task, own_device=own_device)
     ops, stack = set(), [t.op if isinstance(t, tf.Tensor) else t for t in tf.nest.flatten(fetches)]
     while stack:
         op = stack.pop()

@@ -1,5 +1,9 @@
 """Evaluates checkpoints on the eval input: AUC, logloss and CTR per checkpoint, to TensorBoard and JSON lines.
 
+With ``eval_config.metrics_set { gauc { uid_field } }`` (or ``session_auc``)
+also the AUC within each user's (session's) samples, averaged; that keeps the
+pass's ids, labels and scores in memory (about 20 bytes a sample).
+
 Every checkpoint is scored on a fresh pass over the same input (the files,
 or kafka_eval_input from its configured start to where the topic stands,
 at most ``max_samples``), so results of successive checkpoints compare.
@@ -9,7 +13,9 @@ import json
 import logging
 import os
 import time
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
+
+import numpy as np
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
@@ -19,6 +25,7 @@ from easyonline.inputs import FileInput, KafkaInput
 from easyonline.inputs.raw_batch import BatchSource
 from easyonline.protos import pipeline_pb2
 from easyonline.scoring.checkpoint_model import CheckpointModel
+from easyonline.scoring.grouped_auc import grouped_auc, grouped_auc_metrics
 from easyonline.scoring.passes import parsed_batches
 from easyonline.inputs.bad_input import BadInputMonitor
 from easyonline.core.metrics import PrequentialMetrics
@@ -42,6 +49,8 @@ class EvalResult:
     rejected: int
     seconds: float
     evaluated_at: float
+    gauc: Optional[float] = None  # with eval_config's gauc / session_auc, else None
+    session_auc: Optional[float] = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -78,6 +87,7 @@ class Evaluator:
         self._make_source = make_source or (lambda: eval_source(config))
         self.model = CheckpointModel(config)
         self.parser = make_parser(self.model.specs, config.data_config)
+        self.grouped = grouped_auc_metrics(config, self.model.specs)
         os.makedirs(eval_dir, exist_ok=True)
         self.results_path = os.path.join(eval_dir, RESULTS_FILE)
         self._writer = tf.summary.create_file_writer(eval_dir)
@@ -91,10 +101,14 @@ class Evaluator:
         source = self._make_source()
         log.info("evaluating %s (step %d)", checkpoint, step)
         next_progress = time.time() + PROGRESS_SECS
+        kept: Dict[str, list] = {m.name: [] for m in self.grouped}  # (keys, labels, probs) of each batch
         try:
             for batch in parsed_batches(source, self.parser, bad_input, self.max_samples,
                                         should_stop=self.stop_signal.should_stop):
-                metrics.update(batch.labels.numpy(), self.model.score(batch.features))
+                labels, probs = batch.labels.numpy(), self.model.score(batch.features)
+                metrics.update(labels, probs)
+                for metric in self.grouped:
+                    kept[metric.name].append((np.asarray(batch.features[metric.feature]), labels, np.asarray(probs)))
                 if time.time() >= next_progress:
                     next_progress = time.time() + PROGRESS_SECS
                     log.info("step %d: scored %d samples (%.0f/s)", step, metrics.total_samples,
@@ -102,14 +116,16 @@ class Evaluator:
         finally:
             source.close()
             bad_input.close()
+        grouped = {m.name: grouped_auc(*(np.concatenate(column) for column in zip(*kept[m.name])), m.reduction)
+                   if kept[m.name] else None for m in self.grouped}
         result = EvalResult(checkpoint, step, metrics.total_samples, metrics.auc(), metrics.logloss(), metrics.ctr(),
-                            bad_input.total, time.time() - started, time.time())
+                            bad_input.total, time.time() - started, time.time(), **grouped)
         self._write(result)
         return result
 
     def _write(self, result: EvalResult) -> None:
         with self._writer.as_default(step=result.step):
-            for name in ("auc", "logloss", "ctr"):
+            for name in ("auc", "logloss", "ctr", "gauc", "session_auc"):
                 value = getattr(result, name)
                 if value is not None:
                     tf.summary.scalar(f"eval_{name}", value)
@@ -118,8 +134,9 @@ class Evaluator:
         with open(self.results_path, "a") as f:
             f.write(result.to_json() + "\n")
         fmt = lambda v: "-" if v is None else f"{v:.4f}"
-        log.info("evaluated step %d: auc=%s logloss=%s ctr=%s samples=%d rejected=%d in %.1fs (%s)", result.step,
-                 fmt(result.auc), fmt(result.logloss), fmt(result.ctr), result.samples, result.rejected,
+        grouped = "".join(f" {m.name}={fmt(getattr(result, m.name))}" for m in self.grouped)
+        log.info("evaluated step %d: auc=%s%s logloss=%s ctr=%s samples=%d rejected=%d in %.1fs (%s)", result.step,
+                 fmt(result.auc), grouped, fmt(result.logloss), fmt(result.ctr), result.samples, result.rejected,
                  result.seconds, result.checkpoint)
 
     def follow(self, poll_secs: float = 5.0, max_evaluations: int = 0, idle_timeout_secs: float = 0,

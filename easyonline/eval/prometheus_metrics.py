@@ -47,6 +47,9 @@ class EvalMetrics:
             return
         for name, help_text, value in (
                 ("auc", "AUC of the latest evaluation", last.auc),
+                ("gauc", "AUC within each user's samples, averaged (eval_config's gauc)", last.gauc),
+                ("session_auc", "AUC within each session's samples, averaged (eval_config's session_auc)",
+                 last.session_auc),
                 ("logloss", "log loss of the latest evaluation", last.logloss),
                 ("ctr", "share of positive labels in the latest evaluation", last.ctr),
                 ("samples", "samples scored in the latest evaluation", last.samples),

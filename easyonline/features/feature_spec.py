@@ -63,9 +63,12 @@ class IdFeature:
 
 @dataclasses.dataclass(frozen=True)
 class RawFeature:
-    """A numeric feature fed to the dense part of the model."""
+    """A numeric feature fed to the dense part of the model; scaled to (x - min_val) / (max_val - min_val)
+    when max_val > min_val."""
     name: str
     input_name: str
+    min_val: float = 0.0
+    max_val: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +106,7 @@ def build_feature_specs(config: pipeline_pb2.PipelineConfig) -> FeatureSpecs:
         input_name = fc.input_names[0]
         name = fc.feature_name or input_name
         if not is_id_feature(fc):
-            raw_features.append(RawFeature(name, input_name))
+            raw_features.append(RawFeature(name, input_name, fc.min_val, fc.max_val))
             continue
         table = fc.embedding_name or name
         tables.setdefault(table, TableSpec(

@@ -76,7 +76,8 @@ class RankingModel(tf.keras.Model):
             self.add_loss(self._embedding_l2 * tf.add_n([tf.reduce_mean(tf.reduce_sum(tf.square(e), 1)) for e in embeddings]))
         dense: Optional[tf.Tensor] = None
         if self.specs.raw_features:
-            dense = tf.stack([tf.cast(features[f.name], tf.float32) for f in self.specs.raw_features], axis=1)
+            dense = tf.stack([_scaled(tf.cast(features[f.name], tf.float32), f) for f in self.specs.raw_features],
+                             axis=1)
         return embeddings, (tf.stack(first_order, axis=1) if first_order else None), dense
 
     def deep_hidden(self, embeddings, dense, training):
@@ -107,12 +108,30 @@ class RankingModel(tf.keras.Model):
             linear += tf.squeeze(self.dense_linear(dense), axis=1)
         return linear
 
+    def build_final_dnn(self, final: pipeline_pb2.DNN, model_config: pipeline_pb2.ModelConfig, seed: int) -> None:
+        """EasyRec's final_dnn: the parts' vectors concatenated, a DNN, then the logit (see ``final_logits``)."""
+        self.final_dnn = MLP(list(final.hidden_units), final.activation, final.dropout_ratio, final.use_bn,
+                             model_config.l2_regularization, seed=seed + 200, name="final_dnn")
+        self.final_logit = tf.keras.layers.Dense(1, name="final_logit")
+        self.dropout_ratio = max(self.dropout_ratio, final.dropout_ratio)
+        self.use_bn = self.use_bn or final.use_bn
+
+    def final_logits(self, parts: List[tf.Tensor], training) -> tf.Tensor:
+        hidden = self.final_dnn(tf.concat(parts, axis=1), training=training)
+        return tf.squeeze(self.final_logit(hidden), axis=1)
+
     def logits_from(self, embeddings, first_order, dense, training):
         raise NotImplementedError
 
     def call(self, features, training=False, labels=None, now=None):
         embeddings, first_order, dense = self.embed(features, training, labels, now)
         return self.logits_from(embeddings, first_order, dense, training) + self.bias
+
+
+def _scaled(value: tf.Tensor, feature) -> tf.Tensor:
+    if feature.max_val > feature.min_val:
+        return (value - feature.min_val) / (feature.max_val - feature.min_val)
+    return value
 
 
 def _grouped(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig):

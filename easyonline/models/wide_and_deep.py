@@ -1,11 +1,31 @@
-"""Wide & Deep (Cheng et al. 2016): a linear model over ids plus a DNN."""
+"""Wide & Deep (Cheng et al. 2016): a linear model over ids plus a DNN.
+
+With ``wide_and_deep.final_dnn`` (EasyRec's), the wide vector
+(``wide_output_dim`` wide) and the DNN's last layer are concatenated and a
+final DNN gives the logit; without it the two logits are summed.
+"""
 from easyonline.models.ranking_model import RankingModel
 from easyonline.models.registry import register
+from easyonline.protos import pipeline_pb2
 
 
 @register("wide_and_deep", "WideAndDeep")
 class WideAndDeep(RankingModel):
     uses_first_order = True
 
+    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, *args, seed: int = 0, **kwargs):
+        super().__init__(specs, model_config, *args, seed=seed, **kwargs)
+        self.final_dnn = self.final_logit = None
+        if model_config.wide_and_deep.HasField("final_dnn"):
+            self.build_final_dnn(model_config.wide_and_deep.final_dnn, model_config, seed)
+
+    def first_order_dim(self, model_config: pipeline_pb2.ModelConfig) -> int:
+        """As EasyRec: wide_output_dim only with final_dnn; without it the wide part is one logit."""
+        wide = model_config.wide_and_deep
+        return max(1, wide.wide_output_dim) if wide.HasField("final_dnn") else 1
+
     def logits_from(self, embeddings, first_order, dense, training):
-        return self.linear_part(first_order, dense) + self.deep_part(embeddings, dense, training)
+        if self.final_dnn is None:
+            return self.linear_part(first_order, dense) + self.deep_part(embeddings, dense, training)
+        return self.final_logits([self.wide_vector(first_order, dense), self.deep_hidden(embeddings, dense, training)],
+                                 training)

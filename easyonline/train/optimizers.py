@@ -83,9 +83,15 @@ def build_optimizer(config: pipeline_pb2.OptimizerConfig, accumulate: bool = Fal
         opt = tf.keras.optimizers.legacy.Adagrad(rate, initial_accumulator_value=o.initial_accumulator_value)
     elif which == "sgd_optimizer":
         opt = tf.keras.optimizers.legacy.SGD(rate, momentum=o.momentum)
-    else:
-        opt = tf.keras.optimizers.legacy.Ftrl(rate, learning_rate_power=o.learning_rate_power,
-                                       initial_accumulator_value=o.initial_accumulator_value,
-                                       l1_regularization_strength=o.l1_regularization_strength,
-                                       l2_regularization_strength=o.l2_regularization_strength)
+    elif which == "rms_prop_optimizer":
+        opt = tf.keras.optimizers.legacy.RMSprop(rate, rho=o.decay, momentum=o.momentum_optimizer_value,
+                                                 epsilon=o.epsilon)
+    elif which == "ftrl_optimizer":
+        opt = tf.keras.optimizers.legacy.Ftrl(
+            rate, learning_rate_power=o.learning_rate_power, initial_accumulator_value=o.initial_accumulator_value,
+            l1_regularization_strength=o.l1_regularization_strength,
+            l2_regularization_strength=o.l2_regularization_strength,
+            l2_shrinkage_regularization_strength=o.l2_shrinkage_regularization_strength)
+    else:  # EasyRec's other names are rewritten by config.easyrec_compat before this
+        raise ValueError(f"{which} is read as another optimizer when the config is loaded")
     return de.DynamicEmbeddingOptimizer(opt, bp_v2=accumulate)

@@ -137,19 +137,25 @@ def avazu_topic(broker):
     return name
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_an_easyrec_kafka_sample_trains_with_only_server_topic_and_model_dir_overridden(
-        broker, avazu_topic, tmp_path, variant):
-    sections, expected_samples = VARIANTS[variant]
+def _train(config_text: str, broker, topic: str, tmp_path) -> subprocess.CompletedProcess:
+    """Trains an EasyRec config with only server, topic and model_dir overridden, as the samples' users would."""
     path = tmp_path / "easyrec.config"
-    path.write_text(easyrec_config(sections, wrapped_features=variant != "older_offsets",
-                                   chief_redundant=variant == "chief_redundant"))
-    edits = {"kafka_train_input.server": broker.bootstrap, "kafka_train_input.topic": avazu_topic,
+    path.write_text(config_text)
+    edits = {"kafka_train_input.server": broker.bootstrap, "kafka_train_input.topic": topic,
              "model_dir": str(tmp_path / "model")}
     proc = subprocess.run([PYTHON, "-m", "easyonline.train", f"--pipeline_config_path={path}",
                            f"--edit_config_json={json.dumps(edits)}"],
                           cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return proc
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_an_easyrec_kafka_sample_trains_with_only_server_topic_and_model_dir_overridden(
+        broker, avazu_topic, tmp_path, variant):
+    sections, expected_samples = VARIANTS[variant]
+    proc = _train(easyrec_config(sections, wrapped_features=variant != "older_offsets",
+                                 chief_redundant=variant == "chief_redundant"), broker, avazu_topic, tmp_path)
     assert f"samples          {expected_samples}\n" in proc.stdout, proc.stdout
     assert "stopped because  input ended" in proc.stdout or "caught up" in proc.stdout, proc.stdout
     # One warning names what is accepted and ignored, each setting once.
@@ -161,3 +167,57 @@ def test_an_easyrec_kafka_sample_trains_with_only_server_topic_and_model_dir_ove
     assert ("data_config.chief_redundant" in warnings[0]) == (variant == "chief_redundant")
     saved = (tmp_path / "model" / "pipeline.config").read_text()
     assert "exponential_decay_learning_rate" in saved and "feature_config {" not in saved
+
+
+def _other_sample(name: str) -> str:
+    """EasyRec's non-Kafka samples, given a Kafka input as a user would: the shapes of
+    ``wide_and_deep_two_opti`` / ``wide_and_deep_on_avazau_ctr`` and of ``deepfm_on_criteo_tfrecord`` /
+    ``deepfm_combo_v2`` / ``deepfm_vocab_list``, on the Avazu-shaped fields."""
+    text = easyrec_config(VARIANTS["offset_time_unix"][0]).replace("  prefetch_size: 32\n", "  num_epochs: 10000\n")
+    if name == "wide_and_deep_two_optimizers":
+        text = text.replace("""  optimizer_config: {
+    adam_optimizer""", """  optimizer_config: {
+    ftrl_optimizer: { l1_reg: 10 learning_rate: { constant_learning_rate { learning_rate: 0.05 } } }
+  }
+  optimizer_config: {
+    adam_optimizer""")
+        text = text.replace('model_class: "DeepFM"', 'model_class: "WideAndDeep"').replace("deepfm {", "wide_and_deep {")
+        text = text.replace("l2_regularization: 1e-5", "l2_regularization: 1e-4")
+        return text.replace("eval_config {{ num_examples: 10240 metrics_set: {{ auc {{}} }} }}".replace("{{", "{")
+                            .replace("}}", "}"), 'eval_config { metrics_set: { auc {} } metrics_set: { gauc { '
+                            'uid_field: "device_id" } } eval_online: true }')
+    text = text.replace('input_names: "c20" feature_type: RawFeature boundaries: ' + str(BOUNDARIES["c20"]),
+                        'input_names: "c20" feature_type: RawFeature min_val: -1.0 max_val: 1500.0')
+    text = text.replace('input_names: "device_type" feature_type: IdFeature',
+                        'input_names: "device_type" feature_type: IdFeature vocab_list: ["0", "1", "2", "3"]')
+    text = text.replace('feature_type: ComboFeature', 'feature_type: ComboFeature combo_join_sep: "X"')
+    text = text.replace("""adam_optimizer: {
+      learning_rate: {
+        exponential_decay_learning_rate {
+          initial_learning_rate: 0.0001 decay_steps: 10000 decay_factor: 0.5 min_learning_rate: 0.0000001
+        }
+      }
+    }""", """momentum_optimizer: {
+      learning_rate: { constant_learning_rate { learning_rate: 0.01 } }
+      momentum_optimizer_value: 0.9
+    }""")
+    return text.replace("l2_regularization: 1e-5\n", "l2_regularization: 1e-5\n    wide_regularization: 1e-4\n") \
+        .replace("embedding_regularization: 1e-7", "embedding_regularization: 1e-7\n  loss_type: CLASSIFICATION\n"
+                 "  num_class: 1")
+
+
+@pytest.mark.parametrize("name", ["wide_and_deep_two_optimizers", "deepfm_criteo_shape"])
+def test_other_easyrec_samples_given_a_kafka_input_train(broker, avazu_topic, tmp_path, name):
+    proc = _train(_other_sample(name), broker, avazu_topic, tmp_path)
+    assert f"samples          {SAMPLES}\n" in proc.stdout, proc.stdout
+    warnings = [line for line in proc.stderr.splitlines() if "EasyRec settings accepted and ignored" in line]
+    assert len(warnings) == 1 and "data_config.num_epochs" in warnings[0], proc.stderr[-4000:]
+    saved = (tmp_path / "model" / "pipeline.config").read_text()
+    if name == "wide_and_deep_two_optimizers":
+        assert "eval_config.eval_online" in warnings[0] and 'uid_field: "device_id"' in saved
+        assert "the first trains every embedding table here" in proc.stderr
+        assert "sparse_optimizer_config" in saved and "l1_regularization_strength: 10" in saved
+        assert "final_dnn" in saved and "wide_output_dim: 16" in saved
+    else:
+        assert "vocab_list of device_type" in warnings[0] and "combo_join_sep of site_id_app_id" in warnings[0]
+        assert "sgd_optimizer" in saved and "momentum: 0.9" in saved and "max_val: 1500" in saved

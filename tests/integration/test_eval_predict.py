@@ -53,6 +53,7 @@ def test_eval_job_follows_a_running_trainer_one_result_per_checkpoint(broker, to
     config = online_config(model_dir, broker.bootstrap, topic, **FAST, **{
         "train_config.save_checkpoints_steps": 12, "train_config.keep_checkpoint_max": 100,
         "kafka_eval_input.server": broker.bootstrap, "kafka_eval_input.topic": topic + "_eval"})
+    config.eval_config.metrics_set.add().gauc.uid_field = "C1"  # EasyRec's grouped AUC, by one id feature's ids
     config_path = _write_config(config, tmp_path / "online.config")
     trainer = subprocess.Popen([PYTHON, "-m", "easyonline.train", f"--config={config_path}", "--online"],
                                env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -86,16 +87,20 @@ def test_eval_job_follows_a_running_trainer_one_result_per_checkpoint(broker, to
     assert [r["step"] for r in results] == saved  # one result per checkpoint, in order
     assert all(r["samples"] == 3000 for r in results)
     assert results[-1]["auc"] > 0.6 and results[-1]["logloss"] < results[0]["logloss"] + 0.05
+    assert all(0 < r["gauc"] <= 1 and r["session_auc"] is None for r in results)
+    assert results[-1]["gauc"] != results[-1]["auc"] and " gauc=" in err
     with open(model_dir / "eval" / "results.jsonl") as f:
         assert [json.loads(l)["step"] for l in f] == saved
     events = [e for name in os.listdir(model_dir / "eval") if name.startswith("events")
               for e in tf.compat.v1.train.summary_iterator(str(model_dir / "eval" / name))]
     auc_steps = sorted(e.step for e in events for v in e.summary.value if v.tag == "eval_auc")
     assert auc_steps == saved
+    assert sorted(e.step for e in events for v in e.summary.value if v.tag == "eval_gauc") == saved
     # --metrics_port served the latest evaluation's figures while it ran.
     figures = {line.split()[0]: float(line.split()[1]) for line in scraped.splitlines() if not line.startswith("#")}
     assert figures["easyonline_eval_evaluations_total"] >= 1 and figures["easyonline_eval_samples"] == 3000
     assert 0.5 < figures["easyonline_eval_auc"] <= 1 and int(figures["easyonline_eval_checkpoint_step"]) in saved
+    assert 0 < figures["easyonline_eval_gauc"] <= 1 and "easyonline_eval_session_auc" not in figures
     assert "# TYPE easyonline_eval_evaluations_total counter" in scraped
 
 

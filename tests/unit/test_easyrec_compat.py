@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from easyonline.config import ConfigError, load_pipeline_config, parse_pipeline_config
-from easyonline.config.easyrec_compat import normalize, read_learning_rate_messages
+from easyonline.config.easyrec_compat import normalize, read_easyrec_text
 from easyonline.config.validate import validate_pipeline_config
 from easyonline.features.feature_spec import build_feature_specs
 from easyonline.models.builder import build_model
@@ -43,7 +43,7 @@ def test_learning_rate_messages_are_read_as_schedules_and_numbers_stay_numbers(t
 }
 model_config { model_class: "deepfm" }
 """
-    assert "# learning_rate { in a comment } stays" in read_learning_rate_messages(text)
+    assert "# learning_rate { in a comment } stays" in read_easyrec_text(text)
     config = _load(tmp_path, text)
     validate_pipeline_config(config, online=True)
     decay = config.train_config.optimizer_config.adam_optimizer.learning_rate_schedule.exponential_decay_learning_rate
@@ -130,8 +130,106 @@ def test_feature_groups_choose_the_wide_and_deep_features_and_final_dnn_gives_th
     assert e.value.path == "model_config.feature_groups[1].feature_names[1]"
 
 
+def test_two_optimizers_are_the_embedding_tables_then_the_rest_and_three_are_refused(tmp_path):
+    adagrad = "optimizer_config { adagrad_optimizer { learning_rate { constant_learning_rate { learning_rate: 0.05 } } } }"
+    adam = "optimizer_config: { adam_optimizer: { learning_rate: 0.0001 } }"
+    model = 'model_config { model_class: "DeepFM" }\n'
+    config = _load(tmp_path, BASE + f"train_config {{\n  # optimizer_config {{ in a comment }}\n  {adagrad}\n  {adam}\n}}\n"
+                   + model)
+    validate_pipeline_config(config, online=True)
+    train = config.train_config
+    assert train.sparse_optimizer_config.WhichOneof("optimizer") == "adagrad_optimizer"
+    assert train.optimizer_config.adam_optimizer.learning_rate == pytest.approx(0.0001)
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, BASE + f"train_config {{ {adagrad} {adam} {adam} }}\n" + model)
+    assert e.value.path == "train_config.optimizer_config" and "3 optimizers" in str(e.value)
+
+
+def test_easyrec_optimizer_names_are_read_as_the_same_optimizers(tmp_path):
+    def optimizer(body: str):
+        config = _load(tmp_path, BASE + f"train_config {{ optimizer_config {{ {body} }} }}\n"
+                       'model_config { model_class: "DNN" }\n')
+        validate_pipeline_config(config, online=True)
+        return config.train_config.optimizer_config
+
+    momentum = optimizer("momentum_optimizer { learning_rate { constant_learning_rate { learning_rate: 0.1 } } "
+                         "momentum_optimizer_value: 0.8 }")
+    assert momentum.WhichOneof("optimizer") == "sgd_optimizer"
+    assert momentum.sgd_optimizer.momentum == pytest.approx(0.8)
+    built = build_optimizer(momentum)
+    assert float(built._get_hyper("learning_rate")) == pytest.approx(0.1)
+    assert float(built._get_hyper("momentum")) == pytest.approx(0.8)
+    for name in ("lazy_adam_optimizer", "adam_async_optimizer"):
+        adam = optimizer(f"{name} {{ learning_rate {{ constant_learning_rate {{ learning_rate: 0.003 }} }} beta1: 0.8 }}")
+        assert adam.WhichOneof("optimizer") == "adam_optimizer" and adam.adam_optimizer.beta1 == pytest.approx(0.8)
+    ftrl = optimizer("ftrl_optimizer { l1_reg: 10 l2_reg: 0.5 l2_shrinkage_reg: 0.1 learning_rate: 0.2 }").ftrl_optimizer
+    assert (ftrl.l1_regularization_strength, ftrl.l2_regularization_strength,
+            ftrl.l2_shrinkage_regularization_strength) == pytest.approx((10, 0.5, 0.1))
+    assert not (ftrl.HasField("l1_reg") or ftrl.HasField("l2_reg") or ftrl.HasField("l2_shrinkage_reg"))
+    rms = build_optimizer(optimizer("rms_prop_optimizer { learning_rate: 0.01 decay: 0.8 momentum_optimizer_value: 0.5 "
+                                    "epsilon: 0.1 }"))
+    assert [float(rms._get_hyper(k)) for k in ("learning_rate", "rho", "momentum")] == pytest.approx([0.01, 0.8, 0.5])
+    with pytest.raises(ConfigError) as e:
+        optimizer("adamw_optimizer { weight_decay: 1e-5 }")
+    assert e.value.path == "train_config.optimizer_config.adamw_optimizer"
+
+
+def test_other_samples_settings_are_accepted_in_one_warning_and_other_losses_are_refused(tmp_path, caplog):
+    text = BASE.replace('input_type: FLOAT }', 'input_type: FLOAT } num_epochs: 10 n_data_batch_tfrecord: 4') \
+        .replace('feature_configs { input_names: "u" embedding_dim: 4 }',
+                 'feature_configs { input_names: "u" embedding_dim: 4 vocab_list: ["a", "b"] }\n'
+                 'feature_configs { input_names: ["u", "i"] feature_name: "ui" feature_type: ComboFeature '
+                 'embedding_dim: 4 combo_join_sep: "X" }') + """
+eval_config { metrics_set { auc {} } metrics_set { gauc { uid_field: "u" } } metrics_set { accuracy {} }
+              eval_online: true }
+model_config { model_class: "DeepFM" deepfm { wide_regularization: 1e-4 dense_regularization: 1e-4 }
+               variational_dropout { regularization_lambda: 0.01 } loss_type: CLASSIFICATION num_class: 1 }
+"""
+    with caplog.at_level(logging.WARNING):
+        config = _load(tmp_path, text)
+    validate_pipeline_config(config, online=True)
+    warnings = [r.getMessage() for r in caplog.records if "accepted and ignored" in r.getMessage()]
+    assert len(warnings) == 1
+    for setting in ("data_config.num_epochs", "n_data_batch_tfrecord", "eval_config.eval_online",
+                    "metrics_set accuracy (", "vocab_list of u", "combo_join_sep of ui",
+                    "variational_dropout", "deepfm.wide_regularization", "deepfm.dense_regularization"):
+        assert warnings[0].count(setting) == 1, (setting, warnings[0])
+    assert [m.WhichOneof("metric") for m in config.eval_config.metrics_set] == ["auc", "gauc"]
+    before = config.SerializeToString(deterministic=True)
+    assert normalize(config) == [] and config.SerializeToString(deterministic=True) == before
+    for field, value, message in (("loss_type", "L2_LOSS", "only CLASSIFICATION"), ("num_class", "2", "only 1")):
+        with pytest.raises(ConfigError) as e:
+            validate_pipeline_config(_load(tmp_path, BASE + f'model_config {{ model_class: "DeepFM" {field}: {value} }}'))
+        assert e.value.path == f"model_config.{field}" and message in str(e.value)
+
+
+def test_wide_and_deep_final_dnn_and_scaled_raw_features(tmp_path):
+    text = BASE.replace('feature_type: RawFeature }', 'feature_type: RawFeature min_val: 2 max_val: 10 }') + """
+model_config { model_class: "WideAndDeep" wide_and_deep { dnn { hidden_units: [8] } final_dnn { hidden_units: [4] }
+               wide_output_dim: 3 l2_regularization: 0.001 } }"""
+    config = _load(tmp_path, text)
+    validate_pipeline_config(config, online=True)
+    assert config.model_config.l2_regularization == pytest.approx(0.001)
+    model = build_model(config, build_feature_specs(config))
+    from easyonline.core.bootstrap import ensure_legacy_keras  # pylint: disable=g-import-not-at-top
+    tf = ensure_legacy_keras()
+    tensors = {"u": tf.constant([1, 2], tf.int64), "i": tf.constant([3, 4], tf.int64),
+               "x": tf.constant([2.0, 6.0], tf.float32)}
+    _, first_order, dense = model.embed(tensors)
+    assert first_order.shape.as_list() == [2, 2, 3]  # u and i, 3 wide each
+    assert dense.numpy()[:, 0] == pytest.approx([0.0, 0.5])  # (x - 2) / (10 - 2)
+    assert model(tensors).shape.as_list() == [2] and any("final_dnn" in v.name for v in model.trainable_variables)
+    with pytest.raises(ConfigError) as e:
+        validate_pipeline_config(_load(tmp_path, text.replace('input_names: "u" embedding_dim: 4',
+                                                              'input_names: "u" embedding_dim: 4 max_val: 3')))
+    assert e.value.path == "feature_configs[0].max_val"
+    plain = _load(tmp_path, BASE + 'model_config { model_class: "WideAndDeep" wide_and_deep { wide_output_dim: 3 } }')
+    assert build_model(plain, build_feature_specs(plain)).wide_dim == 1  # as EasyRec: one wide logit without final_dnn
+
+
 def test_dead_line_stops_the_trainer_and_a_bad_one_is_refused(tmp_path):
-    soon = (datetime.datetime.now() + datetime.timedelta(seconds=1)).strftime("%Y%m%d %H:%M:%S")
+    # whole seconds: 2 s ahead is at least 1 s away however far into the current second the clock is
+    soon = (datetime.datetime.now() + datetime.timedelta(seconds=2)).strftime("%Y%m%d %H:%M:%S")
 
     class Trainer:
         reason = None
@@ -142,7 +240,7 @@ def test_dead_line_stops_the_trainer_and_a_bad_one_is_refused(tmp_path):
     trainer, deadline = Trainer(), StopAtDeadLine(soon)
     deadline.on_tick(trainer)
     assert trainer.reason is None
-    time.sleep(2.1)
+    time.sleep(max(0.0, datetime.datetime.strptime(soon, "%Y%m%d %H:%M:%S").timestamp() - time.time()) + 0.1)
     deadline.on_tick(trainer)
     assert trainer.reason == f"reached dead_line {soon}"
     config = _load(tmp_path, BASE + 'model_config { model_class: "dnn" } train_config { dead_line: "2022-05-16" }')
