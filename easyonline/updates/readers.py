@@ -72,7 +72,10 @@ class KafkaUpdateReader:
         return [(r.offset, r.value) for r in records]
 
     def read_available(self, timeout_secs: float = 10.0) -> List[Tuple[int, bytes]]:
-        """Everything from the current position to the end of the partition (bounded by ``timeout_secs``)."""
+        """Everything from the current position to the end of the partition (bounded by ``timeout_secs``).
+
+        Quiet polls end it only once a fetch has told where the end is: before that, a slow first
+        connection would look like an empty topic."""
         out: List[Tuple[int, bytes]] = []
         deadline = time.time() + timeout_secs
         empty_polls = 0
@@ -80,9 +83,9 @@ class KafkaUpdateReader:
             batch = self.poll(200)
             out.extend(batch)
             high = self.highwater()
-            if not batch:
+            if not batch and high is not None:
                 empty_polls += 1
-                if (high is not None and self.position >= high) or empty_polls >= 5:
+                if self.position >= high or empty_polls >= 5:
                     break
         return out
 

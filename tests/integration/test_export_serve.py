@@ -43,11 +43,16 @@ from kafka import KafkaConsumer, TopicPartition
 version, requests = sys.argv[1], json.load(open(sys.argv[2]))
 info = json.load(open(version + "/assets/incr_update.txt"))
 model = tf.saved_model.load(version)
-consumer = KafkaConsumer(bootstrap_servers=info["server"], enable_auto_commit=False, consumer_timeout_ms=4000)
+consumer = KafkaConsumer(bootstrap_servers=info["server"], enable_auto_commit=False, consumer_timeout_ms=30000)
 partition = TopicPartition(info["topic"], 0)
 consumer.assign([partition])
 consumer.seek(partition, info["offset"])
-messages = [record.value for record in consumer]
+end = consumer.end_offsets([partition])[partition]
+messages = []
+for record in (consumer if end > info["offset"] else []):  # every message to the end of the topic as it stands
+    messages.append(record.value)
+    if record.offset + 1 >= end:
+        break
 applied = {"messages": 0}
 for start in range(0, len(messages), 16):
     out = model.signatures["incr_update_message_sig"](messages=tf.constant(messages[start:start + 16]))

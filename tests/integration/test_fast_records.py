@@ -151,17 +151,17 @@ def test_kafka_input_positions_and_lines_with_the_fast_decoder(broker, topic):
     producer.close()
     source = KafkaInput(pipeline_pb2.KafkaInput(server=broker.bootstrap, topic=topic, offset_info='{"0": 10, "1": 150}'),
                         batch_size=64, batch_timeout_ms=200)
+    expected = [b"p%d_%d_%d" % (p, i, j) for p, start in ((0, 10), (1, 150)) for i in range(start, 300)
+                if i % 100 != 42 for j in range(1 + i % 3)]
     lines, empty, last = [], 0, None
-    while True:
-        batch = source.next_batch(1.0)
+    while True:  # up to 30 s a batch until every line came (a first fetch includes connecting), then 1 s
+        batch = source.next_batch(30.0 if len(lines) < len(expected) else 1.0)
         if batch is None:
             break
         lines.extend(batch.lines)
         empty += batch.empty_messages
         last = batch
     source.close()
-    expected = [b"p%d_%d_%d" % (p, i, j) for p, start in ((0, 10), (1, 150)) for i in range(start, 300)
-                if i % 100 != 42 for j in range(1 + i % 3)]
     assert sorted(lines) == sorted(expected)
     assert empty == 3 + 1  # offsets 42, 142, 242 of partition 0; 242 of partition 1
     assert last.positions == {0: 300, 1: 300}

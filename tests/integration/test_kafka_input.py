@@ -28,13 +28,20 @@ def _kafka(broker, topic, client="KAFKA_PYTHON", **fields):
 CLIENTS = pytest.mark.parametrize("client", ["KAFKA_PYTHON", "CONFLUENT_KAFKA"])
 
 
-def _drain(source, timeout=1.0):
-    lines = []
+def _batches(source, expected: int, quiet: float = 1.0):
+    """The batches of ``expected`` lines (up to 30 s for each: a first fetch includes connecting), then any
+    that come before ``quiet`` seconds pass without one (so extra lines show in the test's assertions)."""
+    lines = 0
     while True:
-        batch = source.next_batch(timeout)
+        batch = source.next_batch(30.0 if lines < expected else quiet)
         if batch is None:
-            return lines
-        lines.extend(batch.lines)
+            return
+        lines += len(batch.lines)
+        yield batch
+
+
+def _drain(source, expected: int, quiet: float = 1.0):
+    return [line for batch in _batches(source, expected, quiet) for line in batch.lines]
 
 
 @CLIENTS
@@ -43,12 +50,7 @@ def test_earliest_reads_every_partition_and_tracks_positions(broker, topic, clie
     _send(broker, topic, 40, 3)
     source = KafkaInput(_kafka(broker, topic, client), batch_size=32, batch_timeout_ms=200)
     assert source.start_mode == "earliest" and len(source.partitions) == 3
-    batches = []
-    while True:
-        batch = source.next_batch(1.0)
-        if batch is None:
-            break
-        batches.append(batch)
+    batches = list(_batches(source, 120))
     lines = [l for b in batches for l in b.lines]
     assert sorted(lines) == sorted(f"r{p}_{i}".encode() for p in range(3) for i in range(40))
     assert all(len(b.lines) <= 32 for b in batches)
@@ -67,7 +69,7 @@ def test_offset_info_partition_offsets(broker, topic, client):
     _send(broker, topic, 20, 2)
     source = KafkaInput(_kafka(broker, topic, client, offset_info='{"0": 5, "1": 18}'), 100, 200)
     assert source.start_mode == "offset_info"
-    lines = _drain(source)
+    lines = _drain(source, 17)
     assert sorted(lines) == sorted([f"r0_{i}".encode() for i in range(5, 20)] + [b"r1_18", b"r1_19"])
     source.close()
 
@@ -79,7 +81,7 @@ def test_checkpoint_positions_win_over_offset_info(broker, topic, client):
     source = KafkaInput(_kafka(broker, topic, client, offset_info='{"0": 1, "1": 1}'), 100, 200,
                         checkpoint_positions={0: 8, 1: 9})
     assert source.start_mode == "checkpoint"
-    assert sorted(_drain(source)) == [b"r0_8", b"r0_9", b"r1_9"]
+    assert sorted(_drain(source, 3)) == [b"r0_8", b"r0_9", b"r1_9"]
     source.close()
 
 
@@ -114,7 +116,7 @@ def test_timestamp_start_lands_on_first_record_at_or_after(broker, topic):
         source = KafkaInput(_kafka(broker, topic, **fields), 1000, 200)
         assert source.start_mode == "timestamp"
         assert source.start_offsets == expected
-        lines = _drain(source)
+        lines = _drain(source, 200)
         assert len(lines) == 200 and not any(l.startswith(b"g0_") for l in lines)
         source.close()
 
@@ -125,7 +127,7 @@ def test_timestamp_in_yyyymmdd_form_and_past_the_end(broker, topic):
     future = time.strftime("%Y%m%d %H:%M:%S", time.localtime(time.time() + 3600))
     source = KafkaInput(_kafka(broker, topic, offset_time=future), 100, 200)
     assert source.start_offsets == {0: 10}
-    assert _drain(source, 0.5) == []
+    assert _drain(source, 0, quiet=2.0) == []
     source.close()
 
 
@@ -135,7 +137,7 @@ def test_several_brokers_in_server_one_of_them_down(broker, topic):
     dead = f"127.0.0.1:{free_port()}"
     kafka = pipeline_pb2.KafkaInput(server=f"{dead},{broker.bootstrap}", topic=topic, group="g")
     source = KafkaInput(kafka, 100, 200)
-    assert sorted(_drain(source)) == sorted(f"r0_{i}".encode() for i in range(5))
+    assert sorted(_drain(source, 5)) == sorted(f"r0_{i}".encode() for i in range(5))
     source.close()
 
 
@@ -163,10 +165,7 @@ def test_multi_line_messages_end_batches_on_message_boundaries(broker, topic, cl
     producer.flush()
     source = KafkaInput(_kafka(broker, topic, client), batch_size=10, batch_timeout_ms=200)
     total = 0
-    while True:
-        batch = source.next_batch(1.0)
-        if batch is None:
-            break
+    for batch in _batches(source, 120):
         assert len(batch.lines) % 4 == 0
         assert batch.positions[0] * 4 == total + len(batch.lines)
         total += len(batch.lines)
@@ -202,7 +201,7 @@ def test_checkpoint_offsets_past_the_end_resume_at_the_end_and_say_so_or_fail_as
     assert source.start_offsets == {0: 10, 1: 3, 2: 0}
     assert "partition 0 moved 50 -> 10 (past its end 10" in source.start_mode
     assert "partition 2 has no position in the checkpoint" in source.start_mode
-    assert sorted(_drain(source)) == sorted([f"r1_{i}".encode() for i in range(3, 10)] +
+    assert sorted(_drain(source, 17)) == sorted([f"r1_{i}".encode() for i in range(3, 10)] +
                                             [f"r2_{i}".encode() for i in range(10)])
     source.close()
     with pytest.raises(ConfigError, match=r"on_offset_out_of_range: .*partition 0: the checkpoint's offset 50 is "
@@ -221,9 +220,9 @@ def test_checkpoint_positions_of_another_topic_or_of_vanished_partitions_fail_or
     restart = pipeline_pb2.KafkaInput.START_FROM_CONFIG
     source = KafkaInput(_kafka(broker, topic, on_topic_change=restart), 100, 200,
                         checkpoint_positions={0: 3, 1: 3}, checkpoint_topic="old_topic")
-    assert source.start_mode == "earliest" and len(_drain(source)) == 10
+    assert source.start_mode == "earliest" and len(_drain(source, 10)) == 10
     source.close()
     # a checkpoint from before topics were saved ("") is taken as this topic's
     source = KafkaInput(_kafka(broker, topic), 100, 200, checkpoint_positions={0: 3, 1: 3}, checkpoint_topic="")
-    assert source.start_mode == "checkpoint" and len(_drain(source)) == 4
+    assert source.start_mode == "checkpoint" and len(_drain(source, 4)) == 4
     source.close()
