@@ -23,14 +23,16 @@ from easyonline.protos import pipeline_pb2
 
 log = logging.getLogger(__name__)
 
-# Strings and comments are skipped; ``learning_rate`` opening a message (``learning_rate {`` or
-# ``learning_rate: {``) is EasyRec's LearningRate, read as ``learning_rate_schedule``.
-_LEARNING_RATE_MESSAGE = re.compile(
-    r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|#[^\n]*|\blearning_rate(?=\s*:?\s*[{<])')
 
-# ``optimizer_config`` opening a message, strings and comments skipped.
-_OPTIMIZER_MESSAGE = re.compile(
-    r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|#[^\n]*|\boptimizer_config(?=\s*:?\s*[{<])')
+def _message_field(name: str) -> "re.Pattern[str]":
+    """Matches strings, comments, and ``name`` opening a message (``name {`` or ``name: {``); a match equal
+    to ``name`` is the field, the others are skipped."""
+    return re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|#[^\n]*|\b' + name + r'(?=\s*:?\s*[{<])')
+
+
+# EasyRec's LearningRate message, read as ``learning_rate_schedule``; its repeated optimizer_config.
+_LEARNING_RATE_MESSAGE = _message_field("learning_rate")
+_OPTIMIZER_MESSAGE = _message_field("optimizer_config")
 
 # EasyRec's metrics the eval job computes (it always reports AUC, log loss and CTR).
 EVAL_METRICS = ("auc", "gauc", "session_auc")
@@ -211,6 +213,10 @@ def _train_config(train: pipeline_pb2.TrainConfig, ignored: List[str]) -> None:
         incr.ClearField("debug_save_update")
 
 
+def _feature_name(feature: pipeline_pb2.FeatureConfig) -> str:
+    return feature.feature_name or (feature.input_names[0] if feature.input_names else "?")
+
+
 def _model_config(model: pipeline_pb2.ModelConfig, ignored: List[str]) -> None:
     which = model.WhichOneof("model")
     if which in ("deepfm", "wide_and_deep") and getattr(model, which).HasField("l2_regularization"):
@@ -260,14 +266,14 @@ def normalize(config: pipeline_pb2.PipelineConfig) -> List[str]:
     if config.HasField("model_config"):
         _model_config(config.model_config, ignored)
     for feature in config.feature_configs:
-        name = feature.feature_name or (feature.input_names[0] if feature.input_names else "?")
+        name = _feature_name(feature)
         if feature.HasField("combo_join_sep"):
             ignored.append(f"combo_join_sep of {name} (the combination is hashed as a whole)")
             feature.ClearField("combo_join_sep")
         if feature.vocab_list:
             ignored.append(f"vocab_list of {name} (a dynamic table takes any value)")
             feature.ClearField("vocab_list")
-    unbucketed = [f.feature_name or (f.input_names[0] if f.input_names else "?") for f in config.feature_configs
+    unbucketed = [_feature_name(f) for f in config.feature_configs
                   if f.feature_type != pipeline_pb2.FeatureConfig.ComboFeature and (f.hash_bucket_size or f.num_buckets)]
     if unbucketed:
         ignored.append(f"hash_bucket_size / num_buckets of {', '.join(unbucketed)} (dynamic tables take any id)")

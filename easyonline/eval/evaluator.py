@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -101,14 +101,18 @@ class Evaluator:
         source = self._make_source()
         log.info("evaluating %s (step %d)", checkpoint, step)
         next_progress = time.time() + PROGRESS_SECS
-        kept: Dict[str, list] = {m.name: [] for m in self.grouped}  # (keys, labels, probs) of each batch
+        # for gauc / session_auc: each batch's labels and scores, and the ids that group them
+        kept_labels, kept_probs, kept_keys = [], [], {m.name: [] for m in self.grouped}
         try:
             for batch in parsed_batches(source, self.parser, bad_input, self.max_samples,
                                         should_stop=self.stop_signal.should_stop):
                 labels, probs = batch.labels.numpy(), self.model.score(batch.features)
                 metrics.update(labels, probs)
+                if self.grouped:
+                    kept_labels.append(labels)
+                    kept_probs.append(np.asarray(probs))
                 for metric in self.grouped:
-                    kept[metric.name].append((np.asarray(batch.features[metric.feature]), labels, np.asarray(probs)))
+                    kept_keys[metric.name].append(np.asarray(batch.features[metric.feature]))
                 if time.time() >= next_progress:
                     next_progress = time.time() + PROGRESS_SECS
                     log.info("step %d: scored %d samples (%.0f/s)", step, metrics.total_samples,
@@ -116,8 +120,11 @@ class Evaluator:
         finally:
             source.close()
             bad_input.close()
-        grouped = {m.name: grouped_auc(*(np.concatenate(column) for column in zip(*kept[m.name])), m.reduction)
-                   if kept[m.name] else None for m in self.grouped}
+        grouped = {}
+        if kept_labels:
+            labels, probs = np.concatenate(kept_labels), np.concatenate(kept_probs)
+            grouped = {m.name: grouped_auc(np.concatenate(kept_keys[m.name]), labels, probs, m.reduction)
+                       for m in self.grouped}
         result = EvalResult(checkpoint, step, metrics.total_samples, metrics.auc(), metrics.logloss(), metrics.ctr(),
                             bad_input.total, time.time() - started, time.time(), **grouped)
         self._write(result)

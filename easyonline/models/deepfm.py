@@ -21,7 +21,6 @@ class DeepFM(RankingModel):
     def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, *args, seed: int = 0, **kwargs):
         super().__init__(specs, model_config, *args, seed=seed, **kwargs)
         self.fm = FMInteraction(name="fm")
-        self.final_dnn = self.final_logit = None
         if model_config.deepfm.HasField("final_dnn"):
             self.build_final_dnn(model_config.deepfm.final_dnn, model_config, seed)
 

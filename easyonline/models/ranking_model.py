@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.dynamic_tables import DynamicTables
-from easyonline.features.feature_spec import FeatureSpecs
+from easyonline.features.feature_spec import FeatureSpecs, RawFeature
 from easyonline.models.layers import MLP
 from easyonline.protos import pipeline_pb2
 
@@ -46,6 +46,7 @@ class RankingModel(tf.keras.Model):
         self.deep_logit = tf.keras.layers.Dense(1, name="deep_logit")
         self.dense_linear = tf.keras.layers.Dense(1, use_bias=False, name="dense_linear") if specs.raw_features else None
         self.bias = self.add_weight(name="bias", shape=(), initializer="zeros")
+        self.final_dnn = self.final_logit = None  # EasyRec's final_dnn, when a model has one: build_final_dnn
 
     def first_order_dim(self, model_config: pipeline_pb2.ModelConfig) -> int:  # pylint: disable=unused-argument
         """Width of each id's first-order weights (stored as extra columns of its row)."""
@@ -128,7 +129,8 @@ class RankingModel(tf.keras.Model):
         return self.logits_from(embeddings, first_order, dense, training) + self.bias
 
 
-def _scaled(value: tf.Tensor, feature) -> tf.Tensor:
+def _scaled(value: tf.Tensor, feature: RawFeature) -> tf.Tensor:
+    """EasyRec's min_val / max_val scaling of a raw feature, when set."""
     if feature.max_val > feature.min_val:
         return (value - feature.min_val) / (feature.max_val - feature.min_val)
     return value

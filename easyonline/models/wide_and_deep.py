@@ -15,7 +15,6 @@ class WideAndDeep(RankingModel):
 
     def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, *args, seed: int = 0, **kwargs):
         super().__init__(specs, model_config, *args, seed=seed, **kwargs)
-        self.final_dnn = self.final_logit = None
         if model_config.wide_and_deep.HasField("final_dnn"):
             self.build_final_dnn(model_config.wide_and_deep.final_dnn, model_config, seed)
 
