@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x65\x61syonline/protos/update.proto\x12\x11\x65\x61syonline.protos\"\xc1\x02\n\x0cUpdateHeader\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x16\n\x0e\x66ormat_version\x18\x02 \x01(\r\x12\x13\n\x0bglobal_step\x18\x03 \x01(\x03\x12\x10\n\x08sequence\x18\x04 \x01(\x04\x12\x13\n\x0b\x63reate_time\x18\x05 \x01(\x01\x12\x41\n\tpositions\x18\x06 \x03(\x0b\x32..easyonline.protos.UpdateHeader.PositionsEntry\x12\x11\n\tupdate_id\x18\x07 \x01(\x04\x12\x0c\n\x04part\x18\x08 \x01(\r\x12\r\n\x05parts\x18\t \x01(\r\x12\x11\n\tfull_sync\x18\n \x01(\x08\x12\x11\n\tstream_id\x18\x0b \x01(\x04\x1a\x30\n\x0ePositionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"G\n\nDenseEntry\x12\n\n\x02id\x18\x01 \x01(\r\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0e\n\x06values\x18\x04 \x01(\x0c\"`\n\x0bSparseEntry\x12\x10\n\x08table_id\x18\x01 \x01(\r\x12\x0b\n\x03\x64im\x18\x02 \x01(\r\x12\x0c\n\x04keys\x18\x03 \x01(\x0c\x12\x0e\n\x06values\x18\x04 \x01(\x0c\x12\x14\n\x0c\x64\x65leted_keys\x18\x05 \x01(\x0c\"\x9e\x01\n\rUpdateMessage\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.easyonline.protos.UpdateHeader\x12,\n\x05\x64\x65nse\x18\x02 \x03(\x0b\x32\x1d.easyonline.protos.DenseEntry\x12.\n\x06sparse\x18\x03 \x03(\x0b\x32\x1e.easyonline.protos.SparseEntryb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x65\x61syonline/protos/update.proto\x12\x11\x65\x61syonline.protos\"\xd8\x02\n\x0cUpdateHeader\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x16\n\x0e\x66ormat_version\x18\x02 \x01(\r\x12\x13\n\x0bglobal_step\x18\x03 \x01(\x03\x12\x10\n\x08sequence\x18\x04 \x01(\x04\x12\x13\n\x0b\x63reate_time\x18\x05 \x01(\x01\x12\x41\n\tpositions\x18\x06 \x03(\x0b\x32..easyonline.protos.UpdateHeader.PositionsEntry\x12\x11\n\tupdate_id\x18\x07 \x01(\x04\x12\x0c\n\x04part\x18\x08 \x01(\r\x12\r\n\x05parts\x18\t \x01(\r\x12\x11\n\tfull_sync\x18\n \x01(\x08\x12\x11\n\tstream_id\x18\x0b \x01(\x04\x12\x15\n\rfull_sync_end\x18\x0c \x01(\x08\x1a\x30\n\x0ePositionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"G\n\nDenseEntry\x12\n\n\x02id\x18\x01 \x01(\r\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0e\n\x06values\x18\x04 \x01(\x0c\"`\n\x0bSparseEntry\x12\x10\n\x08table_id\x18\x01 \x01(\r\x12\x0b\n\x03\x64im\x18\x02 \x01(\r\x12\x0c\n\x04keys\x18\x03 \x01(\x0c\x12\x0e\n\x06values\x18\x04 \x01(\x0c\x12\x14\n\x0c\x64\x65leted_keys\x18\x05 \x01(\x0c\"\x9e\x01\n\rUpdateMessage\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.easyonline.protos.UpdateHeader\x12,\n\x05\x64\x65nse\x18\x02 \x03(\x0b\x32\x1d.easyonline.protos.DenseEntry\x12.\n\x06sparse\x18\x03 \x03(\x0b\x32\x1e.easyonline.protos.SparseEntryb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -24,13 +24,13 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _globals['_UPDATEHEADER_POSITIONSENTRY']._options = None
   _globals['_UPDATEHEADER_POSITIONSENTRY']._serialized_options = b'8\001'
   _globals['_UPDATEHEADER']._serialized_start=54
-  _globals['_UPDATEHEADER']._serialized_end=375
-  _globals['_UPDATEHEADER_POSITIONSENTRY']._serialized_start=327
-  _globals['_UPDATEHEADER_POSITIONSENTRY']._serialized_end=375
-  _globals['_DENSEENTRY']._serialized_start=377
-  _globals['_DENSEENTRY']._serialized_end=448
-  _globals['_SPARSEENTRY']._serialized_start=450
-  _globals['_SPARSEENTRY']._serialized_end=546
-  _globals['_UPDATEMESSAGE']._serialized_start=549
-  _globals['_UPDATEMESSAGE']._serialized_end=707
+  _globals['_UPDATEHEADER']._serialized_end=398
+  _globals['_UPDATEHEADER_POSITIONSENTRY']._serialized_start=350
+  _globals['_UPDATEHEADER_POSITIONSENTRY']._serialized_end=398
+  _globals['_DENSEENTRY']._serialized_start=400
+  _globals['_DENSEENTRY']._serialized_end=471
+  _globals['_SPARSEENTRY']._serialized_start=473
+  _globals['_SPARSEENTRY']._serialized_end=569
+  _globals['_UPDATEMESSAGE']._serialized_start=572
+  _globals['_UPDATEMESSAGE']._serialized_end=730
 # @@protoc_insertion_point(module_scope)
