@@ -212,3 +212,42 @@ def test_nan_and_inf_rows_and_dense_parameters_are_not_published_but_counted(tmp
     assert any("not published (user: 3" in r.getMessage() for r in caplog.records)
     assert any("dense parameters with NaN or infinite values not published: w" in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_cluster_chief_pulls_one_shard_per_session_run():
+    """SessionTableRows (the chief's reads on a cluster) through a real TF1 session over a 2-shard table; the
+    shards are in this process instead of on two ps (no cluster here), the ops and session runs are the same."""
+    from easyonline.distributed.session_tables import SessionTableRows, TableAccess
+
+    graph = tf.Graph()
+    with graph.as_default():
+        specs = build_feature_specs(parse_pipeline_config(CONFIG))
+        with local_shards(2):
+            tables = DynamicTables(specs, name="tables")
+        access = TableAccess(tables)
+        keys = np.arange(1, 401, dtype=np.int64) * 977
+        fill = tables.embeddings["user"].params.upsert(tf.constant(keys), tf.constant(
+            np.arange(1600, dtype=np.float32).reshape(400, 4)))
+        session = tf.compat.v1.Session(graph=graph)
+        session.run(tf.compat.v1.global_variables_initializer())
+        session.run(fill)
+    runs = []
+
+    def run(*args, **kwargs):
+        runs.append(args[0])
+        return session.run(*args, **kwargs)
+
+    rows = SessionTableRows(run, access)
+    shards = rows.export_shards("user")
+    first = next(shards)
+    assert len(runs) == 1 and 0 < len(first[0]) < 400  # one shard pulled, not the table
+    rest = list(shards)
+    assert len(runs) == 2 and len(first[0]) + sum(len(k) for k, _ in rest) == 400
+    replica = ParameterReplica("m")
+    pieces = full_sync_pieces(rows, IDS, {}, {}, 64, NonFiniteGuard("published"), {})
+    for data in encode_stream(pieces, StreamHeader("m", 1, 0.0, {}, 1, True), 1, 4096):
+        replica.apply(decode_update(data))
+    got_keys, got_rows = replica.table_arrays(0)
+    np.testing.assert_array_equal(got_keys, keys)
+    np.testing.assert_array_equal(got_rows, np.arange(1600, dtype=np.float32).reshape(400, 4))
+    session.close()
