@@ -91,7 +91,7 @@ def write_save(save_dir: str, kind: str, snapshot, ids: ParameterIds, model_name
 
 
 def write_base(save_dir: str, tables: TableRows, ids: ParameterIds, step: int, create_time: float,
-               positions: Dict[int, int], dense: Dict[int, "object"], deleted, model_name: str,
+               positions: Dict[int, int], dense: Optional[dict], deleted: dict, model_name: str,
                guard: NonFiniteGuard, part_bytes: int = PART_BYTES) -> SaveInfo:
     """Writes a base, streamed (module docstring): every row and dense parameter, parts as they fill."""
     counts: Dict[str, int] = {}

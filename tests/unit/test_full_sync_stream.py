@@ -251,3 +251,24 @@ def test_a_cluster_chief_pulls_one_shard_per_session_run():
     np.testing.assert_array_equal(got_keys, keys)
     np.testing.assert_array_equal(got_rows, np.arange(1600, dtype=np.float32).reshape(400, 4))
     session.close()
+
+
+def test_a_base_is_written_part_by_part_without_nan_rows_and_loads(tmp_path):
+    """Before: every part was built first, and a NaN row made the base unloadable (the reader refuses it)."""
+    from easyonline.publish.base_delta import load_inference_model, write_base
+
+    tables = _tables(users=2000, items=10, shards=2)
+    user_keys, user_rows = _exported(tables, "user")
+    poisoned = user_rows[:1].copy()
+    poisoned[0, 2] = np.nan
+    tables.embeddings["user"].params.upsert(tf.constant(user_keys[:1]), tf.constant(poisoned))
+    guard = NonFiniteGuard("saved")
+    info = write_base(str(tmp_path), EagerTableRows(tables), IDS, 7, 1.0, {0: 70},
+                      {0: np.ones((2, 2), np.float32), 1: np.zeros(1, np.float32)}, {}, "m", guard, part_bytes=8192)
+    assert info.manifest["parts"] > 5 and info.manifest["rows"] == 2009 and info.manifest["nonfinite_rows"] == 1
+    replica, chain, _ = load_inference_model(str(tmp_path))
+    assert [save.name for save in chain] == [info.name] and replica.positions == {0: 70}
+    keys, rows = replica.table_arrays(0)
+    np.testing.assert_array_equal(keys, user_keys[1:])
+    np.testing.assert_array_equal(rows, user_rows[1:])
+    np.testing.assert_array_equal(replica.table_arrays(1)[1], _exported(tables, "item")[1])
