@@ -11,7 +11,10 @@ from easyonline.config import parse_pipeline_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.dynamic_tables import DynamicTables, local_shards
 from easyonline.features import build_feature_specs
+from easyonline.embedding.change_tracker import ChangeTracker
+from easyonline.protos import pipeline_pb2
 from easyonline.publish.nonfinite import NonFiniteGuard
+from easyonline.publish.publish_callback import IncrementalPublish
 from easyonline.publish.publisher import PublishJob, UpdatePublisher
 from easyonline.publish.snapshot import EagerTableRows, full_sync_pieces
 from easyonline.updates.codec import (DensePiece, RowsPiece, StreamHeader, decode_update, encode_stream,
@@ -209,6 +212,10 @@ def test_nan_and_inf_rows_and_dense_parameters_are_not_published_but_counted(tmp
     assert set(keys.tolist()) == set(user_keys[3:].tolist())
     assert 0 not in replica.dense and replica.dense[1].tolist() == [2.0]  # w left out whole, b published
     assert publisher.guard.rows == {"user": 6} and publisher.guard.dense == {"w": 2}  # twice each: update, sync
+    callback = IncrementalPublish(pipeline_pb2.IncrSaveConfig(), str(tmp_path / "model"), sink=publisher.sink)
+    callback.publisher, callback.tracker = publisher, ChangeTracker(build_feature_specs(
+        parse_pipeline_config(CONFIG))).subscribe()
+    assert callback.status_fields()["pub_nonfinite"] == "8"  # the status line's field
     assert any("not published (user: 3" in r.getMessage() for r in caplog.records)
     assert any("dense parameters with NaN or infinite values not published: w" in r.getMessage()
                for r in caplog.records)
@@ -272,3 +279,16 @@ def test_a_base_is_written_part_by_part_without_nan_rows_and_loads(tmp_path):
     np.testing.assert_array_equal(keys, user_keys[1:])
     np.testing.assert_array_equal(rows, user_rows[1:])
     np.testing.assert_array_equal(replica.table_arrays(1)[1], _exported(tables, "item")[1])
+
+
+def test_the_nonfinite_count_is_a_trainer_metric():
+    """The status field pub_nonfinite becomes easyonline_trainer_publish_nonfinite_total (absent before)."""
+    import threading
+
+    from easyonline.train.prometheus_metrics import PrometheusMetrics
+
+    metrics = PrometheusMetrics.__new__(PrometheusMetrics)  # the collector alone, without its HTTP server
+    metrics._lock, metrics._logs = threading.Lock(), {"step": 5, "samples": 50, "samples_per_sec": 10, "rejected": 0,
+                                                      "pub_nonfinite": "7"}
+    found = {sample.name: sample.value for family in metrics.collect() for sample in family.samples}
+    assert found["easyonline_trainer_publish_nonfinite_total"] == 7
