@@ -24,7 +24,7 @@ needs the largest shard's rows plus about two parts of memory, not the
 whole model three times over. Its parts have ``parts = 0`` and the last has
 ``full_sync_end``; the manifest counts them. Rows and dense parameters with
 NaN or infinite values are not saved (publish/nonfinite.py); the manifest
-counts them (``nonfinite_rows``, ``nonfinite_dense``).
+counts them since the trainer started (``nonfinite_rows``, ``nonfinite_dense``).
 """
 import dataclasses
 import json
