@@ -292,6 +292,7 @@ def _validate_train(train: pipeline_pb2.TrainConfig) -> None:
         _require(saves.base_save_secs >= 0, f"{where}.base_save_secs", "must be >= 0")
         _require(saves.delta_save_secs >= 0, f"{where}.delta_save_secs", "must be >= 0")
         _require(saves.keep_bases >= 1, f"{where}.keep_bases", "must be >= 1")
+        _require(saves.part_bytes >= 4096, f"{where}.part_bytes", f"must be >= 4096, got {saves.part_bytes}")
 
 
 def _validate_learning_rate(optimizer, path: str) -> None:
@@ -338,6 +339,8 @@ def _validate_incr_save(incr: pipeline_pb2.IncrSaveConfig, path: str) -> None:
     _require(incr.dense_save_steps or incr.dense_save_secs, path, "dense_save_steps and dense_save_secs are both 0")
     _require(incr.sparse_save_steps or incr.sparse_save_secs, path, "sparse_save_steps and sparse_save_secs are both 0")
     _require(incr.max_message_bytes >= 4096, f"{path}.max_message_bytes", f"must be >= 4096, got {incr.max_message_bytes}")
+    _require(incr.full_sync_send_bytes >= 1, f"{path}.full_sync_send_bytes",
+             f"must be >= 1, got {incr.full_sync_send_bytes}")
     _require(incr.max_pending_updates >= 1, f"{path}.max_pending_updates", "must be >= 1")
 
 

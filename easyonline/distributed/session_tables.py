@@ -5,7 +5,7 @@ ps, in a graph, so each access runs an op built with the training graph
 (TableAccess, below) through the chief's session, which is thread-safe
 and reports a lost ps as ClusterFailure.
 """
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, Iterator, List, Tuple
 
 import numpy as np
 
@@ -26,6 +26,9 @@ class TableAccess:
         self.lookup = {name: table.params.lookup(self.lookup_keys[name], return_exists=True)
                        for name, table in tables.embeddings.items()}
         self.export_rows = {name: table.params.export() for name, table in tables.embeddings.items()}
+        # one op per ps shard: a full sync pulls one shard at a time to the chief, not the whole table
+        self.export_shards = {name: [shard.export() for shard in table.params.tables]
+                              for name, table in tables.embeddings.items()}
         self.variables: Dict[str, Dict] = {}
         for name in tables.embeddings:
             if tables.table_spec(name).eviction is None:
@@ -49,6 +52,13 @@ class SessionTableRows:
 
     def export(self, table: str) -> Tuple[np.ndarray, np.ndarray]:
         return tuple(self._run(self._access.export_rows[table]))
+
+    def export_shards(self, table: str) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+        """One ps shard per session run: the chief holds one shard's rows at a time."""
+        for shard_op in self._access.export_shards[table]:
+            keys, values = self._run(shard_op)
+            yield keys, values
+            del keys, values
 
     def lookup(self, keys: Dict[str, np.ndarray]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
         """Every table's keys in one session run: one round trip to the ps, not one per table."""

@@ -16,21 +16,31 @@ exactly.
 After a restart, the first save is a base unless the newest save is at
 the step the trainer restored: keys changed after that save were lost
 with the crash, so a delta could not be exact.
+
+A base is streamed like a full sync (publish/snapshot.py
+``full_sync_pieces``): one table shard read at a time, each part file
+written as soon as it is full (``part_bytes``, default 16 MB), so a base
+needs the largest shard's rows plus about two parts of memory, not the
+whole model three times over. Its parts have ``parts = 0`` and the last has
+``full_sync_end``; the manifest counts them. Rows and dense parameters with
+NaN or infinite values are not saved (publish/nonfinite.py); the manifest
+counts them since the trainer started (``nonfinite_rows``, ``nonfinite_dense``).
 """
 import dataclasses
 import json
 import logging
 import re
 import time
-from typing import List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from easyonline.protos import pipeline_pb2
 from easyonline.embedding.change_tracker import ChangeLog
 from easyonline.updates.param_ids import (ParameterIds, dense_variables,
                                           ensure_parameter_ids, read_parameter_ids)
 from easyonline.updates.replica import ParameterReplica
-from easyonline.publish.snapshot import take_snapshot
-from easyonline.updates.codec import decode_update, encode_update
+from easyonline.publish.nonfinite import NonFiniteGuard
+from easyonline.publish.snapshot import TableRows, full_sync_pieces, take_snapshot
+from easyonline.updates.codec import StreamHeader, decode_update, encode_stream, encode_update
 from easyonline.core.callbacks import Callback
 from easyonline.core.daily_schedule import DailySchedule
 from easyonline.core.step_time_schedule import StepTimeSchedule
@@ -40,7 +50,7 @@ from easyonline.utils import fileio
 log = logging.getLogger(__name__)
 MANIFEST, DONE = "manifest.json", "DONE"
 BASE, DELTA = "base", "delta"
-PART_BYTES = 64 << 20
+PART_BYTES = 16 << 20  # a part file's size, when inference_save_config.part_bytes is not set
 _SAVE = re.compile(r"^(base|delta)-(\d{12})$")
 
 
@@ -71,26 +81,54 @@ def list_complete_saves(save_dir: str) -> List[SaveInfo]:
 
 
 def write_save(save_dir: str, kind: str, snapshot, ids: ParameterIds, model_name: str,
-               base: Optional[str], previous: Optional[str]) -> SaveInfo:
-    """Writes one save (parts, manifest, DONE last); returns it."""
-    name = save_name(kind, snapshot.step)
+               base: Optional[str], previous: Optional[str], part_bytes: int = PART_BYTES,
+               guard: Optional[NonFiniteGuard] = None) -> SaveInfo:
+    """Writes one save of a snapshot (parts, manifest, DONE last); returns it. (Bases: ``write_base``.)"""
+    messages = encode_update(snapshot, model_name, 1, snapshot.step, part_bytes,
+                             {i: width for i, width in ids.tables.values()})
+    return _write_parts(save_dir, kind, snapshot.step, snapshot.create_time, snapshot.positions, messages,
+                        snapshot.counts(), ids, model_name, base, previous, guard)
+
+
+def write_base(save_dir: str, tables: TableRows, ids: ParameterIds, step: int, create_time: float,
+               positions: Dict[int, int], dense: Optional[dict], deleted: dict, model_name: str,
+               guard: NonFiniteGuard, part_bytes: int = PART_BYTES) -> SaveInfo:
+    """Writes a base, streamed (module docstring): every row and dense parameter, parts as they fill."""
+    counts: Dict[str, int] = {}
+    row_bytes = max([8 + 4 * width for _, width in ids.tables.values()] or [8])
+    pieces = full_sync_pieces(tables, ids, dense, deleted, max(part_bytes // row_bytes, 1), guard, counts)
+    head = StreamHeader(model_name, step, create_time, positions, step, True)
+    return _write_parts(save_dir, BASE, step, create_time, positions, encode_stream(pieces, head, 1, part_bytes),
+                        counts, ids, model_name, None, None, guard)
+
+
+def _write_parts(save_dir: str, kind: str, step: int, create_time: float, positions: Dict[int, int],
+                 messages: Iterable[bytes], counts: Dict[str, int], ids: ParameterIds, model_name: str,
+                 base: Optional[str], previous: Optional[str], guard: Optional[NonFiniteGuard] = None) -> SaveInfo:
+    """Writes each message as a part when it comes, then the id maps (bases), the manifest, and DONE last.
+    ``guard``: counts what the save left out (the manifest's ``nonfinite_rows`` and ``nonfinite_dense``, counted
+    since the guard's start when it already filtered ``messages``' source)."""
+    name = save_name(kind, step)
     path = fileio.join(save_dir, name)
     fileio.remove_tree(path)  # a torn save of the same name from before a crash
-    messages = encode_update(snapshot, model_name, 1, snapshot.step, PART_BYTES,
-                             {i: width for i, width in ids.tables.values()})
-    for index, data in enumerate(messages):
-        fileio.write_bytes_atomic(fileio.join(path, f"part-{index:05d}.pb"), data)
+    parts = size = 0
+    for data in messages:
+        fileio.write_bytes_atomic(fileio.join(path, f"part-{parts:05d}.pb"), data)
+        parts, size = parts + 1, size + len(data)
+        del data
     if kind == BASE:
         for file_name, text in ids.to_files().items():
             fileio.write_text_atomic(fileio.join(path, file_name), text)
-    counts = snapshot.counts()
-    manifest = {"kind": kind, "name": name, "step": snapshot.step, "create_time": snapshot.create_time,
-                "positions": {str(k): v for k, v in snapshot.positions.items()}, "model_name": model_name,
-                "base": base or name, "previous": previous, "parts": len(messages),
-                "bytes": sum(len(m) for m in messages), **counts}
+    manifest = {"kind": kind, "name": name, "step": step, "create_time": create_time,
+                "positions": {str(k): v for k, v in positions.items()}, "model_name": model_name,
+                "base": base or name, "previous": previous, "parts": parts, "bytes": size,
+                **{key: counts.get(key, 0) for key in ("dense", "rows", "deletes")}}
+    if guard is not None:
+        manifest["nonfinite_rows"] = sum(guard.rows.values())
+        manifest["nonfinite_dense"] = sum(guard.dense.values())
     fileio.write_text_atomic(fileio.join(path, MANIFEST), json.dumps(manifest, indent=1) + "\n")
     fileio.write_text_atomic(fileio.join(path, DONE), "")
-    return SaveInfo(name, kind, snapshot.step, path, manifest)
+    return SaveInfo(name, kind, step, path, manifest)
 
 
 def newest_chain(save_dir: str) -> List[SaveInfo]:
@@ -156,6 +194,8 @@ class InferenceSaves(Callback):
         self._base: Optional[str] = None
         self._previous: Optional[SaveInfo] = None
         self.saves: List[SaveInfo] = []
+        self.guard = NonFiniteGuard("saved")
+        self.part_bytes = config.part_bytes or PART_BYTES
 
     def _prepare(self, trainer) -> None:
         if self._tracker is not None:
@@ -190,10 +230,15 @@ class InferenceSaves(Callback):
         trained, deleted = self._tracker.drain()
         dense = {self._ids.dense[name]: value for name, value in
                  trainer.read_variables(dense_variables(trainer.model)).items()}
-        snapshot = take_snapshot(trainer.table_rows(), self._ids, trainer.step, time.time(), dict(trainer.positions),
-                                 dense, trained, deleted, full_sync=kind == BASE)
-        previous = None if kind == BASE else self._previous.name
-        info = write_save(self.save_dir, kind, snapshot, self._ids, self.model_name, self._base, previous)
+        if kind == BASE:
+            info = write_base(self.save_dir, trainer.table_rows(), self._ids, trainer.step, time.time(),
+                              dict(trainer.positions), dense, deleted, self.model_name, self.guard, self.part_bytes)
+        else:
+            snapshot = take_snapshot(trainer.table_rows(), self._ids, trainer.step, time.time(),
+                                     dict(trainer.positions), dense, trained, deleted, guard=self.guard)
+            info = write_save(self.save_dir, kind, snapshot, self._ids, self.model_name, self._base,
+                              self._previous.name, self.part_bytes, self.guard)
+        self.guard.maybe_log()
         if kind == BASE:
             self._base = info.name
             remove_old_saves(self.save_dir, self.config.keep_bases)

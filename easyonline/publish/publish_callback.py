@@ -49,7 +49,8 @@ class IncrementalPublish(Callback):
         self._dense_vars = {ids.dense[name]: var for name, var in dense_variables(trainer.model).items()}
         self.tracker = trainer.changes.subscribe()
         self.publisher = UpdatePublisher(self.sink, self.model_name, ids, trainer.table_rows(),
-                                         self.incr.max_message_bytes, self.model_dir, self.incr.max_pending_updates)
+                                         self.incr.max_message_bytes, self.model_dir, self.incr.max_pending_updates,
+                                         self.incr.full_sync_send_bytes)
         self.publisher.start(trainer.step)
         self._dense_schedule.mark(trainer.step)
         self._sparse_schedule.mark(trainer.step)
@@ -116,6 +117,8 @@ class IncrementalPublish(Callback):
         lag = "0.0s" if idle and last is not None else "-" if last is None else f"{time.time() - last.create_time:.1f}s"
         fields = {"pub_seq": "-" if last is None else str(last.last_sequence), "pub_lag": lag,
                   "pub_queue": f"{publisher.pending}/{self.incr.max_pending_updates}"}
+        if publisher.guard.total:  # rows and dense parameters left out for NaN or inf, since start
+            fields["pub_nonfinite"] = str(publisher.guard.total)
         if publisher.error:
             fields["pub_error"] = f"down {time.time() - publisher.error_since:.0f}s"
         return fields

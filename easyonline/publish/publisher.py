@@ -13,7 +13,11 @@ never rediscovered from the sink: after a clean stop at the next sequence,
 after a crash above the numbers the crashed run had reserved. When the
 readers' rows may differ from the restored checkpoint (a crash, a stop
 before the last publish got out, a new stream for a restored model), the
-thread asks for a full sync: every row is sent once more.
+thread asks for a full sync: every row is sent once more. A full sync is
+streamed (``_stream_full_sync``): one table shard read at a time, its
+messages sent in batches of about ``full_sync_send_bytes`` as they are
+encoded, so its memory does not grow with the model. Rows and dense
+parameters with NaN or infinite values are never published (``guard``).
 """
 import collections
 import dataclasses
@@ -21,14 +25,15 @@ import logging
 import queue
 import threading
 import time
-from typing import Deque, Dict, List, Optional
+from typing import Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from easyonline.updates.param_ids import ParameterIds
-from easyonline.publish.snapshot import TableRows, take_snapshot
+from easyonline.publish.nonfinite import NonFiniteGuard
+from easyonline.publish.snapshot import TableRows, full_sync_pieces, take_snapshot
 from easyonline.publish.stream_position import StreamPosition
-from easyonline.updates.codec import UpdateSnapshot, encode_update
+from easyonline.updates.codec import StreamHeader, UpdateSnapshot, encode_stream, encode_update
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +65,20 @@ class PublishResult:
 
 
 _STOP = object()
+FULL_SYNC_SEND_BYTES = 16 << 20
+
+
+class _GaveUp(Exception):
+    """Sending failed until the stop deadline."""
 
 
 class UpdatePublisher:
     """Owns the sender thread; the trainer calls ``has_room``/``offer``, ``take_full_sync`` and ``close``."""
 
     def __init__(self, sink, model_name: str, ids: ParameterIds, tables: TableRows, max_message_bytes: int,
-                 model_dir: str, max_pending: int = 4):
+                 model_dir: str, max_pending: int = 4, full_sync_send_bytes: int = FULL_SYNC_SEND_BYTES):
+        if full_sync_send_bytes < 1:
+            raise ValueError(f"full_sync_send_bytes={full_sync_send_bytes} must be positive")
         self.sink = sink
         self.position = StreamPosition(model_dir, sink.target)
         self._stream_step: Optional[int] = None  # the step of the stream's last message, None: unknown
@@ -75,6 +87,8 @@ class UpdatePublisher:
         self._ids = ids
         self._tables = tables
         self._max_bytes = max_message_bytes
+        self._send_bytes = full_sync_send_bytes
+        self.guard = NonFiniteGuard("published")
         self._queue: "queue.Queue" = queue.Queue(max_pending)
         self._results: Deque[PublishResult] = collections.deque()
         self._full_sync = threading.Event()
@@ -203,42 +217,94 @@ class UpdatePublisher:
             if job is _STOP:
                 return
             try:
-                snapshot = self.read(job)
+                if job.full_sync:
+                    result = self._stream_full_sync(job)
+                else:
+                    result = self._publish(job)
+            except _GaveUp as e:
+                self.unsent_jobs += 1 + self._queue.qsize()
+                log.error("gave up publishing at stop: %s", e)
+                return
             except Exception as e:  # pylint: disable=broad-except
                 log.exception("reading an update failed (%s); a full sync follows", e)
                 self._full_sync.set()
                 continue
-            if snapshot.empty:
+            self.guard.maybe_log()
+            if result is None:
                 continue
-            messages = encode_update(snapshot, self.model_name, self.next_sequence, self._update_id,
-                                     self._max_bytes, {i: w for i, w in self._ids.tables.values()}, self.stream_id)
-            numbered = list(zip(range(self.next_sequence, self.next_sequence + len(messages)), messages))
-            backoff = 0.5
-            while True:
-                try:
-                    self.position.reserve(numbered[-1][0])
-                    self.sink.send(numbered, self._key)
-                    break
-                except Exception as e:  # pylint: disable=broad-except
-                    if self._expired():
-                        self.unsent_jobs += 1 + self._queue.qsize()
-                        log.error("gave up publishing at stop: %s", e)
-                        return
-                    backoff = self._failed("sending to", e, backoff)
-            self._recovered()
-            size = sum(len(m) for m in messages)
-            counts = snapshot.counts()
-            result = PublishResult(self.next_sequence, self.next_sequence + len(messages) - 1, snapshot.step,
-                                   snapshot.create_time, time.time(), size, counts["dense"], counts["rows"],
-                                   counts["deletes"], snapshot.full_sync)
-            self.next_sequence += len(messages)
-            self._update_id += 1
-            self._stream_step = snapshot.step
-            self.bytes_sent += size
+            self.bytes_sent += result.bytes
             self.last_acked = result
             self._results.append(result)
+
+    def _send(self, numbered: List[Tuple[int, bytes]]) -> None:
+        """Sends (sequence, message) pairs, retrying the same numbers until they are acknowledged."""
+        backoff = 0.5
+        while True:
+            try:
+                self.position.reserve(numbered[-1][0])
+                self.sink.send(numbered, self._key)
+                break
+            except Exception as e:  # pylint: disable=broad-except
+                if self._expired():
+                    raise _GaveUp(str(e)) from e
+                backoff = self._failed("sending to", e, backoff)
+        self._recovered()
+
+    def _publish(self, job: PublishJob) -> Optional[PublishResult]:
+        """An incremental update: read, encode and send as one batch."""
+        snapshot = self.read(job)
+        if snapshot.empty:
+            return None
+        messages = encode_update(snapshot, self.model_name, self.next_sequence, self._update_id,
+                                 self._max_bytes, {i: w for i, w in self._ids.tables.values()}, self.stream_id)
+        self._send(list(zip(range(self.next_sequence, self.next_sequence + len(messages)), messages)))
+        counts = snapshot.counts()
+        return self._advance(len(messages), sum(len(m) for m in messages), snapshot.step, snapshot.create_time,
+                             counts, False)
+
+    def _stream_full_sync(self, job: PublishJob) -> Optional[PublishResult]:
+        """Every row and dense parameter, read and sent in batches (module docstring). A read that fails
+        midway leaves the sent messages on the stream (numbers used) without an end; a full sync follows."""
+        counts: Dict[str, int] = {}
+        row_bytes = max([8 + 4 * width for _, width in self._ids.tables.values()] or [8])
+        pieces = full_sync_pieces(self._tables, self._ids, job.dense, job.deleted,
+                                  max(self._send_bytes // row_bytes, 1), self.guard, counts)
+        head = StreamHeader(self.model_name, job.step, job.create_time, job.positions, self._update_id, True,
+                            self.stream_id)
+        sent = size = 0
+        batch: List[Tuple[int, bytes]] = []
+        batch_bytes = 0
+        try:
+            for data in encode_stream(pieces, head, self.next_sequence, self._max_bytes):
+                batch.append((self.next_sequence + sent + len(batch), data))
+                batch_bytes += len(data)
+                if batch_bytes >= self._send_bytes:
+                    self._send(batch)
+                    sent, size = sent + len(batch), size + batch_bytes
+                    batch, batch_bytes = [], 0
+            if batch:
+                self._send(batch)
+                sent, size = sent + len(batch), size + batch_bytes
+        except BaseException:
+            if sent:  # the messages sent are on the stream (their numbers are used), a sync without an end
+                self.next_sequence += sent
+                self._update_id += 1
+            raise
+        if not sent:
+            return None
+        return self._advance(sent, size, job.step, job.create_time, counts, True)
+
+    def _advance(self, messages: int, size: int, step: int, create_time: float, counts: Dict[str, int],
+                 full_sync: bool) -> PublishResult:
+        result = PublishResult(self.next_sequence, self.next_sequence + messages - 1, step, create_time,
+                               time.time(), size, counts.get("dense", 0), counts.get("rows", 0),
+                               counts.get("deletes", 0), full_sync)
+        self.next_sequence += messages
+        self._update_id += 1
+        self._stream_step = step
+        return result
 
     def read(self, job: PublishJob) -> UpdateSnapshot:
         """The job's rows and deletes as they are in the tables now."""
         return take_snapshot(self._tables, self._ids, job.step, job.create_time, job.positions, job.dense,
-                             job.trained, job.deleted, job.full_sync)
+                             job.trained, job.deleted, job.full_sync, self.guard)

@@ -1,12 +1,29 @@
-"""Reads the rows an update (or a base/delta save) carries, as they are in the tables now."""
-from typing import Dict, List, Optional, Protocol, Tuple
+"""Reads the rows an update (or a base/delta save) carries, as they are in the tables now.
+
+An incremental update reads its changed keys (``take_snapshot``). A full sync
+or a base reads every row, so it never builds them all at once
+(``full_sync_pieces``): one table shard is exported at a time (a single
+process's table is one shard; on a cluster the chief pulls one ps shard at a
+time) and handed to the encoder in chunks of ``chunk_rows`` rows. The extra
+memory is the largest shard's export (8 + 4 * dim bytes a row) plus about two
+chunks of messages.
+
+Why a whole shard: TFRA 0.8.1 reads a table only whole (``Export``, one lock
+over the table) or into files (``SaveToFileSystem``, in buffers of
+``buffer_size`` keys, but each buffer under its own lock, walking the table
+from the start: rows inserted or rehashed by training between buffers can be
+missed or repeated, and a full sync that misses a row makes readers drop it).
+A shard's export is one consistent read.
+"""
+from typing import Dict, Iterator, List, Optional, Protocol, Tuple
 
 import numpy as np
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.change_tracker import split_changes, unique_keys
+from easyonline.publish.nonfinite import NonFiniteGuard
 from easyonline.updates.param_ids import ParameterIds
-from easyonline.updates.codec import UpdateSnapshot
+from easyonline.updates.codec import DeletesPiece, DensePiece, Piece, RowsPiece, UpdateSnapshot
 
 tf = ensure_legacy_keras()
 
@@ -20,9 +37,19 @@ class TableRows(Protocol):
     def export(self, table: str) -> Tuple[np.ndarray, np.ndarray]:
         """Every (key, row) of ``table``."""
 
+    def export_shards(self, table: str) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+        """Every (key, row) of ``table``, one shard at a time (the next is read only when asked for)."""
+
     def lookup(self, keys: Dict[str, np.ndarray]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
         """(rows, exists) of each table's ``keys``, all tables in one call: an update reads every table
         it changed, and a call per table cost ~0.6 ms of fixed overhead each (26 tables: 15 ms an update)."""
+
+
+def _view(tensor) -> np.ndarray:
+    """The eager tensor's values without a copy: ``numpy()`` copies (TF 2.16), which would double a shard's
+    export; ``_numpy()`` is a read-only view that keeps the tensor alive. Falls back to ``numpy()``."""
+    view = getattr(tensor, "_numpy", None)
+    return view() if view is not None else tensor.numpy()
 
 
 class EagerTableRows:
@@ -38,6 +65,12 @@ class EagerTableRows:
     def export(self, table: str) -> Tuple[np.ndarray, np.ndarray]:
         keys, values = self._tables.embeddings[table].params.export()
         return keys.numpy(), values.numpy()
+
+    def export_shards(self, table: str) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+        for shard in self._tables.embeddings[table].params.tables:
+            keys, values = (_view(t) for t in shard.export())
+            yield keys, values
+            del keys, values
 
     def lookup(self, keys: Dict[str, np.ndarray]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
         names = self.names()
@@ -57,12 +90,18 @@ class EagerTableRows:
 
 def take_snapshot(tables: TableRows, ids: ParameterIds, step: int, create_time: float, positions: Dict[int, int],
                   dense: Optional[Dict[int, np.ndarray]], trained: Dict[str, List[np.ndarray]],
-                  deleted: Dict[str, List[np.ndarray]], full_sync: bool = False) -> UpdateSnapshot:
+                  deleted: Dict[str, List[np.ndarray]], full_sync: bool = False,
+                  guard: Optional[NonFiniteGuard] = None) -> UpdateSnapshot:
     """Rows of the ``trained`` and ``deleted`` keys (every row when ``full_sync``), and deletes.
 
     Safe to call while another thread trains: a row read here may be a step
     old, but its key is then recorded again and re-sent with the next update.
+    ``guard``: rows and dense parameters with NaN or infinite values are left out and counted.
+    With ``full_sync`` every table is held whole: large tables go through ``full_sync_pieces``.
     """
+    if guard is not None and dense:
+        names = {param_id: name for name, param_id in ids.dense.items()}
+        dense = {i: value for i, value in dense.items() if guard.finite_dense(names.get(i, str(i)), value)}
     snapshot = UpdateSnapshot(step, create_time, positions, dense=dense or {}, full_sync=full_sync)
     gone_by_table = {name: unique_keys(deleted.get(name, [])) for name in tables.names()}
     wanted: Dict[str, np.ndarray] = {}
@@ -79,8 +118,48 @@ def take_snapshot(tables: TableRows, ids: ParameterIds, step: int, create_time: 
             keys, values, gone = split_changes(wanted[name], gone_keys, *found[name])
         else:
             continue
+        if guard is not None:
+            keys, values = guard.finite_rows(name, keys, values)
         if len(keys):
             snapshot.rows[table_id] = (keys, values)
         if len(gone):
             snapshot.deletes[table_id] = gone
     return snapshot
+
+
+def full_sync_pieces(tables: TableRows, ids: ParameterIds, dense: Optional[Dict[int, np.ndarray]],
+                     deleted: Dict[str, List[np.ndarray]], chunk_rows: int, guard: NonFiniteGuard,
+                     counts: Dict[str, int]) -> Iterator[Piece]:
+    """Every dense parameter and table row, and the deleted keys no table holds, for ``codec.encode_stream``.
+
+    Reads lazily (module docstring): a shard is exported when the encoder reaches it, and its rows are
+    yielded in slices of at most ``chunk_rows`` (views, not copies, unless non-finite rows are dropped).
+    ``counts`` ("dense", "rows", "deletes") is updated as pieces are yielded. Safe while another thread
+    trains: a row read here may be a step old, and a key trained after its shard was read is recorded
+    again and sent with the next update.
+    """
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows={chunk_rows}: a full sync needs at least one row per chunk")
+    names = {param_id: name for name, param_id in ids.dense.items()}
+    for param_id, value in sorted((dense or {}).items()):
+        if guard.finite_dense(names.get(param_id, str(param_id)), value):
+            counts["dense"] = counts.get("dense", 0) + 1
+            yield DensePiece(param_id, value)
+    for name in tables.names():
+        table_id, dim = ids.tables[name]
+        gone = unique_keys(deleted.get(name, []))
+        held = np.zeros(len(gone), bool)  # deleted keys a shard holds again: not deletes
+        for keys, values in tables.export_shards(name):
+            for start in range(0, len(keys), chunk_rows):
+                chunk_keys, chunk_values = keys[start:start + chunk_rows], values[start:start + chunk_rows]
+                if len(gone):
+                    held |= np.isin(gone, chunk_keys)
+                chunk_keys, chunk_values = guard.finite_rows(name, chunk_keys, chunk_values)
+                if len(chunk_keys):
+                    counts["rows"] = counts.get("rows", 0) + len(chunk_keys)
+                    yield RowsPiece(table_id, chunk_keys, chunk_values)
+                del chunk_keys, chunk_values
+            del keys, values  # the shard's export is freed before the next one is read
+        if (~held).any():
+            counts["deletes"] = counts.get("deletes", 0) + int((~held).sum())
+            yield DeletesPiece(table_id, dim, gone[~held])

@@ -79,6 +79,9 @@ class PrometheusMetrics(Callback):
         yield from gauge("publish_lag_seconds", "age of the newest published update while changes wait (0: idle)",
                          logs.get("pub_lag"))
         yield from gauge("publish_queue", "updates waiting to be sent", logs.get("pub_queue"))
+        if "pub_nonfinite" in logs:
+            yield CounterMetricFamily(PREFIX + "publish_nonfinite", "embedding rows and dense parameters not "
+                                      "published for NaN or infinite values", value=_number(logs["pub_nonfinite"]))
         if "pub_error" in logs:
             yield from gauge("publish_down_seconds", "how long the update sink has been failing",
                              str(logs["pub_error"]).replace("down ", ""))

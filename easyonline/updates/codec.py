@@ -4,9 +4,16 @@ A snapshot (dense values by id, sparse rows and deletes by table id) is cut
 into messages no larger than ``max_bytes``: tables and even single dense
 parameters are sliced, so any model fits under any topic's limit. Each
 message carries the full header, so it can be applied on its own.
+
+A full sync (or a base save) of large tables is not built whole: ``encode_stream``
+takes its content piece by piece (``DensePiece``, ``RowsPiece``, ``DeletesPiece``,
+a table's rows a chunk at a time) and yields each message as soon as it is
+full. It holds at most the message being filled and the one being serialized;
+its messages have ``parts = 0`` (the count is not known in advance), and the
+last one has ``full_sync_end``.
 """
 import dataclasses
-from typing import Dict, List, Tuple
+from typing import Dict, Iterable, Iterator, List, Tuple, Union
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -89,6 +96,11 @@ class _Packer:
             self._used += _ENTRY_OVERHEAD + n * (8 + 4 * dim)
             start += n
 
+    def take_closed(self) -> List[update_pb2.UpdateMessage]:
+        """The messages already full (every one but the one being filled), removed from the packer."""
+        closed, self.messages = self.messages[:-1], self.messages[-1:]
+        return closed
+
     def add_deletes(self, table_id: int, dim: int, keys: np.ndarray) -> None:
         keys = np.ascontiguousarray(keys, np.int64)
         start = 0
@@ -111,26 +123,94 @@ def encode_update(snapshot: UpdateSnapshot, model_name: str, first_sequence: int
     for table_id, (keys, values) in sorted(snapshot.rows.items()):
         packer.add_rows(table_id, keys, values)
     messages = packer.messages
-    out = []
-    for part, message in enumerate(messages):
-        header = message.header
-        header.model_name = model_name
-        header.format_version = FORMAT_VERSION
-        header.global_step = snapshot.step
-        header.sequence = first_sequence + part
-        header.create_time = snapshot.create_time
-        for partition, offset in snapshot.positions.items():
-            header.positions[int(partition)] = int(offset)
-        header.update_id = update_id
-        header.part = part
-        header.parts = len(messages)
-        header.full_sync = snapshot.full_sync
-        header.stream_id = stream_id
-        data = message.SerializeToString()
-        if len(data) > max_bytes:  # the reserve is generous; this guards a too-long model name or positions map
-            raise ValueError(f"update message of {len(data)} bytes exceeds max_message_bytes={max_bytes}")
-        out.append(data)
-    return out
+    head = StreamHeader(model_name, snapshot.step, snapshot.create_time, snapshot.positions, update_id,
+                        snapshot.full_sync, stream_id)
+    return [_finish(message, head, first_sequence + part, part, len(messages), max_bytes,
+                    end=snapshot.full_sync and part == len(messages) - 1)
+            for part, message in enumerate(messages)]
+
+
+@dataclasses.dataclass
+class StreamHeader:
+    """What every message of one update carries in its header besides its number."""
+    model_name: str
+    step: int
+    create_time: float
+    positions: Dict[int, int]
+    update_id: int
+    full_sync: bool
+    stream_id: int = 0
+
+
+def _finish(message: update_pb2.UpdateMessage, head: StreamHeader, sequence: int, part: int, parts: int,
+            max_bytes: int, end: bool = False) -> bytes:
+    header = message.header
+    header.model_name = head.model_name
+    header.format_version = FORMAT_VERSION
+    header.global_step = head.step
+    header.sequence = sequence
+    header.create_time = head.create_time
+    for partition, offset in head.positions.items():
+        header.positions[int(partition)] = int(offset)
+    header.update_id = head.update_id
+    header.part = part
+    header.parts = parts
+    header.full_sync = head.full_sync
+    header.full_sync_end = end
+    header.stream_id = head.stream_id
+    data = message.SerializeToString()
+    if len(data) > max_bytes:  # the reserve is generous; this guards a too-long model name or positions map
+        raise ValueError(f"update message of {len(data)} bytes exceeds max_message_bytes={max_bytes}")
+    return data
+
+
+@dataclasses.dataclass
+class DensePiece:
+    param_id: int
+    value: np.ndarray
+
+
+@dataclasses.dataclass
+class RowsPiece:
+    table_id: int
+    keys: np.ndarray
+    values: np.ndarray
+
+
+@dataclasses.dataclass
+class DeletesPiece:
+    table_id: int
+    dim: int
+    keys: np.ndarray
+
+
+Piece = Union[DensePiece, RowsPiece, DeletesPiece]
+
+
+def encode_stream(pieces: Iterable[Piece], head: StreamHeader, first_sequence: int,
+                  max_bytes: int) -> Iterator[bytes]:
+    """A full sync as serialized messages, each yielded as soon as it is full (see the module docstring).
+
+    Pieces are packed in the order given (a reader applies messages in order, so a table's deletes must
+    not follow rows of the same keys). Each message is <= max_bytes, numbered from ``first_sequence``,
+    ``parts = 0``; the last has ``full_sync_end``. No piece: no message.
+    """
+    if not head.full_sync:
+        raise ValueError("encode_stream writes full syncs only (parts = 0 is valid only there)")
+    packer = _Packer(max_bytes)
+    part = 0
+    for piece in pieces:
+        if isinstance(piece, DensePiece):
+            packer.add_dense(piece.param_id, piece.value)
+        elif isinstance(piece, RowsPiece):
+            packer.add_rows(piece.table_id, piece.keys, piece.values)
+        else:
+            packer.add_deletes(piece.table_id, piece.dim, piece.keys)
+        for message in packer.take_closed():
+            yield _finish(message, head, first_sequence + part, part, 0, max_bytes)
+            part += 1
+    for message in packer.messages:  # the last one, when there was anything
+        yield _finish(message, head, first_sequence + part, part, 0, max_bytes, end=True)
 
 
 def decode_update(data: bytes) -> update_pb2.UpdateMessage:
@@ -147,7 +227,9 @@ def decode_update(data: bytes) -> update_pb2.UpdateMessage:
         raise MalformedUpdateError(f"format_version {header.format_version}, this reader knows {FORMAT_VERSION}")
     if header.sequence < 1 or not header.model_name:
         raise MalformedUpdateError("header lacks a sequence number or model name")
-    if header.parts < 1 or header.part >= header.parts:
+    if header.parts == 0 and not header.full_sync:
+        raise MalformedUpdateError("parts = 0 (a count not known in advance) is valid only in a full sync")
+    if header.parts and header.part >= header.parts:
         raise MalformedUpdateError(f"part {header.part} of {header.parts}")
     for entry in message.dense:
         size = int(np.prod(entry.shape)) if len(entry.shape) else 1
@@ -177,11 +259,13 @@ def describe(message: update_pb2.UpdateMessage, sample_keys: int = 0) -> Dict:
     """A JSON-friendly summary (for logs and read_updates)."""
     header = message.header
     summary = {"stream": header.stream_id, "sequence": header.sequence, "step": header.global_step, "update": header.update_id,
-               "part": f"{header.part + 1}/{header.parts}", "model": header.model_name,
+               "part": f"{header.part + 1}/{header.parts or '?'}", "model": header.model_name,
                "created": round(header.create_time, 3), "positions": dict(header.positions),
                "dense": len(message.dense), "rows": {}, "deletes": {}}
     if header.full_sync:
         summary["full_sync"] = True
+    if header.full_sync_end:
+        summary["full_sync_end"] = True
     for entry in message.sparse:
         deleted, keys, _ = sparse_arrays(entry)
         if len(keys):

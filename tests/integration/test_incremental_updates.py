@@ -144,6 +144,10 @@ def test_directory_transport_restart_continues_sequence_and_full_syncs_after_a_c
     restart = sequences[len(crashed):]
     assert restart[0] > crashed[-1] + 1 and restart == list(range(restart[0], restart[0] + len(restart)))
     assert decode_update(records[len(crashed)][1]).header.full_sync
+    sync = [m for m in (decode_update(data) for _, data in records[len(crashed):]) if m.header.full_sync]
+    # streamed: its count is not known in advance (parts 0), the last message ends it
+    assert {m.header.parts for m in sync} == {0} and [m.header.full_sync_end for m in sync][-1]
+    assert not any(m.header.full_sync_end for m in sync[:-1])
     assert read_parameter_ids(str(tmp_path / "model")) == ids_before  # ids are stable across restarts
     assert_replica_equals_trainer(_replay(records, "model"), trainer, tmp_path / "model")
 

@@ -198,7 +198,8 @@ def _bad(mutate):
     (_bad(lambda m: setattr(m.header, "format_version", 0)), "format_version 0"),
     (_bad(lambda m: setattr(m.header, "sequence", 0)), "lacks a sequence number or model name"),
     (_bad(lambda m: setattr(m.header, "model_name", "")), "lacks a sequence number or model name"),
-    (_bad(lambda m: setattr(m.header, "parts", 0)), "part 0 of 0"),
+    (_bad(lambda m: setattr(m.header, "parts", 0)), "parts = 0 .* valid only in a full sync"),
+    (_bad(lambda m: (setattr(m.header, "parts", 2), setattr(m.header, "part", 2))), "part 2 of 2"),
     (_bad(lambda m: setattr(m.header, "part", 3)), "part 3 of 1"),
     # 6 value bytes are not whole float32s
     (_bad(lambda m: m.dense.add(id=1, shape=[4], values=b"\0" * 6)), "dense id 1: 6 value bytes"),

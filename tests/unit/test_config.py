@@ -101,6 +101,9 @@ def test_edit_config_json_errors_name_the_path(tmp_path, edits, path):
      "train_config.incr_save_config.max_message_bytes"),
     ({"train_config.incr_save_config": {"fs": {"incr_save_dir": "/x"}, "sparse_save_secs": -1}},
      "train_config.incr_save_config.sparse_save_secs"),
+    ({"train_config.incr_save_config": {"fs": {"incr_save_dir": "/x"}, "full_sync_send_bytes": 0}},
+     "train_config.incr_save_config.full_sync_send_bytes"),
+    ({"train_config.inference_save_config": {"part_bytes": 100}}, "train_config.inference_save_config.part_bytes"),
 ])
 def test_validation_names_the_bad_field(tmp_path, edits, path):
     config = online_config(tmp_path)
