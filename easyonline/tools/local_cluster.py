@@ -52,10 +52,16 @@ class LocalCluster:
         env["TF_CONFIG"] = json.dumps({"cluster": self.cluster, "task": {"type": role, "index": index}})
         return env
 
+    def task_command(self, role: str, index: int) -> List[str]:
+        """The command line of one task. A subclass may wrap it (the tests run each ps in a mount
+        namespace of its own, without model_dir, as a Kubernetes ps pod without a volume)."""
+        del role, index  # every task runs the trainer's command; TF_CONFIG tells it its role
+        return [sys.executable, "-m", "easyonline.train", *self.train_args]
+
     def start_task(self, role: str, index: int) -> subprocess.Popen:
         """Starts (or restarts) one task."""
         name = "chief" if role == "chief" else f"{role}{index}"
-        proc = subprocess.Popen([sys.executable, "-m", "easyonline.train", *self.train_args],
+        proc = subprocess.Popen(self.task_command(role, index),
                                 env=self.task_env(role, index), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
         self.processes[name] = proc
