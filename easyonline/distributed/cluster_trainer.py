@@ -215,6 +215,7 @@ class ClusterTrainer(OnlineTrainer):
         if self.mirror:
             self.mirror.pull()
         path = self.manager.latest_checkpoint
+        started = time.time()
         with self.graph.graph.as_default():
             if path is not None:
                 self.graph.checkpoint.restore(path, options=self.io_options).expect_partial() \
@@ -228,8 +229,8 @@ class ClusterTrainer(OnlineTrainer):
                 self._last_saved_step = int(self._session_run(self.state.global_step))
                 self.last_checkpoint = path if not self.mirror else fileio.join(
                     self.config.model_dir, path.rsplit("/", 1)[-1])
-                log.info("restored %s into the ps (step %d, positions %s)", self.last_checkpoint,
-                         self._last_saved_step, positions)
+                log.info("restored %s into the ps (step %d, positions %s) in %.2fs", self.last_checkpoint,
+                         self._last_saved_step, positions, time.time() - started)
                 return self.last_checkpoint
             fine_tune = self.config.train_config.fine_tune_checkpoint
             if fine_tune:
@@ -343,6 +344,7 @@ class ClusterTrainer(OnlineTrainer):
         self._session_run(self.graph.set_positions_json,
                           {self.graph.positions_json_in: encode_positions(positions, stream_topic(self.config))})
         step = int(self._session_run(self.state.global_step))
+        started = time.time()
         with self.graph.graph.as_default(), self.session.as_default():
             try:
                 path = self.manager.save(checkpoint_number=step, options=self.io_options)
@@ -356,7 +358,7 @@ class ClusterTrainer(OnlineTrainer):
             self.source.commit(positions)
         self._last_saved_step = step
         self.last_checkpoint = path
-        log.info("saved checkpoint %s (positions %s)", path, positions)
+        log.info("saved checkpoint %s (positions %s) in %.2fs", path, positions, time.time() - started)
         self.dispatch("on_checkpoint", path)
         return path
 

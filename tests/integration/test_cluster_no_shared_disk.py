@@ -3,11 +3,12 @@
 How the difference from production is simulated: each ps process starts
 under ``unshare --mount`` with a private, read-only, empty tmpfs mounted over
 the directory that holds model_dir and the inference saves, and checks that
-model_dir is gone before it starts its server. The ps thus runs on the same
+the directory is empty before it starts its server. The ps thus runs on the same
 machine but sees neither model_dir nor anything under it, and can write
-nothing there, as a ps pod that mounts no volume; the chief and the test see
-the real directory. Everything else is real: ps, chief, broker, TensorFlow
-and TFRA. (Needs root or CAP_SYS_ADMIN for the mount namespace, as CI has;
+nothing there, as a ps pod that mounts no volume; the chief and the test
+see the real directory (``LocalCluster(ps_hidden_dir=...)``; the test also
+reads each ps's mount table). Everything else is real: ps, chief, broker,
+TensorFlow and TFRA. (Needs root or CAP_SYS_ADMIN for the mount namespace, as CI has;
 elsewhere the test is skipped, saying so.)
 
 Before the chief did its checkpoints' file I/O itself, the first checkpoint
@@ -15,7 +16,6 @@ failed on the ps (``NotFoundError: .../model.ckpt-N_temp ... SaveV2``) and
 the chief exited 1.
 """
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -25,38 +25,20 @@ import tensorflow as tf
 
 from easyonline.config.loader import to_text
 from easyonline.publish.base_delta import load_inference_model
-from easyonline.tools.local_cluster import LocalCluster
+from easyonline.tools.local_cluster import LocalCluster, can_hide_dirs
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.updates.model_diff import differences_from_model
 from easyonline.updates.param_ids import read_parameter_ids
 from tests.conftest import online_config, python_env
 from tests.integration.test_cluster import FAST, _checkpoint_positions, _summary, _wait_for
 
-_HIDE = 'mount -t tmpfs -o ro tmpfs "$1" && ! test -e "$2" && shift 2 && exec "$@"'
 
-
-def _can_hide(directory) -> bool:
-    """Whether this machine lets a process mount over ``directory`` in a mount namespace of its own."""
-    if shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", _HIDE, "sh",
-                            str(directory), str(directory / "absent"), "true"], capture_output=True, timeout=30)
-    return probe.returncode == 0
-
-
-class PsWithoutDisk(LocalCluster):
-    """A LocalCluster whose ps see an empty read-only directory at ``hidden`` (model_dir is under it)."""
-
-    def __init__(self, hidden, model_dir, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.hidden, self.model_dir = str(hidden), str(model_dir)
-
-    def task_command(self, role, index):
-        command = super().task_command(role, index)
-        if role != "ps":
-            return command
-        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", _HIDE, "sh", self.hidden,
-                self.model_dir, *command]
+def _hidden_in(pid: int, directory) -> bool:
+    """Whether process ``pid`` sees a read-only tmpfs mounted at ``directory`` (its /proc mountinfo)."""
+    with open(f"/proc/{pid}/mountinfo") as f:
+        mounts = [line.split() for line in f]
+    return any(m[4] == str(directory) and m[m.index("-") + 1] == "tmpfs" and "ro" in m[5].split(",")
+               for m in mounts)
 
 
 def test_ps_without_model_dir_checkpoints_restores_after_a_ps_and_the_chief_restart_and_exports(
@@ -67,7 +49,7 @@ def test_ps_without_model_dir_checkpoints_restores_after_a_ps_and_the_chief_rest
     shared = tmp_path / "shared"  # the trainers' volume; the ps do not have it
     model_dir, saves = shared / "m", shared / "saves"
     shared.mkdir()
-    if not _can_hide(shared):
+    if not can_hide_dirs(str(shared)):
         pytest.skip("no mount namespace here (unshare --mount needs root or CAP_SYS_ADMIN)")
     broker.create_topic(topic, 2)
     total = 16000
@@ -81,9 +63,11 @@ def test_ps_without_model_dir_checkpoints_restores_after_a_ps_and_the_chief_rest
     config_path.write_text(to_text(config))
     producer = threading.Thread(target=produce, args=(broker.bootstrap, topic, SyntheticCtrStream().chunks(0, total)),
                                 kwargs={"rate": 2500, "partitions": 2})
-    with PsWithoutDisk(shared, model_dir, 2, 1, [f"--config={config_path}", "--online"],
-                       env=python_env()) as cluster:
+    with LocalCluster(2, 1, [f"--config={config_path}", "--online"], env=python_env(),
+                      ps_hidden_dir=str(shared)) as cluster:
         _wait_for(cluster, r"step=\d+ samples=")
+        assert all(_hidden_in(cluster.processes[ps].pid, shared) for ps in ("ps0", "ps1"))
+        assert not _hidden_in(cluster.processes["chief"].pid, shared)
         producer.start()
         _wait_for(cluster, r"saved checkpoint .*model\.ckpt-(?:1[0-9]|[2-9][0-9])\b")
         _wait_for(cluster, r"saved .*delta-\d+")
@@ -102,6 +86,7 @@ def test_ps_without_model_dir_checkpoints_restores_after_a_ps_and_the_chief_rest
         cluster.train_args = [f"--config={config_path}"]  # offline: the chief ends at the end of the stream
         cluster.start_task("chief", 0)
         assert cluster.wait(300) == 0, cluster.chief_output()[-4000:]
+        assert _hidden_in(cluster.processes["ps1"].pid, shared)  # the restarted ps had no disk either
         ps_output = cluster.output_of("ps0") + cluster.output_of("ps1")
     output = cluster.chief_output()
     restored = {int(k): v for k, v in positions.items()}
