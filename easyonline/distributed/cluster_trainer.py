@@ -54,6 +54,7 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.callbacks import Callback
 from easyonline.core.errors import ClusterFailure
 from easyonline.core.stop_signal import StopSignal
+from easyonline.distributed.checkpoint_io import io_options
 from easyonline.distributed.cluster_config import ClusterConfig
 from easyonline.distributed.server import start_server
 from easyonline.distributed.session_tables import SessionTableOps, SessionTableRows
@@ -122,6 +123,7 @@ class ClusterTrainer(OnlineTrainer):
             if fileio.is_oss(config.model_dir) else None
         self.local_dir = self.mirror.local if self.mirror else config.model_dir
         fileio.makedirs(config.model_dir)
+        self.io_options = io_options(cluster)  # checkpoint files are read and written here, never on a ps
         with self.graph.graph.as_default():
             self.manager = tf.train.CheckpointManager(self.graph.checkpoint, self.local_dir,
                                                       max_to_keep=train.keep_checkpoint_max,
@@ -213,9 +215,11 @@ class ClusterTrainer(OnlineTrainer):
         if self.mirror:
             self.mirror.pull()
         path = self.manager.latest_checkpoint
+        started = time.time()
         with self.graph.graph.as_default():
             if path is not None:
-                self.graph.checkpoint.restore(path).expect_partial().run_restore_ops(self.session)
+                self.graph.checkpoint.restore(path, options=self.io_options).expect_partial() \
+                    .run_restore_ops(self.session)
                 saved = self._session_run(self.graph.positions_json)
                 positions = decode_positions(saved)
                 if self.config.HasField("kafka_train_input"):  # (the trainers check the partitions themselves)
@@ -225,15 +229,16 @@ class ClusterTrainer(OnlineTrainer):
                 self._last_saved_step = int(self._session_run(self.state.global_step))
                 self.last_checkpoint = path if not self.mirror else fileio.join(
                     self.config.model_dir, path.rsplit("/", 1)[-1])
-                log.info("restored %s into the ps (step %d, positions %s)", self.last_checkpoint,
-                         self._last_saved_step, positions)
+                log.info("restored %s into the ps (step %d, positions %s) in %.2fs", self.last_checkpoint,
+                         self._last_saved_step, positions, time.time() - started)
                 return self.last_checkpoint
             fine_tune = self.config.train_config.fine_tune_checkpoint
             if fine_tune:
                 source = latest_checkpoint(fine_tune)
                 if source is None:
                     raise FileNotFoundError(f"train_config.fine_tune_checkpoint: no checkpoint at {fine_tune}")
-                tf.train.Checkpoint(model=self.model).restore(source).expect_partial().run_restore_ops(self.session)
+                tf.train.Checkpoint(model=self.model).restore(source, options=self.io_options).expect_partial() \
+                    .run_restore_ops(self.session)
                 log.info("initialised the model from %s", source)
                 return source
         return None
@@ -339,9 +344,10 @@ class ClusterTrainer(OnlineTrainer):
         self._session_run(self.graph.set_positions_json,
                           {self.graph.positions_json_in: encode_positions(positions, stream_topic(self.config))})
         step = int(self._session_run(self.state.global_step))
+        started = time.time()
         with self.graph.graph.as_default(), self.session.as_default():
             try:
-                path = self.manager.save(checkpoint_number=step)
+                path = self.manager.save(checkpoint_number=step, options=self.io_options)
             except Exception as e:  # pylint: disable=broad-except
                 if _is_lost_task(e):
                     raise self._lost(e) from None
@@ -352,7 +358,7 @@ class ClusterTrainer(OnlineTrainer):
             self.source.commit(positions)
         self._last_saved_step = step
         self.last_checkpoint = path
-        log.info("saved checkpoint %s (positions %s)", path, positions)
+        log.info("saved checkpoint %s (positions %s) in %.2fs", path, positions, time.time() - started)
         self.dispatch("on_checkpoint", path)
         return path
 

@@ -14,6 +14,7 @@ checkpoint.
 import collections
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,19 +28,43 @@ from easyonline.utils.child_process import die_with_parent
 from easyonline.utils.cli import run_command
 from easyonline.utils.net import free_port
 
+# Runs "$@" with an empty, read-only tmpfs over "$1", in a mount namespace of its own (checked empty first)
+_HIDE_DIR = 'mount -t tmpfs -o ro tmpfs "$1" && [ -z "$(ls -A "$1")" ] && shift && exec "$@"'
+
+
+def hidden_dir_command(directory: str, command: List[str]) -> List[str]:
+    """``command`` run where ``directory`` is an empty read-only directory: a host without that disk."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", _HIDE_DIR, "sh", directory, *command]
+
+
+def can_hide_dirs(directory: str) -> bool:
+    """Whether this machine lets a process hide ``directory`` from itself (``unshare --mount`` needs root
+    or CAP_SYS_ADMIN)."""
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        probe = subprocess.run(hidden_dir_command(directory, ["true"]), capture_output=True, timeout=30,
+                               check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
 
 class LocalCluster:
     """Processes by name ("chief", "ps0", "worker0", ...); use as a context manager.
 
-    ``num_trainers``: the chief and ``num_trainers - 1`` workers.
+    ``num_trainers``: the chief and ``num_trainers - 1`` workers. ``ps_hidden_dir``: a directory the ps must
+    not see (model_dir's parent): each ps runs in a mount namespace of its own with an empty read-only
+    tmpfs over it, as a Kubernetes ps pod without a volume (see ``can_hide_dirs``).
     """
 
     def __init__(self, num_ps: int, num_trainers: int, train_args: List[str], env: Optional[Dict[str, str]] = None,
-                 output: Optional[TextIO] = None, host: str = "127.0.0.1"):
+                 output: Optional[TextIO] = None, host: str = "127.0.0.1", ps_hidden_dir: Optional[str] = None):
         self.cluster = {"chief": [f"{host}:{free_port(host)}"],
                         "ps": [f"{host}:{free_port(host)}" for _ in range(num_ps)],
                         "worker": [f"{host}:{free_port(host)}" for _ in range(num_trainers - 1)]}
         self.train_args = list(train_args)
+        self.ps_hidden_dir = ps_hidden_dir
         self.env = dict(env if env is not None else os.environ)
         self.output = output
         self.lines: Deque[str] = collections.deque(maxlen=50000)  # every prefixed line, for tests and tools
@@ -52,10 +77,18 @@ class LocalCluster:
         env["TF_CONFIG"] = json.dumps({"cluster": self.cluster, "task": {"type": role, "index": index}})
         return env
 
+    def task_command(self, role: str, index: int) -> List[str]:
+        """The command line of one task (TF_CONFIG tells it its role)."""
+        del index
+        command = [sys.executable, "-m", "easyonline.train", *self.train_args]
+        if role == "ps" and self.ps_hidden_dir:
+            return hidden_dir_command(self.ps_hidden_dir, command)
+        return command
+
     def start_task(self, role: str, index: int) -> subprocess.Popen:
         """Starts (or restarts) one task."""
         name = "chief" if role == "chief" else f"{role}{index}"
-        proc = subprocess.Popen([sys.executable, "-m", "easyonline.train", *self.train_args],
+        proc = subprocess.Popen(self.task_command(role, index),
                                 env=self.task_env(role, index), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
         self.processes[name] = proc
