@@ -139,7 +139,7 @@ class ClusterTrainer(OnlineTrainer):
         self._last_saved_step = -1
         self._start_samples: Optional[int] = None
         self.restored_from = self._join()
-        self.metrics = ClusterMetrics(self._session_run, self.state, train.metrics_window_samples)
+        self.metrics = self.cluster_metrics = ClusterMetrics(self._session_run, self.state, train.metrics_window_samples)
         # every trainer records its trained keys on the ps; the chief's publishers drain them there
         self.changes = PulledChangeTracker(lambda: self._session_run(self.graph.drain_changed_keys)) \
             if self.graph.publishes and cluster.is_chief else ChangeTracker(self.specs)
@@ -249,9 +249,7 @@ class ClusterTrainer(OnlineTrainer):
         positions = positions_dict(self._session_run(self.state.positions))
         source = build_source(self.config, self.specs, positions,
                               partition_share=(self.trainer_index, self.cluster.num_trainers))
-        partitions = getattr(source, "partitions", None)
-        if partitions is not None:
-            log.info("%s trains partitions %s", self.name, sorted(getattr(p, "partition", p) for p in partitions))
+        log.info("%s trains partitions %s", self.name, source.partition_numbers())
         self._start_together()
         return source
 
@@ -300,7 +298,7 @@ class ClusterTrainer(OnlineTrainer):
         shared = self._session_run(self.state.reads)
         self.step, self._samples = max(self.step, int(shared["step"])), max(self._samples, int(shared["samples"]))
         self._cluster_lag = int(shared["lags"].sum())
-        self.metrics.refresh()
+        self.cluster_metrics.refresh()
 
     def _report(self, status, last) -> None:
         self._refresh()
@@ -317,7 +315,7 @@ class ClusterTrainer(OnlineTrainer):
         out = self._session_run(self.graph.train_op, feed)
         self.step_spans.append((started, time.time()))
         self.step, self._samples = int(out["step"]), int(out["samples"])
-        self.metrics.after_step(self._samples)
+        self.cluster_metrics.after_step(self._samples)
         return out["probabilities"]
 
     def _count(self, samples: int) -> None:

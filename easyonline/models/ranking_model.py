@@ -11,7 +11,7 @@ wide part (first-order weights, the dense features' linear weights) and
 which the deep part (embeddings, and the dense features in the DNN);
 without groups every feature feeds both.
 """
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.dynamic_tables import DynamicTables
@@ -44,9 +44,12 @@ class RankingModel(tf.keras.Model):
         self.deep = MLP(hidden, dnn.activation, dnn.dropout_ratio, dnn.use_bn, model_config.l2_regularization,
                         seed=seed + 100, name="dnn")
         self.deep_logit = tf.keras.layers.Dense(1, name="deep_logit")
-        self.dense_linear = tf.keras.layers.Dense(1, use_bias=False, name="dense_linear") if specs.raw_features else None
+        self.dense_linear: Any = tf.keras.layers.Dense(1, use_bias=False, name="dense_linear") \
+            if specs.raw_features else None
         self.bias = self.add_weight(name="bias", shape=(), initializer="zeros")
-        self.final_dnn = self.final_logit = None  # EasyRec's final_dnn, when a model has one: build_final_dnn
+        # EasyRec's final_dnn, when a model has one: build_final_dnn
+        self.final_dnn: Optional[MLP] = None
+        self.final_logit: Any = None
 
     def first_order_dim(self, model_config: pipeline_pb2.ModelConfig) -> int:  # pylint: disable=unused-argument
         """Width of each id's first-order weights (stored as extra columns of its row)."""
@@ -118,6 +121,8 @@ class RankingModel(tf.keras.Model):
         self.use_bn = self.use_bn or final.use_bn
 
     def final_logits(self, parts: List[tf.Tensor], training) -> tf.Tensor:
+        if self.final_dnn is None:
+            raise ValueError(f"{type(self).__name__} has no final_dnn (build_final_dnn makes it)")
         hidden = self.final_dnn(tf.concat(parts, axis=1), training=training)
         return tf.squeeze(self.final_logit(hidden), axis=1)
 

@@ -21,6 +21,7 @@ from easyonline.config.secrets import apply_oss_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.callbacks import Callback
 from easyonline.core.errors import ConfigError
+from easyonline.core.metrics import WindowMetrics
 from easyonline.core.stop_signal import StopSignal
 from easyonline.embedding.change_tracker import ChangeTracker
 from easyonline.embedding.dynamic_tables import STATS_EPOCH, checkpoint_shards
@@ -106,7 +107,7 @@ class OnlineTrainer:
         with self._variable_scope():
             self.optimizer = build_train_optimizer(config.train_config)
         self.task = RankingTask(config.train_config.metrics_window_samples)
-        shards = len(self.model.tables.devices or [None])
+        shards = len(self.model.tables.devices or [""])
         if saved_shards and shards != saved_shards:
             raise ConfigError("TF_CONFIG.cluster.ps", f"the checkpoint in {config.model_dir} has {saved_shards} "
                               f"shard(s) per table (written by {saved_shards} ps), this cluster has {shards} ps: "
@@ -115,7 +116,7 @@ class OnlineTrainer:
         train = config.train_config
         fileio.makedirs(config.model_dir)
         self.checkpointer = Checkpointer(config.model_dir, self.model, self.optimizer, train.keep_checkpoint_max)
-        self.metrics = self.task.metrics
+        self.metrics: WindowMetrics = self.task.metrics
         self.changes = ChangeTracker(self.specs)  # fed once per batch; publishing and saves subscribe
         self.stop_signal = StopSignal()
         signature = feature_signature(self.specs)
@@ -320,7 +321,7 @@ class OnlineTrainer:
         self.step += 1
         self._samples += samples
 
-    def save_checkpoint(self) -> str:
+    def save_checkpoint(self) -> Optional[str]:
         """Checkpoints the model with the positions after the last trained batch, then commits them."""
         self._check_writer_lock()
         self.checkpointer.step.assign(self.step)
@@ -390,7 +391,7 @@ class OnlineTrainer:
         status = StatusReporter(train.log_step_count_secs, self._status_dir())
         start_time, start_cpu = time.time(), cpu_seconds()
         start_samples = self._samples_at_start()
-        self.positions = dict(getattr(source, "start_offsets", {}) or {})
+        self.positions = dict(source.start_offsets)
         self.step = self._step_at_start()
         self.lag = None
         last = {"wait": 0.0, "time": time.perf_counter()}
@@ -435,7 +436,7 @@ class OnlineTrainer:
         summary = TrainSummary(self.step, samples, seconds, samples / max(seconds, 1e-9), self.metrics.auc(),
                                self.metrics.logloss(), self.rejected, self.table_sizes(), self.positions,
                                self.last_checkpoint, stop_reason, cpu_seconds() - start_cpu,
-                               getattr(source, "start_mode", ""))
+                               source.start_mode)
         self.dispatch("on_train_end", summary)
         return summary
 
