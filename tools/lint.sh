@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 .venv/bin/ruff check easyonline tests tools
 .venv/bin/ruff check --select I easyonline/core easyonline/updates
 .venv/bin/mypy easyonline/core easyonline/updates easyonline/train easyonline/distributed easyonline/publish \
-    easyonline/inputs easyonline/models
+    easyonline/inputs easyonline/models easyonline/tasks

@@ -48,7 +48,6 @@ import numpy as np
 
 from easyonline.checkpoint.checkpointer import CHECKPOINT_NAME, latest_checkpoint
 from easyonline.checkpoint.mirror import CheckpointMirror
-from easyonline.checkpoint.positions import decode_positions, decode_topic, encode_positions
 from easyonline.config.secrets import apply_oss_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.callbacks import Callback
@@ -68,7 +67,6 @@ from easyonline.inputs.build_source import build_dead_letter, build_parser, buil
 from easyonline.inputs.raw_batch import BatchSource
 from easyonline.inputs.start_position import usable_checkpoint_positions
 from easyonline.protos import pipeline_pb2
-from easyonline.tasks import RankingTask
 from easyonline.train.trainer import OnlineTrainer
 from easyonline.utils import fileio
 from easyonline.utils.net import wait_for_port
@@ -113,9 +111,9 @@ class ClusterTrainer(OnlineTrainer):
         self.specs = build_feature_specs(config)
         self.parser = build_parser(config, self.specs)
         tf.keras.utils.set_random_seed(train.seed)
-        self.task = RankingTask(train.metrics_window_samples)
-        self.graph = TrainGraph(config, self.specs, cluster, self.task)
+        self.graph = TrainGraph(config, self.specs, cluster)
         self.model = self.graph.model
+        self.task = self.model.tasks.primary
         self.optimizer = self.graph.optimizer
         self.state = self.graph.state
         self.callbacks = list(callbacks)
@@ -134,6 +132,7 @@ class ClusterTrainer(OnlineTrainer):
             device_filters=["/job:ps", cluster.device], intra_op_parallelism_threads=train.intra_op_threads,
             inter_op_parallelism_threads=train.inter_op_threads)
         self.session = tf.compat.v1.Session(self.server.target, graph=self.graph.graph, config=session_config)
+        self.graph.positions.bind(self._session_run)
         self.can_checkpoint = True
         self.last_checkpoint: Optional[str] = None
         self._last_saved_step = -1
@@ -220,10 +219,9 @@ class ClusterTrainer(OnlineTrainer):
             if path is not None:
                 self.graph.checkpoint.restore(path, options=self.io_options).expect_partial() \
                     .run_restore_ops(self.session)
-                saved = self._session_run(self.graph.positions_json)
-                positions = decode_positions(saved)
+                positions = self.graph.positions.value()
                 if self.config.HasField("kafka_train_input"):  # (the trainers check the partitions themselves)
-                    positions = usable_checkpoint_positions(positions, decode_topic(saved),
+                    positions = usable_checkpoint_positions(positions, self.graph.positions.topic(),
                                                             self.config.kafka_train_input) or {}
                 self._session_run(self.state.set_positions, {self.state.all_positions_in: positions_array(positions)})
                 self._last_saved_step = int(self._session_run(self.state.global_step))
@@ -309,8 +307,9 @@ class ClusterTrainer(OnlineTrainer):
 
     def _train_and_count(self, raw, parsed) -> np.ndarray:
         """One session.run: score, train, and add to the shared positions, counters and metrics."""
-        feed = self.graph.feed(parsed.host_features(), parsed.labels, self.clock() - STATS_EPOCH, raw.positions,
-                               raw.lag or 0)
+        labels = parsed.labels_by_name(self.specs.label_names[0])
+        feed = self.graph.feed(parsed.host_features(), {name: labels[name] for name in self.graph.label_names},
+                               self.clock() - STATS_EPOCH, raw.positions, raw.lag or 0)
         started = time.time()
         out = self._session_run(self.graph.train_op, feed)
         self.step_spans.append((started, time.time()))
@@ -339,8 +338,7 @@ class ClusterTrainer(OnlineTrainer):
             return self.last_checkpoint
         self._check_writer_lock()
         positions = positions_dict(self._session_run(self.state.positions))
-        self._session_run(self.graph.set_positions_json,
-                          {self.graph.positions_json_in: encode_positions(positions, stream_topic(self.config))})
+        self.graph.positions.assign(positions, stream_topic(self.config))
         step = int(self._session_run(self.state.global_step))
         started = time.time()
         with self.graph.graph.as_default(), self.session.as_default():

@@ -34,7 +34,6 @@ from easyonline.inputs.build_source import build_dead_letter, build_parser, buil
 from easyonline.inputs.raw_batch import BatchSource
 from easyonline.protos import pipeline_pb2
 from easyonline.publish.snapshot import EagerTableRows, TableRows
-from easyonline.tasks import RankingTask
 from easyonline.train.optimizers import build_train_optimizer
 from easyonline.train.status import StatusReporter
 from easyonline.train.threading_config import apply_thread_config
@@ -77,6 +76,15 @@ class TrainSummary:
                 f"started from     {self.start or '-'}"]
 
 
+def check_task_labels(task_labels: Sequence[str], label_fields: Sequence[str]) -> Tuple[str, ...]:
+    """The labels the model's tasks learn from, each a ``data_config.label_fields`` entry (else ConfigError)."""
+    missing = [name for name in task_labels if name not in label_fields]
+    if missing:
+        raise ConfigError("data_config.label_fields", f"the model's tasks learn from {missing}, which are not "
+                          f"label fields (label_fields: {list(label_fields)})")
+    return tuple(task_labels)
+
+
 def cpu_seconds() -> float:
     """CPU time of this process and of its children that have ended (the input reader, once closed)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -106,7 +114,10 @@ class OnlineTrainer:
         self.model = model_with_shards(config, self.specs, saved_shards or 1, scope=self._variable_scope())
         with self._variable_scope():
             self.optimizer = build_train_optimizer(config.train_config)
-        self.task = RankingTask(config.train_config.metrics_window_samples)
+        self.task = self.model.tasks.primary  # the model owns its tasks; the primary one's metrics are the status'
+        self._label_names = check_task_labels(self.model.tasks.label_names, self.specs.label_names)
+        # a batch the reader parsed into arrays carries the first label field only
+        self._vectors_fit = self._label_names == self.specs.label_names[:1]
         shards = len(self.model.tables.devices or [""])
         if saved_shards and shards != saved_shards:
             raise ConfigError("TF_CONFIG.cluster.ps", f"the checkpoint in {config.model_dir} has {saved_shards} "
@@ -120,7 +131,7 @@ class OnlineTrainer:
         self.changes = ChangeTracker(self.specs)  # fed once per batch; publishing and saves subscribe
         self.stop_signal = StopSignal()
         signature = feature_signature(self.specs)
-        label_spec = tf.TensorSpec([None], tf.float32)
+        label_spec = {name: tf.TensorSpec([None], tf.float32) for name in self._label_names}
         # autograph=False: the step has no tensor-dependent Python control flow, and autograph
         # converting TFRA's optimizer code takes ~2 s per table at every trace.
         self._train_step = tf.function(self._distribute(self._train_step_impl),
@@ -178,8 +189,7 @@ class OnlineTrainer:
     # --- the step -----------------------------------------------------------------
     def _train_step_impl(self, features, labels, now):
         with tf.GradientTape() as tape:
-            logits = self.model(features, training=True, labels=labels, now=now)
-            loss = self.task.loss(labels, logits, self.model.losses)
+            loss, logits = self.model.compute_loss(features, labels, training=True, now=now)
         variables = self.model.trainable_variables
         gradients = tape.gradient(loss, variables)
         self.optimizer.apply_gradients(zip(gradients, variables))
@@ -190,7 +200,8 @@ class OnlineTrainer:
 
     def _build_variables(self) -> None:
         """Creates every variable and optimizer slot (an empty batch changes nothing) so restore is exact."""
-        self._train_step_impl(empty_features(self.specs), tf.zeros([0], tf.float32), self._now())
+        self._train_step_impl(empty_features(self.specs), {name: tf.zeros([0], tf.float32) for name in self._label_names},
+                              self._now())
         # (eagerly: the traced step is then traced once)
         self.model.tables.release_names()  # the optimizer's slot tables now exist
 
@@ -275,7 +286,12 @@ class OnlineTrainer:
         return self.model.tables.sizes()
 
     def train_batch(self, features, labels) -> np.ndarray:
-        """Scores then trains one parsed batch; returns the pre-update probabilities."""
+        """Scores then trains one parsed batch; returns the pre-update probabilities.
+
+        ``labels``: {label name: [B]} with each label the model's tasks learn from, or the [B] of the first.
+        """
+        if not isinstance(labels, dict):
+            labels = {self._label_names[0]: labels}
         if self.model.scores_differ_in_training:
             logits = self._run(self._score_step, features)
             self._run(self._train_step, features, labels, self._now())
@@ -295,7 +311,7 @@ class OnlineTrainer:
         def step(ids, dense, labels, now):
             features = dict(zip(id_names, tf.unstack(ids, len(id_names), axis=1)))
             features.update(zip(dense_names, tf.unstack(dense, len(dense_names), axis=1)))
-            return self._train_step_impl(features, labels, now)
+            return self._train_step_impl(features, {self._label_names[0]: labels}, now)
 
         signature = [tf.TensorSpec([None, len(id_names)], tf.int64), tf.TensorSpec([None, len(dense_names)], tf.float32),
                      tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float64)]
@@ -306,12 +322,13 @@ class OnlineTrainer:
 
     def _train_and_count(self, raw, parsed) -> np.ndarray:
         """Scores and trains a non-empty batch, adds it to the metrics and counts; returns its probabilities."""
-        if parsed.vectors is not None and not self.model.scores_differ_in_training:
+        if parsed.vectors is not None and self._vectors_fit and not self.model.scores_differ_in_training:
             probs = self.train_vectors(parsed.vectors)
             labels = parsed.vectors.labels
         else:
-            probs = self.train_batch(parsed.features, parsed.labels)
-            labels = parsed.labels.numpy()
+            by_name = parsed.labels_by_name(self.specs.label_names[0])
+            probs = self.train_batch(parsed.features, {name: by_name[name] for name in self._label_names})
+            labels = by_name[self.task.label_name].numpy()
         self.task.update_metrics(labels, probs)
         self._count(parsed.size)
         return probs
