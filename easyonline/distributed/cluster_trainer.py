@@ -48,11 +48,9 @@ import numpy as np
 
 from easyonline.checkpoint.checkpointer import CHECKPOINT_NAME, latest_checkpoint
 from easyonline.checkpoint.mirror import CheckpointMirror
-from easyonline.config.secrets import apply_oss_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.callbacks import Callback
 from easyonline.core.errors import ClusterFailure
-from easyonline.core.stop_signal import StopSignal
 from easyonline.distributed.checkpoint_io import io_options
 from easyonline.distributed.cluster_config import ClusterConfig
 from easyonline.distributed.server import start_server
@@ -61,9 +59,7 @@ from easyonline.distributed.shared_state import ClusterMetrics, positions_array,
 from easyonline.distributed.train_graph import TrainGraph
 from easyonline.embedding.change_tracker import ChangeTracker, PulledChangeTracker
 from easyonline.embedding.dynamic_tables import STATS_EPOCH
-from easyonline.features import build_feature_specs
-from easyonline.inputs.bad_input import BadInputMonitor
-from easyonline.inputs.build_source import build_dead_letter, build_parser, build_source, stream_topic
+from easyonline.inputs.build_source import build_source, stream_topic
 from easyonline.inputs.raw_batch import BatchSource
 from easyonline.inputs.start_position import usable_checkpoint_positions
 from easyonline.protos import pipeline_pb2
@@ -101,22 +97,16 @@ class ClusterTrainer(OnlineTrainer):
     def __init__(self, config: pipeline_pb2.PipelineConfig, cluster: ClusterConfig, online: bool = True,
                  source: Optional[BatchSource] = None, callbacks: Sequence[Callback] = ()):
         # pylint: disable=super-init-not-called  (the model lives in a graph, not in eager variables)
-        self.config = config
-        self.online = online
+        self._init_loop(config, online, source, callbacks)  # the loop's state, as a single process's
         self.cluster = cluster
         self.trainer_index = cluster.trainer_index
         self.name = "chief" if cluster.is_chief else f"worker {cluster.task_index}"
         train = config.train_config
-        apply_oss_config(config)
-        self.specs = build_feature_specs(config)
-        self.parser = build_parser(config, self.specs)
-        tf.keras.utils.set_random_seed(train.seed)
         self.graph = TrainGraph(config, self.specs, cluster)
         self.model = self.graph.model
         self.task = self.model.tasks.primary
         self.optimizer = self.graph.optimizer
         self.state = self.graph.state
-        self.callbacks = list(callbacks)
         self.mirror = CheckpointMirror(config.model_dir, keep=train.keep_checkpoint_max) \
             if fileio.is_oss(config.model_dir) else None
         self.local_dir = self.mirror.local if self.mirror else config.model_dir
@@ -133,8 +123,6 @@ class ClusterTrainer(OnlineTrainer):
             inter_op_parallelism_threads=train.inter_op_threads)
         self.session = tf.compat.v1.Session(self.server.target, graph=self.graph.graph, config=session_config)
         self.graph.positions.bind(self._session_run)
-        self.can_checkpoint = True
-        self.last_checkpoint: Optional[str] = None
         self._last_saved_step = -1
         self._start_samples: Optional[int] = None
         self.restored_from = self._join()
@@ -142,18 +130,9 @@ class ClusterTrainer(OnlineTrainer):
         # every trainer records its trained keys on the ps; the chief's publishers drain them there
         self.changes = PulledChangeTracker(lambda: self._session_run(self.graph.drain_changed_keys)) \
             if self.graph.publishes and cluster.is_chief else ChangeTracker(self.specs)
-        self.stop_signal = StopSignal()
-        self.clock = time.time
-        self._source = source
-        self.source: Optional[BatchSource] = None
         shared = self._session_run(self.state.reads)
         self.step, self._samples = int(shared["step"]), int(shared["samples"])
         self._cluster_lag: Optional[int] = None
-        self.positions: Dict[int, int] = {}
-        self.lag: Optional[int] = None
-        self.bad_input = BadInputMonitor(config.data_config, build_dead_letter(config))
-        self.input_wait_seconds = 0.0
-        self.evicted: Dict[str, np.ndarray] = {}
         # (start, end) of the last steps, written to <status dir>/step_spans.npy at the end of a run:
         # they show whether the trainers' steps overlap (tools/bench/cluster_throughput.py)
         self.step_spans: collections.deque = collections.deque(maxlen=100000)

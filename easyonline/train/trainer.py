@@ -99,22 +99,19 @@ class OnlineTrainer:
     """
 
     writer_lock: Optional[WriterLock] = None  # model_dir's lease while ``run`` holds it
+    last_checkpoint: Optional[str]  # the newest checkpoint's path (written or restored), or None
+    restored_from: Optional[str] = None  # the checkpoint this run started from (set by the restore), or None
 
     def __init__(self, config: pipeline_pb2.PipelineConfig, online: bool = True,
                  source: Optional[BatchSource] = None, callbacks: Sequence[Callback] = ()):
-        self.config = config
-        self.online = online
-        apply_oss_config(config)
         apply_thread_config(config.train_config)
-        self.specs = build_feature_specs(config)
-        self.parser = build_parser(config, self.specs)
-        tf.keras.utils.set_random_seed(config.train_config.seed)
+        self._init_loop(config, online, source, callbacks)
         latest = self._latest_local_checkpoint()
         saved_shards = checkpoint_shards(latest) if latest else None
         self.model = model_with_shards(config, self.specs, saved_shards or 1, scope=self._variable_scope())
         with self._variable_scope():
             self.optimizer = build_train_optimizer(config.train_config)
-        self.task = self.model.tasks.primary  # the model owns its tasks; the primary one's metrics are the status'
+        self.task = self.model.tasks.primary
         self._label_names = check_task_labels(self.model.tasks.label_names, self.specs.label_names)
         # a batch the reader parsed into arrays carries the first label field only
         self._vectors_fit = self._label_names == self.specs.label_names[:1]
@@ -123,13 +120,11 @@ class OnlineTrainer:
             raise ConfigError("TF_CONFIG.cluster.ps", f"the checkpoint in {config.model_dir} has {saved_shards} "
                               f"shard(s) per table (written by {saved_shards} ps), this cluster has {shards} ps: "
                               "restart with as many ps as wrote it")
-        self.callbacks: List[Callback] = list(callbacks)
         train = config.train_config
         fileio.makedirs(config.model_dir)
         self.checkpointer = Checkpointer(config.model_dir, self.model, self.optimizer, train.keep_checkpoint_max)
         self.metrics: WindowMetrics = self.task.metrics
         self.changes = ChangeTracker(self.specs)  # fed once per batch; publishing and saves subscribe
-        self.stop_signal = StopSignal()
         signature = feature_signature(self.specs)
         label_spec = {name: tf.TensorSpec([None], tf.float32) for name in self._label_names}
         # autograph=False: the step has no tensor-dependent Python control flow, and autograph
@@ -142,22 +137,36 @@ class OnlineTrainer:
         self._concrete_steps: Dict[int, Any] = {}
         self._vector_steps: Dict[Tuple[Tuple[str, ...], Tuple[str, ...]], Any] = {}
         self._table_rows: Optional[TableRows] = None
-        self.clock = time.time
         self._build_variables()
         self.restored_from = self._restore()
         self.last_checkpoint = self.restored_from
-        self._source = source
-        self.source: Optional[BatchSource] = None
         # Counted in Python and written to the checkpoint's variables when it is saved: two variable
         # assignments per step were ~5% of the training thread's time at 90 steps/s.
         self.step = int(self.checkpointer.step.numpy())
         self._samples = int(self.checkpointer.samples.numpy())
+
+    def _init_loop(self, config: pipeline_pb2.PipelineConfig, online: bool, source: Optional[BatchSource],
+                   callbacks: Sequence[Callback]) -> None:
+        """The training loop's own state, the same whichever way steps run (a cluster trainer's too, which
+        builds its model in a graph instead of calling ``__init__``)."""
+        self.config = config
+        self.online = online
+        apply_oss_config(config)
+        self.specs = build_feature_specs(config)
+        self.parser = build_parser(config, self.specs)
+        tf.keras.utils.set_random_seed(config.train_config.seed)
+        self.callbacks: List[Callback] = list(callbacks)
+        self.stop_signal = StopSignal()
+        self.clock = time.time  # the clock of the id statistics and schedules; tests may replace it
+        self._source = source
+        self.source: Optional[BatchSource] = None
         self.positions: Dict[int, int] = {}
         self.lag: Optional[int] = None
         self.bad_input = BadInputMonitor(config.data_config, build_dead_letter(config))
         self.input_wait_seconds = 0.0  # time the loop waited for the next batch: high = input-bound
         self.can_checkpoint = True  # False once the parameters are lost (a parameter server died)
         self.evicted: Dict[str, np.ndarray] = {}  # keys evicted since start, per table (for publishing deletes)
+        self.last_checkpoint = None
 
     # --- where the step runs (hooks for trainers that place variables elsewhere) ---
     def _latest_local_checkpoint(self) -> Optional[str]:

@@ -97,3 +97,22 @@ def test_batch_source_defaults():
     assert dict(source.start_offsets) == {} and source.start_mode == "" and source.partition_numbers() == []
     source.start_offsets = {3: 10, 1: 0}
     assert source.partition_numbers() == [1, 3]
+
+
+def _assigned_self_attributes(rel: str, cls: str, method: str) -> Set[str]:
+    for node in ast.walk(_tree(rel)):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == method:
+                    return {t.attr for n in ast.walk(item) for t in
+                            (n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else [])
+                            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+    raise AssertionError(f"{cls}.{method} not found in {rel}")
+
+
+def test_cluster_trainer_does_not_reset_the_loops_attributes():
+    """The loop's state is made once, by ``OnlineTrainer._init_loop``, for a cluster trainer too."""
+    loop = _assigned_self_attributes("easyonline/train/trainer.py", "OnlineTrainer", "_init_loop")
+    assert {"config", "callbacks", "positions", "bad_input", "stop_signal", "source"} <= loop
+    again = loop & _assigned_self_attributes("easyonline/distributed/cluster_trainer.py", "ClusterTrainer", "__init__")
+    assert not again, f"ClusterTrainer.__init__ sets the loop's attributes again: {sorted(again)}"
