@@ -46,12 +46,11 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
-from easyonline.checkpoint.checkpointer import CHECKPOINT_NAME, latest_checkpoint
-from easyonline.checkpoint.mirror import CheckpointMirror
+from easyonline.checkpoint.checkpointer import Checkpointer
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.callbacks import Callback
 from easyonline.core.errors import ClusterFailure
-from easyonline.distributed.checkpoint_io import io_options
+from easyonline.distributed.checkpoint_io import SessionIO
 from easyonline.distributed.cluster_config import ClusterConfig
 from easyonline.distributed.server import start_server
 from easyonline.distributed.session_tables import SessionTableOps, SessionTableRows
@@ -107,15 +106,7 @@ class ClusterTrainer(OnlineTrainer):
         self.task = self.model.tasks.primary
         self.optimizer = self.graph.optimizer
         self.state = self.graph.state
-        self.mirror = CheckpointMirror(config.model_dir, keep=train.keep_checkpoint_max) \
-            if fileio.is_oss(config.model_dir) else None
-        self.local_dir = self.mirror.local if self.mirror else config.model_dir
         fileio.makedirs(config.model_dir)
-        self.io_options = io_options(cluster)  # checkpoint files are read and written here, never on a ps
-        with self.graph.graph.as_default():
-            self.manager = tf.train.CheckpointManager(self.graph.checkpoint, self.local_dir,
-                                                      max_to_keep=train.keep_checkpoint_max,
-                                                      checkpoint_name=CHECKPOINT_NAME)
         self.server = start_server(cluster, train)
         wait_for_tasks(cluster)
         session_config = tf.compat.v1.ConfigProto(
@@ -123,7 +114,11 @@ class ClusterTrainer(OnlineTrainer):
             inter_op_parallelism_threads=train.inter_op_threads)
         self.session = tf.compat.v1.Session(self.server.target, graph=self.graph.graph, config=session_config)
         self.graph.positions.bind(self._session_run)
-        self._last_saved_step = -1
+        # the one checkpointer, over the graph's variables through this session; files on this task, never a ps
+        self.checkpointer = Checkpointer(
+            config.model_dir, self.model, self.optimizer, train.keep_checkpoint_max, step=self.state.global_step,
+            samples=self.state.samples, positions=self.graph.positions,
+            io=SessionIO(self.graph.graph, self.session, self._session_run, cluster), pull=False)
         self._start_samples: Optional[int] = None
         self.restored_from = self._join()
         self.metrics = self.cluster_metrics = ClusterMetrics(self._session_run, self.state, train.metrics_window_samples)
@@ -154,7 +149,7 @@ class ClusterTrainer(OnlineTrainer):
         first = str(error).strip().split("\n")[0][:300]
         return ClusterFailure(f"lost a parameter server ({type(error).__name__}: {first}); the parameters since "
                               f"the last checkpoint are gone: restart the cluster to resume from "
-                              f"{self.last_checkpoint or self.manager.latest_checkpoint or 'the start'}")
+                              f"{self.last_checkpoint or self.checkpointer.manager.latest_checkpoint or 'the start'}")
 
     def _join(self) -> Optional[str]:
         """The chief makes the ps ready (init or restore); the others wait until it has. Returns the restore."""
@@ -190,34 +185,22 @@ class ClusterTrainer(OnlineTrainer):
 
     def _restore(self) -> Optional[str]:
         """Restores the latest checkpoint (or the fine-tune one) into the ps; returns its path."""
-        if self.mirror:
-            self.mirror.pull()
-        path = self.manager.latest_checkpoint
+        checkpointer = self.checkpointer
+        checkpointer.pull()
         started = time.time()
-        with self.graph.graph.as_default():
-            if path is not None:
-                self.graph.checkpoint.restore(path, options=self.io_options).expect_partial() \
-                    .run_restore_ops(self.session)
-                positions = self.graph.positions.value()
-                if self.config.HasField("kafka_train_input"):  # (the trainers check the partitions themselves)
-                    positions = usable_checkpoint_positions(positions, self.graph.positions.topic(),
-                                                            self.config.kafka_train_input) or {}
-                self._session_run(self.state.set_positions, {self.state.all_positions_in: positions_array(positions)})
-                self._last_saved_step = int(self._session_run(self.state.global_step))
-                self.last_checkpoint = path if not self.mirror else fileio.join(
-                    self.config.model_dir, path.rsplit("/", 1)[-1])
-                log.info("restored %s into the ps (step %d, positions %s) in %.2fs", self.last_checkpoint,
-                         self._last_saved_step, positions, time.time() - started)
-                return self.last_checkpoint
-            fine_tune = self.config.train_config.fine_tune_checkpoint
-            if fine_tune:
-                source = latest_checkpoint(fine_tune)
-                if source is None:
-                    raise FileNotFoundError(f"train_config.fine_tune_checkpoint: no checkpoint at {fine_tune}")
-                tf.train.Checkpoint(model=self.model).restore(source, options=self.io_options).expect_partial() \
-                    .run_restore_ops(self.session)
-                log.info("initialised the model from %s", source)
-                return source
+        path = checkpointer.restore_latest()
+        if path is not None:
+            positions = checkpointer.positions
+            if self.config.HasField("kafka_train_input"):  # (the trainers check the partitions themselves)
+                positions = usable_checkpoint_positions(positions, checkpointer.positions_topic,
+                                                        self.config.kafka_train_input) or {}
+            self._session_run(self.state.set_positions, {self.state.all_positions_in: positions_array(positions)})
+            self.last_checkpoint = path
+            log.info("restored %s into the ps (step %d, positions %s) in %.2fs", path, checkpointer.last_saved_step,
+                     positions, time.time() - started)
+            return path
+        if self.config.train_config.fine_tune_checkpoint:
+            return checkpointer.init_from(self.config.train_config.fine_tune_checkpoint)
         return None
 
     # --- what the loop calls ----------------------------------------------------------
@@ -262,13 +245,13 @@ class ClusterTrainer(OnlineTrainer):
 
     @property
     def last_saved_step(self) -> int:
-        return self._last_saved_step if self.cluster.is_chief else self.step
+        return self.checkpointer.last_saved_step if self.cluster.is_chief else self.step
 
     def _writes_model_dir(self) -> bool:
         return self.cluster.is_chief  # the workers write only their status files
 
     def _status_dir(self) -> str:
-        return fileio.join(self.local_dir, "train" if self.cluster.is_chief else f"train_worker{self.cluster.task_index}")
+        return fileio.join(self.checkpointer.local_dir, "train" if self.cluster.is_chief else f"train_worker{self.cluster.task_index}")
 
     def _refresh(self) -> None:
         """Reads the cluster's step, samples, lag and metrics from the ps."""
@@ -317,21 +300,15 @@ class ClusterTrainer(OnlineTrainer):
             return self.last_checkpoint
         self._check_writer_lock()
         positions = positions_dict(self._session_run(self.state.positions))
-        self.graph.positions.assign(positions, stream_topic(self.config))
-        step = int(self._session_run(self.state.global_step))
         started = time.time()
-        with self.graph.graph.as_default(), self.session.as_default():
-            try:
-                path = self.manager.save(checkpoint_number=step, options=self.io_options)
-            except Exception as e:  # pylint: disable=broad-except
-                if _is_lost_task(e):
-                    raise self._lost(e) from None
-                raise
-        if self.mirror:
-            path = self.mirror.push(path, self.manager.checkpoints)
+        try:
+            path = self.checkpointer.save(positions, stream_topic(self.config))
+        except Exception as e:  # pylint: disable=broad-except
+            if _is_lost_task(e):
+                raise self._lost(e) from None
+            raise
         if self.source is not None:
             self.source.commit(positions)
-        self._last_saved_step = step
         self.last_checkpoint = path
         log.info("saved checkpoint %s (positions %s) in %.2fs", path, positions, time.time() - started)
         self.dispatch("on_checkpoint", path)

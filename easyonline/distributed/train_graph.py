@@ -189,9 +189,6 @@ class TrainGraph:
             self.global_init = v1.variables_initializer(self.global_variables)
             self.local_init = v1.variables_initializer(local)
             self.uninitialized = v1.report_uninitialized_variables(self.global_variables)
-            self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
-                                                  step=self.state.global_step, samples=self.state.samples,
-                                                  positions=self.positions.variable)
         self.transfers = cross_task_tensors(self.train_op, cluster.device)
         log.info("training graph: %d variables on the ps, %d tables %s; a step sends %d tensors to the ps "
                  "and receives %d", len(self.global_variables), len(self.table_sizes),
