@@ -17,6 +17,7 @@ from easyonline.core.errors import ConfigError
 from easyonline.serve.grpc_api import start_grpc_server
 from easyonline.serve.http_api import ServingState, make_server
 from easyonline.serve.loaded_export import LoadedExport
+from easyonline.serve.status_log import broker_outage, status_line
 from easyonline.serve.update_follower import UpdateFollower
 from easyonline.utils.cli import run_command
 from easyonline.utils.logs import setup_logging
@@ -90,10 +91,10 @@ def main(argv) -> int:
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
     while not stopped.wait(FLAGS.status_secs):
-        s = state.status()
-        log.info("step=%s seq=%s applied=%d skipped=%d refused=%s lag=%s msgs/%ss requests=%s",
-                 s["last_applied_step"], s["last_applied_sequence"], s["applied_updates"], s["skipped_updates"],
-                 s["refused_updates"], s["update_lag_messages"], s["update_lag_seconds"], state.requests)
+        outage = broker_outage(follower)
+        if outage is not None:  # kafka-python's own connection errors are folded into this one line
+            log.warning("%s; serving the parameters of step %s", outage, follower.step)
+        log.info("%s", status_line(state.status(), state.requests, outage))
     follower.stop()
     if grpc_server is not None:
         grpc_server.stop(grace=2).wait(5)
