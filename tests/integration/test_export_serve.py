@@ -9,6 +9,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import socket
 import subprocess
 import threading
@@ -26,10 +27,12 @@ from easyonline.updates.readers import update_file_name
 from easyonline.serve.process import ServingProcess
 from easyonline.tools.local_broker import LocalBroker
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
+from easyonline.utils.net import free_port
 from easyonline.core.callbacks import Callback
 from easyonline.jobs.online_train import build_trainer
 from tests.conftest import PYTHON, online_config, python_env
 from tests.fake_oss import FakeOss
+from tests.log_noise import foreign_lines
 
 FIELDS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
 
@@ -88,6 +91,7 @@ def export(model_dir, export_dir, *flags):
                            f"--export_dir={export_dir}", *flags], env=python_env(), capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not foreign_lines(proc.stderr), proc.stderr[-3000:]  # no TensorFlow/TFRA noise in what export logs
     return proc.stdout.strip().splitlines()[-1]
 
 
@@ -657,3 +661,52 @@ def test_rest_bodies_nested_too_deeply_or_with_lists_for_values_get_400(served_f
     assert code == 413 and "max_rows_per_request" in body["error"], (code, body)
     np.testing.assert_allclose(server.predict([row]), expected, atol=1e-6)
     assert "predict failed" not in server.log_tail(100000)
+
+
+def test_an_unreachable_update_broker_is_one_line_per_status_period_then_followed(served_from_files, tmp_path):
+    """kafka-python logs every failed connect (several ERROR lines a second) while the update broker is down,
+    and the status said lag=None msgs/Nones. Now: one easyonline line per status period naming the broker,
+    for how long and why, lag=unknown, no kafka line; once the broker is there, its updates are followed.
+    The export is the module's, copied with its update stream moved to a Kafka topic on a port where
+    nothing listens yet (a broker that comes up later: the local broker keeps no data across restarts)."""
+    trainer, _, _, ids, base = served_from_files
+    version = max((base / "export").iterdir(), key=lambda p: p.name if p.name.isdigit() else "")
+    export_dir = tmp_path / "export"
+    shutil.copytree(version, export_dir / version.name)
+    info_path = export_dir / version.name / "assets" / "incr_update.txt"
+    info = json.loads(info_path.read_text())
+    port = free_port()
+    info = {**{k: v for k, v in info.items() if k != "incr_save_dir"}, "storage": "kafka",
+            "server": f"127.0.0.1:{port}", "topic": "updates", "offset": 0}
+    info_path.write_text(json.dumps(info))
+    server = Server(export_dir, tmp_path / "serve.log")
+    broker = None
+    try:
+        outage = re.compile(rf"W easyonline\.serve\] update broker 127\.0\.0\.1:{port} unreachable for \d+ s "
+                            r"\(connection refused\)")
+        assert _wait(lambda: len(outage.findall(server.log_tail(10**6))) >= 4, 120), server.log_tail()
+        log = server.log_tail(10**6)
+        status_lines = [line for line in log.splitlines() if " I easyonline.serve] step=" in line]
+        assert len(outage.findall(log)) <= len(status_lines)  # one a status period (--status_secs=1), no more
+        assert status_lines and all("lag=unknown" in line for line in status_lines), status_lines
+        assert "lag=None" not in log and "kafka.net" not in log and not re.search(r"^\S+ \S+ [EW] kafka", log, re.M)
+        assert not foreign_lines(log), foreign_lines(log)
+        line = SyntheticCtrStream().lines(0, 1)[0]
+        before = server.predict(instances([line]))
+        broker = LocalBroker(port=port, log_path=str(tmp_path / "broker.log")).start()
+        broker.create_topic("updates", 1)
+        from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+        message = one_row_update(trainer, ids, info["model_name"], info["sequence"], line, info.get("stream_id"))
+        producer.send("updates", message, key=b"m", partition=0).get(timeout=30)
+        producer.close()
+        status = server.wait_for(lambda s: s["last_applied_sequence"] == info["sequence"], timeout=120)
+        assert status["refused_updates"] == {}
+        assert abs(server.predict(instances([line]))[0] - before[0]) > 1e-4
+        shown = len(server.log_tail(10**6))
+        assert _wait(lambda: re.search(r"lag=0 msgs/", server.log_tail(10**6)[shown:]), 60), server.log_tail()
+        assert not outage.search(server.log_tail(10**6)[shown:])  # the outage is over: no more such lines
+    finally:
+        assert server.stop() == 0
+        if broker is not None:
+            broker.stop()
