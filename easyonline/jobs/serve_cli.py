@@ -33,11 +33,15 @@ def define_flags() -> None:
                          "GetModelMetadata) on this port of --host (TF Serving uses 8500); 0 picks a free one "
                          "(printed at start), -1: off.")
     flags.DEFINE_string("model_name", "", "Name in the URLs; default: the export's model name.")
-    flags.DEFINE_integer("max_request_bytes", 16 * 1024 * 1024, "Larger predict requests get HTTP 413.")
-    flags.DEFINE_integer("max_rows_per_request", 10000, "Predict requests with more rows get HTTP 413.")
+    flags.DEFINE_integer("max_request_bytes", 16 * 1024 * 1024, "Larger predict requests get HTTP 413 (gRPC: "
+                         "RESOURCE_EXHAUSTED, its receive limit).")
+    flags.DEFINE_integer("max_rows_per_request", 10000, "Predict requests with more rows get HTTP 413 (gRPC: "
+                         "RESOURCE_EXHAUSTED); also the most values one input may declare (a gRPC tensor's shape), "
+                         "checked before any tensor is built (more: HTTP 400 / INVALID_ARGUMENT).")
     flags.DEFINE_float("idle_timeout_secs", 30.0, "A connection idle (or stalled mid-request) this long is closed.")
     flags.DEFINE_integer("max_connections", 1024, "Open connections at most (one thread each); more get HTTP 503.")
-    flags.DEFINE_float("status_secs", 10.0, "Seconds between status lines in the log.")
+    flags.DEFINE_float("status_secs", 10.0, "Seconds between status lines in the log (and, while the update broker "
+                       "is unreachable, one line saying so).")
     flags.DEFINE_multi_string("kafka_config", [], "key=value, repeatable: a kafka-python consumer setting for "
                               "reading a Kafka update stream, e.g. sasl_plain_password=${KAFKA_PASSWORD} (a "
                               "${NAME} value is read from the environment). SASL/SSL settings of the export's "
