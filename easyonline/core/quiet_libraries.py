@@ -82,7 +82,8 @@ def filtered_stderr_fd() -> Iterator[None]:
         with os.fdopen(read_end, "rb") as pipe:
             for line in pipe:
                 if not NOISE_LINES.search(line.decode(errors="replace")):
-                    os.write(saved, line)
+                    while line:  # a large write may be partial
+                        line = line[os.write(saved, line):]
 
     thread = threading.Thread(target=forward, name="quiet-stderr", daemon=True)
     thread.start()
