@@ -4,12 +4,12 @@ A line so marked must mean something to the operator: TensorFlow's, TFRA's and k
 connection noise is dropped where it is made (easyonline/core/quiet_libraries.py, utils/kafka_outages.py).
 The forms looked for: TensorFlow's C++ log (``2026-01-01 10:00:00.123456: E external/...``), Python's default
 format (``WARNING:tensorflow:...``, as TensorFlow's own handler prints), easyonline's format naming another
-logger (``2026-01-01 10:00:00,123 E kafka.net.manager] ...``), and TFRA's import print.
+logger (``2026-01-01 10:00:00,123 E kafka.net.manager] ...``; easyonline's tools run as ``__main__`` are ours), and TFRA's import print.
 """
 import re
 from typing import Iterable, List
 
-_MARKED = re.compile(r"^(?:\S+ \S+: [EWF] |(?:WARNING|ERROR|CRITICAL):\S+:|\S+ \S+ [EWC] (?!easyonline)\S+\] )")
+_MARKED = re.compile(r"^(?:\S+ \S+: [EWF] |(?:WARNING|ERROR|CRITICAL):\S+:|\S+ \S+ [EWC] (?!easyonline|__main__\])\S+\] )")
 _PRINTS = ("_SingleDeviceSaver removed after tf version",)
 
 
