@@ -10,7 +10,8 @@
 - ``GET /metrics``: the same and request counters, in Prometheus text format.
 
 Requests larger than ``max_request_bytes`` or with more than
-``max_rows_per_request`` rows get 413, malformed ones 400 with the reason;
+``max_rows_per_request`` rows get 413, malformed ones 400 with the reason
+(request_limits.py checks the sizes before any array is built);
 the server keeps answering while updates are applied. It speaks HTTP/1.1
 with keep-alive; a connection idle for ``idle_timeout_secs`` is closed (no
 slowloris), and at most ``max_connections`` are open at once, one thread
@@ -32,18 +33,11 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from easyonline.export.layout import SERVING_SIGNATURE, UPDATE_MESSAGE_SIGNATURE, UPDATE_SIGNATURE
 from easyonline.serve.loaded_export import LoadedExport
+from easyonline.serve.request_limits import BadRequest, TooManyRows, check_json_inputs
 from easyonline.serve.update_follower import UpdateFollower
 
 log = logging.getLogger(__name__)
 _DRAIN_LIMIT = 64 * 1024 * 1024  # a refused body up to this size is read and dropped, a larger one cut off
-
-
-class BadRequest(ValueError):
-    """A request that cannot be answered as it is (REST 400, gRPC INVALID_ARGUMENT); the message says why."""
-
-
-class TooManyRows(BadRequest):
-    """More rows than --max_rows_per_request (REST 413, gRPC RESOURCE_EXHAUSTED)."""
 
 
 def request_inputs(body: dict) -> Tuple[Dict[str, list], bool]:
@@ -258,8 +252,12 @@ class Handler(BaseHTTPRequestHandler):
             if len(data) < length:
                 self.close_connection = True
                 raise BadRequest(f"the body ended after {len(data)} of {length} bytes (Content-Length)")
-            body = json.loads(data)
+            try:
+                body = json.loads(data)
+            except RecursionError:
+                raise BadRequest("the JSON body is nested too deeply; each input takes one value a row") from None
             inputs, rows = request_inputs(body)
+            check_json_inputs(inputs, self.state.max_rows_per_request)  # before any array is built
             self.state.predict_rows(body.get("signature_name", SERVING_SIGNATURE), inputs)
             out = self.state.export.predict(inputs)
         except TooManyRows as e:

@@ -23,6 +23,7 @@ from easyonline.updates.apply_rules import DUPLICATE, NEXT, OTHER_MODEL, StreamC
 from easyonline.updates.codec import MalformedUpdateError, decode_update
 from easyonline.updates.transport import KAFKA, StreamLocation, kafka_security, open_reader
 from easyonline.serve.loaded_export import LoadedExport
+from easyonline.serve.status_log import broker_outage
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ class UpdateFollower:
                 if not records and self.location.storage != KAFKA:  # a directory does not block
                     self._stop.wait(self._poll_secs)
             except Exception as e:  # pylint: disable=broad-except  (outages: retry, keep serving)
-                if self.error is None:
+                if self.error is None and broker_outage(self) is None:  # an outage: serve's status lines say it
                     log.error("reading updates failed (%s: %s); serving goes on, retrying", type(e).__name__, e)
                 self.error = f"{type(e).__name__}: {e}"
                 self._stop.wait(backoff)

@@ -8,6 +8,8 @@ import http.client
 import json
 import os
 import re
+import resource
+import shutil
 import socket
 import subprocess
 import threading
@@ -25,10 +27,12 @@ from easyonline.updates.readers import update_file_name
 from easyonline.serve.process import ServingProcess
 from easyonline.tools.local_broker import LocalBroker
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
+from easyonline.utils.net import free_port
 from easyonline.core.callbacks import Callback
 from easyonline.jobs.online_train import build_trainer
 from tests.conftest import PYTHON, online_config, python_env
 from tests.fake_oss import FakeOss
+from tests.log_noise import foreign_lines
 
 FIELDS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
 
@@ -87,6 +91,7 @@ def export(model_dir, export_dir, *flags):
                            f"--export_dir={export_dir}", *flags], env=python_env(), capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not foreign_lines(proc.stderr), proc.stderr[-3000:]  # no TensorFlow/TFRA noise in what export logs
     return proc.stdout.strip().splitlines()[-1]
 
 
@@ -551,3 +556,157 @@ def test_tf_serving_grpc_clients_predict_and_read_metadata(served_from_files):
     with pytest.raises(grpc.RpcError) as e:
         stub.Predict(request, timeout=30)
     assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "max_rows_per_request" in e.value.details()
+
+
+def _grpc_stub(server):
+    import grpc  # pylint: disable=g-import-not-at-top
+    from tensorflow_serving.apis import prediction_service_pb2_grpc  # pylint: disable=g-import-not-at-top
+    port = int(re.search(r"over gRPC on [\d.]+:(\d+)", server.log_tail(100000))[1])
+    return prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+
+
+def _address_space_limit(pid: int, spare: int = 2 << 30):
+    """Caps the process's address space at its size now plus ``spare`` (soft limit only, so it can be lifted):
+    a request that makes gigabytes fails its allocation at once instead of swapping the machine. Returns the
+    limits to put back."""
+    before = resource.prlimit(pid, resource.RLIMIT_AS)
+    with open(f"/proc/{pid}/status") as f:
+        size = int(re.search(r"VmSize:\s+(\d+) kB", f.read())[1]) * 1024
+    resource.prlimit(pid, resource.RLIMIT_AS, (size + spare, before[1]))
+    return before
+
+
+def test_grpc_size_bombs_are_refused_before_any_tensor_is_built(served_from_files):
+    """A TensorProto says its shape apart from its values, and TensorFlow's make_ndarray fills the shape: a
+    tiny request declaring [2**31] values made gigabytes before the row limit was looked at. Each bomb is
+    answered with an error naming the limit, and the server keeps serving correct predictions. The server
+    runs with its address space capped (2 GiB over its size), so a regression fails at once."""
+    import grpc  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from tensorflow_serving.apis import predict_pb2  # pylint: disable=g-import-not-at-top
+    _, server, _, _, _ = served_from_files
+    stub = _grpc_stub(server)
+    rows = instances(SyntheticCtrStream().lines(200, 2))
+    expected = server.predict(rows)
+
+    def request(**replace):
+        r = predict_pb2.PredictRequest()
+        r.model_spec.name = server.model_name
+        for name in rows[0]:
+            r.inputs[name].CopyFrom(tf.make_tensor_proto([row[name] for row in rows],
+                                                         dtype=tf.float32 if name.startswith("I") else tf.string))
+        for name, proto in replace.items():
+            r.inputs[name].CopyFrom(proto)
+        return r
+
+    def bomb(dtype, dims, **values):
+        proto = tf.make_tensor_proto([], dtype=dtype)
+        proto.tensor_shape.ClearField("dim")
+        for d in dims:
+            proto.tensor_shape.dim.add(size=d)
+        for field, value in values.items():
+            if field == "tensor_content":
+                proto.tensor_content = value
+            else:
+                getattr(proto, field).extend(value)
+        return proto
+
+    bombs = [  # (input, proto, status, words the error must contain)
+        ("I1", bomb(tf.float32, [2**31], float_val=[0.5]), "INVALID_ARGUMENT", "max_rows_per_request"),
+        ("C1", bomb(tf.string, [2**20, 2**20, 2**20], string_val=[b"x"]), "INVALID_ARGUMENT", "max_rows_per_request"),
+        ("I2", bomb(tf.float32, [2**31], tensor_content=b"\0\0\0\0"), "INVALID_ARGUMENT", "max_rows_per_request"),
+        ("I3", bomb(tf.float32, [-5], float_val=[0.5]), "INVALID_ARGUMENT", "negative dimension"),
+        ("I4", bomb(tf.float32, [2, -2**40], float_val=[0.5]), "INVALID_ARGUMENT", "negative dimension"),
+        ("I5", bomb(tf.float32, [3], float_val=[0.5, 0.25]), "INVALID_ARGUMENT", "declares 3 values but it holds 2"),
+        ("C2", bomb(tf.string, [2], string_val=[b"a", b"b", b"c"]), "INVALID_ARGUMENT", "declares 2 values"),
+        ("I6", bomb(tf.complex64, [2], scomplex_val=[1, 2, 3, 4]), "INVALID_ARGUMENT", "dtype"),
+        ("I7", bomb(tf.float32, [30], float_val=[0.5] * 30), "RESOURCE_EXHAUSTED", "max_rows_per_request"),
+    ]
+    limits = _address_space_limit(server.proc.pid)
+    try:
+        for name, proto, status, words in bombs:
+            with pytest.raises(grpc.RpcError) as e:
+                stub.Predict(request(**{name: proto}), timeout=60)
+            assert e.value.code() == getattr(grpc.StatusCode, status) and words in e.value.details(), \
+                (name, e.value.code(), e.value.details())
+            response = stub.Predict(request(), timeout=60)  # and the server goes on answering, the same
+            np.testing.assert_allclose(tf.make_ndarray(response.outputs["probs"]), expected, atol=1e-6)
+        # a message over --max_request_bytes (20000 here) is refused by gRPC before it is parsed
+        big = request(C3=tf.make_tensor_proto([b"x" * 30000, b"y"], dtype=tf.string))
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Predict(big, timeout=60)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.value.details()
+    finally:
+        resource.prlimit(server.proc.pid, resource.RLIMIT_AS, limits)
+    assert server.proc.poll() is None
+    np.testing.assert_allclose(server.predict(rows), expected, atol=1e-6)
+    assert "Traceback" not in server.log_tail(100000)
+
+
+def test_rest_bodies_nested_too_deeply_or_with_lists_for_values_get_400(served_from_files):
+    """JSON has no declared shapes, but a body nested deeper than the decoder recurses was a 500 with a
+    traceback in the log, and a list where a row's value goes reached numpy; both are 400s now, checked
+    before any array is built, and the server goes on answering."""
+    _, server, _, _, _ = served_from_files
+    row = instances(SyntheticCtrStream().lines(0, 1))[0]
+    expected = server.predict([row])
+    deep = ('{"inputs": {"C1": ' + "[" * 5000 + "]" * 5000 + "}}").encode()  # under --max_request_bytes=20000
+    code, body = server.post(deep)
+    assert code == 400 and "nested too deeply" in body["error"], (code, body)
+    code, body = server.post(json.dumps({"instances": [dict(row, I1=[[0.5, 0.5]])]}).encode())
+    assert code == 400 and "'I1', row 0" in body["error"], (code, body)
+    code, body = server.post(json.dumps({"inputs": dict({k: [v] for k, v in row.items()}, C2=[{"a": 1}])}).encode())
+    assert code == 400 and "'C2', row 0" in body["error"], (code, body)
+    code, body = server.post(json.dumps({"inputs": dict({k: [v] for k, v in row.items()}, I2=[0.5] * 21)}).encode())
+    assert code == 413 and "max_rows_per_request" in body["error"], (code, body)
+    np.testing.assert_allclose(server.predict([row]), expected, atol=1e-6)
+    assert "predict failed" not in server.log_tail(100000)
+
+
+def test_an_unreachable_update_broker_is_one_line_per_status_period_then_followed(served_from_files, tmp_path):
+    """kafka-python logs every failed connect (several ERROR lines a second) while the update broker is down,
+    and the status said lag=None msgs/Nones. Now: one easyonline line per status period naming the broker,
+    for how long and why, lag=unknown, no kafka line; once the broker is there, its updates are followed.
+    The export is the module's, copied with its update stream moved to a Kafka topic on a port where
+    nothing listens yet (a broker that comes up later: the local broker keeps no data across restarts)."""
+    trainer, _, _, ids, base = served_from_files
+    version = max((base / "export").iterdir(), key=lambda p: p.name if p.name.isdigit() else "")
+    export_dir = tmp_path / "export"
+    shutil.copytree(version, export_dir / version.name)
+    info_path = export_dir / version.name / "assets" / "incr_update.txt"
+    info = json.loads(info_path.read_text())
+    port = free_port()
+    info = {**{k: v for k, v in info.items() if k != "incr_save_dir"}, "storage": "kafka",
+            "server": f"127.0.0.1:{port}", "topic": "updates", "offset": 0}
+    info_path.write_text(json.dumps(info))
+    server = Server(export_dir, tmp_path / "serve.log")
+    broker = None
+    try:
+        outage = re.compile(rf"W easyonline\.serve\] update broker 127\.0\.0\.1:{port} unreachable for \d+ s "
+                            r"\(connection refused\)")
+        assert _wait(lambda: len(outage.findall(server.log_tail(10**6))) >= 4, 120), server.log_tail()
+        log = server.log_tail(10**6)
+        status_lines = [line for line in log.splitlines() if " I easyonline.serve] step=" in line]
+        assert len(outage.findall(log)) <= len(status_lines)  # one a status period (--status_secs=1), no more
+        assert status_lines and all("lag=unknown" in line for line in status_lines), status_lines
+        assert "lag=None" not in log and "kafka.net" not in log and not re.search(r"^\S+ \S+ [EW] kafka", log, re.M)
+        assert not foreign_lines(log), foreign_lines(log)
+        line = SyntheticCtrStream().lines(0, 1)[0]
+        before = server.predict(instances([line]))
+        broker = LocalBroker(port=port, log_path=str(tmp_path / "broker.log")).start()
+        broker.create_topic("updates", 1)
+        from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+        message = one_row_update(trainer, ids, info["model_name"], info["sequence"], line, info.get("stream_id"))
+        producer.send("updates", message, key=b"m", partition=0).get(timeout=30)
+        producer.close()
+        status = server.wait_for(lambda s: s["last_applied_sequence"] == info["sequence"], timeout=120)
+        assert status["refused_updates"] == {}
+        assert abs(server.predict(instances([line]))[0] - before[0]) > 1e-4
+        shown = len(server.log_tail(10**6))
+        assert _wait(lambda: re.search(r"lag=0 msgs/", server.log_tail(10**6)[shown:]), 60), server.log_tail()
+        assert not outage.search(server.log_tail(10**6)[shown:])  # the outage is over: no more such lines
+    finally:
+        assert server.stop() == 0
+        if broker is not None:
+            broker.stop()
