@@ -84,6 +84,7 @@ def _line(row: Dict) -> str:
     keys = " ".join(f"t{t}:{k}" for t, k in row.get("sample_keys", {}).items())
     return (f"{row['position']:>8}  seq={row['sequence']} step={row['step']} part={row['part']} bytes={row['bytes']} "
             f"dense={row['dense']} rows={rows} deletes={deletes}{' FULL_SYNC' if row.get('full_sync') else ''}"
+            f"{' END' if row.get('full_sync_end') else ''}"
             f"{'  ' + row['note'] if 'note' in row else ''}{'  keys ' + keys if keys else ''}")
 
 

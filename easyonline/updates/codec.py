@@ -125,6 +125,7 @@ def encode_update(snapshot: UpdateSnapshot, model_name: str, first_sequence: int
         header.part = part
         header.parts = len(messages)
         header.full_sync = snapshot.full_sync
+        header.full_sync_end = snapshot.full_sync and part == len(messages) - 1
         header.stream_id = stream_id
         data = message.SerializeToString()
         if len(data) > max_bytes:  # the reserve is generous; this guards a too-long model name or positions map
@@ -147,8 +148,12 @@ def decode_update(data: bytes) -> update_pb2.UpdateMessage:
         raise MalformedUpdateError(f"format_version {header.format_version}, this reader knows {FORMAT_VERSION}")
     if header.sequence < 1 or not header.model_name:
         raise MalformedUpdateError("header lacks a sequence number or model name")
-    if header.parts < 1 or header.part >= header.parts:
-        raise MalformedUpdateError(f"part {header.part} of {header.parts}")
+    # parts 0: a streamed full sync that did not know its part count (its full_sync_end message ends it)
+    if header.parts == 0 and not header.full_sync or header.parts and header.part >= header.parts:
+        raise MalformedUpdateError(f"part {header.part} of {header.parts}"
+                                   + (" (parts 0 is only for a full sync)" if header.parts == 0 else ""))
+    if header.full_sync_end and not header.full_sync:
+        raise MalformedUpdateError("full_sync_end on a message that is not part of a full sync")
     for entry in message.dense:
         size = int(np.prod(entry.shape)) if len(entry.shape) else 1
         if len(entry.values) % 4 or entry.offset + len(entry.values) // 4 > size:
@@ -177,11 +182,13 @@ def describe(message: update_pb2.UpdateMessage, sample_keys: int = 0) -> Dict:
     """A JSON-friendly summary (for logs and read_updates)."""
     header = message.header
     summary = {"stream": header.stream_id, "sequence": header.sequence, "step": header.global_step, "update": header.update_id,
-               "part": f"{header.part + 1}/{header.parts}", "model": header.model_name,
+               "part": f"{header.part + 1}/{header.parts or '?'}", "model": header.model_name,
                "created": round(header.create_time, 3), "positions": dict(header.positions),
                "dense": len(message.dense), "rows": {}, "deletes": {}}
     if header.full_sync:
         summary["full_sync"] = True
+    if header.full_sync_end:
+        summary["full_sync_end"] = True
     for entry in message.sparse:
         deleted, keys, _ = sparse_arrays(entry)
         if len(keys):
