@@ -67,6 +67,8 @@ class UpdateFollower:
         self.applied = 0
         self.skipped = 0
         self.refused: Dict[str, int] = collections.Counter()
+        if self.behind:  # the export found the messages after its step gone (retention)
+            self.refused["retention"] += 1
         self.lag_messages: Optional[int] = None
         self.error: Optional[str] = None
         self._poll_secs = poll_secs

@@ -56,6 +56,15 @@ def header_of(data: bytes) -> Optional[update_pb2.UpdateHeader]:
     return message.header
 
 
+def _lost_before(first: update_pb2.UpdateHeader, step: int) -> Optional[str]:
+    """Why a reader starting at ``first``, the oldest message of its model left, may lack what was published
+    after ``step`` (None: nothing is lost, it is the stream's first message or starts a full sync)."""
+    if first.sequence <= 1 or (first.full_sync and first.part == 0):
+        return None
+    return (f"retention: the oldest message left is sequence {first.sequence} (step {first.global_step}); "
+            f"those between step {step} and it are gone")
+
+
 class KafkaUpdateReader:
     """Reads partition 0 of ``topic`` from ``start_offset``, without a consumer group."""
 
@@ -66,6 +75,7 @@ class KafkaUpdateReader:
                         client_id="easyonline-update-reader", max_partition_fetch_bytes=16 * 1024 * 1024,
                         fetch_max_bytes=64 * 1024 * 1024)
         self.topic = topic
+        self.lost: Optional[str] = None  # set by start_after_step when the messages after the step may be gone
         self._consumer = KafkaConsumer(**settings)
         self._tp = TopicPartition(topic, PARTITION)
         self._consumer.assign([self._tp])
@@ -133,6 +143,8 @@ class KafkaUpdateReader:
             if lo <= begin or (ours and ours[0][1].global_step <= step):
                 newer = [(offset, h) for offset, h in ours if h.global_step > step]
                 if newer:
+                    if newer[0] is ours[0] and begin > 0:
+                        self.lost = _lost_before(newer[0][1], step)
                     return newer[0][0], newer[0][1].sequence, newer[0][1].stream_id
                 if ours:
                     return max(records[-1][0] + 1, end), ours[-1][1].sequence + 1, ours[-1][1].stream_id
@@ -181,6 +193,7 @@ class DirectoryUpdateReader:
         self._next: Dict[Optional[int], int] = {}  # the next sequence of each other stream read
         self._ignored: Optional[set] = None  # streams older than its own, decided at the first listing
         self._times: Dict[Tuple[Optional[int], int], float] = {}
+        self.lost: Optional[str] = None  # set by start_after_step when the messages after the step may be gone
         self._own_key: Optional[int] = stream_id
         # where another stream is read from: its first file, or without a stream of its own, the start given
         self._other_start = 1 if stream_id is not None else start_sequence
@@ -276,12 +289,15 @@ class DirectoryUpdateReader:
             return 1, 1, None
         _, key, sequences = newest
         stream_id = key
+        first = None
         for sequence in reversed(sequences):
             header = header_of(fileio.read_bytes(self._path(key, sequence)))
             if header is not None and header.model_name == model_name:
-                stream_id = header.stream_id
+                stream_id, first = header.stream_id, header
                 if header.global_step <= step:
                     return sequence + 1, sequence + 1, stream_id
+        if first is not None:
+            self.lost = _lost_before(first, step)
         return sequences[0], sequences[0], stream_id
 
     def close(self) -> None:
