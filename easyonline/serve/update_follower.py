@@ -117,10 +117,9 @@ class UpdateFollower:
         return self.behind is None
 
     def _mark_behind(self, why: str) -> None:
-        if self.behind is None:
-            self.behind_since = time.time()
+        if self.behind is None:  # the first cause is what it says (later ones are counted)
+            self.behind, self.behind_since = why, time.time()
             log.warning("serving is behind the trainer (%s) until the next full sync", why)
-        self.behind = why
         self.full_sync.broken()
 
     def _open(self):

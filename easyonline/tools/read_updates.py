@@ -36,8 +36,13 @@ def define_flags() -> None:
 def read_all(location: StreamLocation, start: int = 0) -> List[Tuple[int, bytes]]:
     """Every (position, message) there now, from ``start`` (a Kafka offset or a sequence number)."""
     reader = open_reader(location, start)
+    out: List[Tuple[int, bytes]] = []
     try:
-        return reader.read_available()
+        while True:  # a directory reader returns a bounded number of files a call
+            batch = reader.read_available()
+            out.extend(batch)
+            if not batch or location.storage == KAFKA:
+                return out
     finally:
         reader.close()
 

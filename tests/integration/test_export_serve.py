@@ -22,6 +22,7 @@ from google.protobuf import json_format
 from easyonline.updates.param_ids import read_parameter_ids
 from easyonline.publish.publish_callback import IncrementalPublish
 from easyonline.updates.codec import UpdateSnapshot, decode_update, encode_update
+from easyonline.updates.directory_sink import DirectorySink
 from easyonline.updates.readers import update_file_name
 from easyonline.serve.process import ServingProcess
 from easyonline.tools.local_broker import LocalBroker
@@ -308,7 +309,7 @@ def test_file_updates_duplicates_gaps_and_garbage_are_handled(served_from_files)
     assert not status["ready"] and _readiness(server)[0] == 503  # it knows messages were lost
     write(last + 5, message(last + 6))              # the one after the gap: applied, though still behind
     status = server.wait_for(lambda s: s["last_applied_sequence"] == last + 6)
-    assert status["behind"] == "gap"
+    assert status["behind"] == "malformed"  # the first cause it met
     changed = server.predict(instances(requests))
     assert abs(changed[0] - expected[0]) > 1e-4  # the row of its C1 id was replaced
 
@@ -334,15 +335,18 @@ def test_a_refused_update_does_not_stop_the_next_and_a_full_sync_makes_the_serve
     novel = b",".join(fields[:14] + [b"heal0novel"] + fields[15:])  # a C1 id the trainer has not seen
     status = server.status()
     last, stream, model = status["last_applied_sequence"], status["update_stream_id"], status["model_name"]
-    refused_before = collections.Counter(status["refused_updates"])
-    next_number = iter(range(last + 1, last + 10**6))
 
     def write(data):
         sequence = decode_update(data).header.sequence
         (updates / update_file_name(sequence, stream)).write_bytes(data)
         (updates / (update_file_name(sequence, stream) + ".done")).write_bytes(b"")
-        next(next_number)
 
+    if not status["ready"]:  # behind after the gap of the test before: a full sync first
+        for data in _full_sync(trainer, ids, model, last + 1, stream):
+            write(data)
+        status = server.wait_for(lambda s: s["ready"], timeout=60)
+        last = status["last_applied_sequence"]
+    refused_before = collections.Counter(status["refused_updates"])
     write(one_row_update(trainer, ids, model, last + 1, requests[0], stream,
                          dense={ids.dense["bias"]: np.array(np.nan, np.float32)}))          # NaN: refused
     write(one_row_update(trainer, ids, model, last + 2, novel, stream, value=0.7))         # a row the trainer lacks
@@ -369,6 +373,34 @@ def test_a_refused_update_does_not_stop_the_next_and_a_full_sync_makes_the_serve
     assert status["last_applied_sequence"] == last + 4 + len(sync) and status["removed_by_full_sync"] >= 1
     np.testing.assert_allclose(server.predict(instances(requests + [novel])), wanted, atol=1e-5)
     assert _readiness(server)[0] == 200
+
+
+def test_a_server_whose_start_retention_deleted_is_behind_until_a_full_sync(served_from_files):
+    """Issue 6: a server started from an export whose following messages are gone (the directory writer's
+    retention deleted them) knows it is behind (/ready 503, refused reason retention) instead of silently
+    missing rows, and the trainer's next full sync makes it equal to the trainer."""
+    trainer, first_server, updates, ids, tmp_path = served_from_files
+    status = first_server.status()
+    last, stream, model = status["last_applied_sequence"], status["update_stream_id"], status["model_name"]
+    start = json.loads(next((tmp_path / "export").glob("*/assets/incr_update.txt")).read_text())["sequence"]
+    assert DirectorySink(str(updates), retention_messages=3).clean() > 0  # what the writer does after a send
+    assert min(s for _, s in _file_numbers(updates)) > start  # the export's start is gone
+    server = Server(tmp_path / "export", tmp_path / "serve2.log")
+    try:
+        status = server.wait_for(lambda s: s["update_lag_messages"] == 0)
+        assert not status["ready"] and status["behind"].startswith("retention") and \
+            status["refused_updates"].get("retention") == 1, status
+        assert _readiness(server)[0] == 503
+        for data in _full_sync(trainer, ids, model, last + 1, stream, max_bytes=64 * 1024):
+            sequence = decode_update(data).header.sequence
+            (updates / update_file_name(sequence, stream)).write_bytes(data)
+            (updates / (update_file_name(sequence, stream) + ".done")).write_bytes(b"")
+        status = server.wait_for(lambda s: s["ready"], timeout=60)
+        assert status["full_syncs"] == 1 and _readiness(server)[0] == 200
+        lines = list(SyntheticCtrStream().lines(0, 5))
+        np.testing.assert_allclose(server.predict(instances(lines)), trainer_probs(trainer, lines), atol=1e-5)
+    finally:
+        assert server.stop() == 0
 
 
 def test_updates_of_another_stream_or_with_bad_values_are_refused_and_a_new_stream_takes_over(served_from_files):
@@ -626,3 +658,4 @@ def test_tf_serving_grpc_clients_predict_and_read_metadata(served_from_files):
     with pytest.raises(grpc.RpcError) as e:
         stub.Predict(request, timeout=30)
     assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "max_rows_per_request" in e.value.details()
+
