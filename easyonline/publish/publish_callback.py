@@ -38,6 +38,10 @@ class IncrementalPublish(Callback):
         self.incr = incr
         self.model_dir = model_dir
         self.model_name = stream_model_name(incr, model_dir)
+        if not incr.model_name:
+            log.warning("updates are published as model %r, the last part of model_dir %s: another trainer whose "
+                        "model_dir ends alike would publish as the same model on a shared topic; set "
+                        "incr_save_config.model_name", self.model_name, model_dir)
         self.sink = sink or open_sink(incr)
         self._dense_schedule = _schedule(incr.dense_save_steps, incr.dense_save_secs, incr.HasField("dense_save_secs"))
         self._sparse_schedule = _schedule(incr.sparse_save_steps, incr.sparse_save_secs,

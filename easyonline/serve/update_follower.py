@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Dict, Optional
 
-from easyonline.updates.apply_rules import DUPLICATE, GAP, NEXT, OTHER_MODEL, StreamCursor
+from easyonline.updates.apply_rules import DUPLICATE, GAP, NEXT, OTHER_MODEL, OTHER_STREAM, StreamCursor
 from easyonline.updates.codec import MalformedUpdateError, decode_update
 from easyonline.updates.full_sync import FullSyncTracker, rows_to_remove, written_keys
 from easyonline.updates.transport import KAFKA, StreamLocation, kafka_security, open_reader
@@ -62,6 +62,7 @@ class UpdateFollower:
         self.removed_by_sync = 0
         self.started = time.time()
         self.last_applied_at: Optional[float] = None  # when this server last applied a message
+        self._other_stream: Optional[tuple] = None  # (stream id, when) of the last other_stream refusal
         self.step: Optional[int] = info.get("step")
         self.last_create_time: Optional[float] = None
         self.applied = 0
@@ -184,6 +185,8 @@ class UpdateFollower:
         if verdict == DUPLICATE:
             self.skipped += 1
             return False
+        if verdict == OTHER_STREAM:
+            self._other_stream = (header.stream_id, time.time())
         if verdict != NEXT:
             self._refuse(verdict, f"expected sequence {self.cursor.next_sequence} of stream {self.cursor.stream_id}, "
                                   f"got {header.sequence} of stream {header.stream_id}")
@@ -202,6 +205,7 @@ class UpdateFollower:
         if header.stream_id != self.cursor.stream_id and self.cursor.stream_id is not None:
             log.warning("following a new update stream %d from its full sync (was %d): the trainer found none "
                         "of the earlier messages on the topic", header.stream_id, self.cursor.stream_id)
+        self._check_identity(header)
         self.cursor.advance(header)
         self.stale_since = None
         self.step = header.global_step
@@ -212,6 +216,20 @@ class UpdateFollower:
         if carried is not None:
             self._sync_ended(carried)
         return True
+
+    def _check_identity(self, header) -> None:
+        """Messages of another stream of the model while its own stream goes on: two live trainers publish as
+        one model (e.g. two model_dirs ending in the same name, the default model name). Logged as an error."""
+        if self._other_stream is None or header.stream_id != self.cursor.stream_id:
+            return
+        other, seen = self._other_stream
+        now = time.time()
+        if now - seen < 600 and now >= self._next_log.get("identity", 0.0):
+            log.error("two streams of model %r are live on %s: %d (followed) and %d (refused). Two trainers "
+                      "publish as one model (model_dirs ending alike?): give each its own "
+                      "incr_save_config.model_name or topic", self.model_name, self.location.description,
+                      self.cursor.stream_id, other)
+            self._next_log["identity"] = now + 600
 
     def _sync_ended(self, carried) -> None:
         """A full sync was applied whole: remove the rows it did not carry; the reader equals the trainer."""

@@ -383,6 +383,13 @@ def test_a_server_whose_start_retention_deleted_is_behind_until_a_full_sync(serv
     status = first_server.status()
     last, stream, model = status["last_applied_sequence"], status["update_stream_id"], status["model_name"]
     start = json.loads(next((tmp_path / "export").glob("*/assets/incr_update.txt")).read_text())["sequence"]
+    line = SyntheticCtrStream().lines(0, 1)[0]
+    for sequence in range(last + 1, last + 5):  # four more updates of the stream (the server applies them)
+        data = one_row_update(trainer, ids, model, sequence, line, stream, value=0.1 * (sequence - last))
+        (updates / update_file_name(sequence, stream)).write_bytes(data)
+        (updates / (update_file_name(sequence, stream) + ".done")).write_bytes(b"")
+    first_server.wait_for(lambda s: s["last_applied_sequence"] == last + 4)
+    last += 4
     assert DirectorySink(str(updates), retention_messages=3).clean() > 0  # what the writer does after a send
     assert min(s for _, s in _file_numbers(updates)) > start  # the export's start is gone
     server = Server(tmp_path / "export", tmp_path / "serve2.log")
