@@ -128,7 +128,11 @@ class UpdateFollower:
             reader = open_reader(self.location, self.next_sequence, self.cursor.stream_id)
         else:
             reader = open_reader(self.location, int(self.export.update_info["offset"]))
-        lost = reader.lost_before_start()
+        try:
+            lost = reader.lost_before_start()
+        except Exception:
+            reader.close()  # an outage: _run retries with a new reader
+            raise
         if lost:
             self.refused["retention"] += 1
             self._mark_behind(f"retention: {lost}")

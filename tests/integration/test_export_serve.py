@@ -412,7 +412,8 @@ def test_a_server_whose_start_retention_deleted_is_behind_until_a_full_sync(serv
 
 def test_updates_of_another_stream_or_with_bad_values_are_refused_and_a_new_stream_takes_over(served_from_files):
     """A message of another stream of the model is not taken for a duplicate, NaN and unknown dense
-    parameters are refused (and serving says it is stale), and a new stream's full sync is followed."""
+    parameters are refused (and serving says it is stale), a message of another stream while the own one goes
+    on is logged as two live trainers of one model, and a new stream's full sync is followed."""
     trainer, server, updates, ids, _ = served_from_files
     requests = list(SyntheticCtrStream().lines(0, 5))
     status = server.status()
@@ -438,6 +439,10 @@ def test_updates_of_another_stream_or_with_bad_values_are_refused_and_a_new_stre
     assert status["last_applied_sequence"] == last + 3 and status["update_stream_id"] == stream  # moved past
     assert status["update_lag_messages"] == 0 and status["update_lag_seconds"] > 0  # at the end, but stale
     np.testing.assert_allclose(server.predict(instances(requests)), before, atol=1e-6)  # nothing applied
+    write(update(last + 4, stream, value=0.3))  # its own stream goes on: two live streams
+    server.wait_for(lambda s: s["last_applied_sequence"] == last + 4)
+    assert re.search(rf"two streams of model '{model}' are live on .*: {stream} \(followed\) and {stream + 1}",
+                     server.log_tail(100000)), server.log_tail()
     write(update(2, stream + 1, value=0.25, full_sync=True))  # the new stream's full sync: followed
     status = server.wait_for(lambda s: s["update_stream_id"] == stream + 1)
     assert status["last_applied_sequence"] == 2

@@ -233,7 +233,7 @@ def test_a_caught_up_trainer_publishes_changed_rows_at_the_faster_cadence(broker
         thread.join(60)
 
 
-def test_periodic_full_syncs_end_with_full_sync_end_and_make_a_diverged_replica_equal(tmp_path):
+def test_periodic_full_syncs_end_with_full_sync_end_and_make_a_diverged_replica_equal(tmp_path, caplog):
     """full_sync_secs: the trainer re-sends everything on schedule, each sync's last message flagged
     full_sync_end. A replica holding a row the trainer never had (and which missed the updates before the
     last sync: it starts at its part 0) equals the trainer after applying the last sync."""
@@ -241,7 +241,10 @@ def test_periodic_full_syncs_end_with_full_sync_end_and_make_a_diverged_replica_
     edits = {"train_config.incr_save_config": {"sparse_save_steps": 1, "dense_save_steps": 1,
                                                "full_sync_secs": 0.001, "max_message_bytes": 65536,
                                                "fs": {"incr_save_dir": str(incr_dir)}}}
-    trainer = build_trainer(_file_config(tmp_path, 1500, **edits), online=False)
+    with caplog.at_level("WARNING", logger="easyonline.publish.publish_callback"):
+        trainer = build_trainer(_file_config(tmp_path, 1500, **edits), online=False)
+    # the default model name (the last part of model_dir) is named, with what to set
+    assert f"published as model 'model', the last part of model_dir {tmp_path / 'model'}" in caplog.text
     trainer.run()
     reader = DirectoryUpdateReader(str(incr_dir))
     records = []
