@@ -216,7 +216,10 @@ class DirectoryUpdateReader:
     def _pending(self) -> List[Tuple[Optional[int], int]]:
         """(stream, sequence) of every message not yet read, in reading order."""
         groups = list_update_files(self.directory)
-        own = self._own_key = self._own(groups)
+        own = self._own(groups)
+        if own != self._own_key:  # its stream's files got named by the stream (a writer upgraded): one stream
+            self._next[self._own_key] = self.next_sequence
+            self._own_key = own
         if self._ignored is None:
             self._ignored = set()
             if own in groups and self.stream_id is not None:

@@ -193,3 +193,16 @@ def test_directory_retention_by_age(tmp_path):
     message.header.create_time = time.time() - 120  # two minutes old: past retention
     sink.send([(1, message.SerializeToString()), (2, _messages(2, step=2, stream_id=5)[0])], key=b"m")
     assert list_update_files(str(tmp_path)) == {5: [2]} and sink.deleted == 1
+
+
+def test_a_directory_written_before_names_carried_the_stream_is_read_on_after_the_writer_names_it(tmp_path):
+    """Files named update-<sequence>.pb (older writers) are the export's stream; when the upgraded writer
+    goes on with update-<stream>-<sequence>.pb, the reader continues without reading the old files again."""
+    for sequence in (1, 2):
+        (tmp_path / update_file_name(sequence)).write_bytes(_messages(sequence, step=sequence, stream_id=5)[0])
+        (tmp_path / (update_file_name(sequence) + ".done")).write_bytes(b"")
+    reader = open_reader(StreamLocation(DIRECTORY, directory=str(tmp_path)), 1, stream_id=5)
+    assert [s for s, _ in reader.read_available()] == [1, 2]
+    sink = DirectorySink(str(tmp_path))
+    sink.send([(3, _messages(3, step=3, stream_id=5)[0])], key=b"m")
+    assert [s for s, _ in reader.read_available()] == [3] and reader.lag_messages() == 0
