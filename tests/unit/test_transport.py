@@ -206,3 +206,15 @@ def test_a_directory_written_before_names_carried_the_stream_is_read_on_after_th
     sink = DirectorySink(str(tmp_path))
     sink.send([(3, _messages(3, step=3, stream_id=5)[0])], key=b"m")
     assert [s for s, _ in reader.read_available()] == [3] and reader.lag_messages() == 0
+
+
+def test_an_export_whose_following_messages_retention_deleted_is_told(tmp_path):
+    """start_after_step of a step older than every message left: the messages between are gone, and the
+    reader says so (the exporter writes it into incr_update.txt, and its servers start behind)."""
+    sink = DirectorySink(str(tmp_path), retention_messages=2)
+    sink.send([(s, _messages(s, step=10 * s, stream_id=5)[0]) for s in range(1, 5)], key=b"m")
+    reader = open_reader(StreamLocation(DIRECTORY, directory=str(tmp_path)))
+    assert reader.start_after_step("m", 5) == (3, 3, 5)
+    assert reader.lost.startswith("retention: the oldest message left is sequence 3 (step 30)")
+    fresh = open_reader(StreamLocation(DIRECTORY, directory=str(tmp_path)))
+    assert fresh.start_after_step("m", 30) == (4, 4, 5) and fresh.lost is None  # its step's message is there
