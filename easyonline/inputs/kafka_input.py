@@ -159,8 +159,6 @@ class KafkaInput(BatchSource):
 
     def next_batch(self, timeout: float) -> Optional[RawBatch]:
         self._run_commits()
-        if self._refresh_every > 0 and time.time() >= self._next_refresh:
-            self._refresh_partitions()
         pieces: List[bytes] = []  # each chunk's messages joined: the batch is one blob (raw_batch.BlobLines)
         lines = 0
         refused: list = []
@@ -175,11 +173,15 @@ class KafkaInput(BatchSource):
                 remaining = self._batch_timeout - (now - first_at)
             if remaining <= 0:
                 break
+            if self._refresh_every > 0 and now >= self._next_refresh:
+                self._refresh_partitions()
             wanted = self._batch_size - lines
             if self._lines_per_message:
                 wanted = max(1, int(wanted / self._lines_per_message))
             else:
                 wanted = min(wanted, 16)
+            if self._refresh_every > 0:  # wake up for the next look at the topic's partitions
+                remaining = min(remaining, max(self._next_refresh - time.time(), 0.001))
             try:
                 records = self._consumer.poll(timeout_ms=max(int(remaining * 1000), 1), max_records=wanted)
             except OffsetOutOfRangeError as e:

@@ -51,7 +51,9 @@ class KafkaPythonDataConsumer:
         return out
 
     def end(self, tp: TopicPartition) -> Optional[int]:
-        """Where this reader's readable data ends (read_bounds.py); None before a fetch."""
+        """Where this reader's readable data ends (read_bounds.py); None before a fetch (or unassigned)."""
+        if tp not in self._consumer.assignment():
+            return None
         return self._bounds.end(tp)
 
     def log_range(self, tp: TopicPartition) -> Tuple[int, int]:
