@@ -70,8 +70,10 @@ class ConfluentDataConsumer:
         self._consumer.incremental_unassign([one])
         self._consumer.incremental_assign([one])
 
-    def add_partitions(self, offsets: Dict[TopicPartition, int]) -> None:
-        """Starts reading partitions not assigned before (added to the topic), each from its offset."""
+    def add_partitions(self, offsets: Dict[TopicPartition, int], positions: Dict[TopicPartition, int]) -> None:
+        """Starts reading partitions not assigned before (added to the topic), each from its offset; the
+        others read on undisturbed (``positions``, where they stand, is kafka-python's concern)."""
+        del positions
         self._offsets.update(offsets)
         if self._assigned:
             self._consumer.incremental_assign([self._ck.TopicPartition(tp.topic, tp.partition, offset)

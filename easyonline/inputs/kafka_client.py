@@ -9,7 +9,10 @@ from easyonline.protos import pipeline_pb2
 
 
 def isolation_level(kafka: pipeline_pb2.KafkaInput) -> str:
-    """kafka-python's name of the section's isolation level ("read_committed" unless READ_UNCOMMITTED)."""
+    """kafka-python's name of the section's isolation level: the ``config`` map's ``isolation_level`` (also
+    EasyRec's ``isolation.level``, translated into it) when given, else the field's."""
+    if "isolation_level" in kafka.config:
+        return kafka.config["isolation_level"].strip().lower()
     return "read_uncommitted" if kafka.isolation_level == pipeline_pb2.KafkaInput.READ_UNCOMMITTED \
         else "read_committed"
 

@@ -69,8 +69,8 @@ class KafkaInput(BatchSource):
             self._value, self._offset = self._consumer.record_value, self._consumer.record_offset
         else:  # kafka-python reads the data too, with the fast record decoder (compiled False: Python's)
             fast_records.install(self._consumer, compiled=compiled_decoder)
-            self._consumer = KafkaPythonDataConsumer(
-                self._consumer, kafka.topic, kafka.isolation_level == pipeline_pb2.KafkaInput.READ_COMMITTED)
+            self._consumer = KafkaPythonDataConsumer(self._consumer, kafka.topic,
+                                                     kafka_client.isolation_level(kafka) == "read_committed")
             self._value, self._offset = _value, _offset
         self._consumer.assign(list(self.partitions))
         for tp in self.partitions:
@@ -128,10 +128,7 @@ class KafkaInput(BatchSource):
             return
         starts = {tp: self._consumer.log_range(tp)[0] for tp in new}
         current = {tp: self._positions[tp.partition] for tp in self.partitions}
-        if isinstance(self._consumer, ConfluentDataConsumer):
-            self._consumer.add_partitions(starts)
-        else:
-            self._consumer.add_partitions(starts, current)
+        self._consumer.add_partitions(starts, current)
         self.partitions = tuple(sorted(self.partitions + tuple(new), key=_partition_of))
         for tp, offset in starts.items():
             self._positions[tp.partition] = offset
