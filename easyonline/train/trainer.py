@@ -92,6 +92,9 @@ class OnlineTrainer:
     """
 
     writer_lock: Optional[WriterLock] = None  # model_dir's lease while ``run`` holds it
+    # Kafka offsets skipped by positions out of range while reading (RawBatch.offsets_skipped); a class
+    # default too, for subclasses with their own __init__ (distributed/cluster_trainer.py).
+    offsets_skipped: int = 0
 
     def __init__(self, config: pipeline_pb2.PipelineConfig, online: bool = True,
                  source: Optional[BatchSource] = None, callbacks: Sequence[Callback] = ()):
@@ -146,7 +149,7 @@ class OnlineTrainer:
         self.lag: Optional[int] = None
         self.bad_input = BadInputMonitor(config.data_config, build_dead_letter(config))
         self.input_wait_seconds = 0.0  # time the loop waited for the next batch: high = input-bound
-        self.offsets_skipped = 0  # Kafka offsets skipped by positions out of range while reading (RawBatch)
+        self.offsets_skipped = 0
         self.can_checkpoint = True  # False once the parameters are lost (a parameter server died)
         self.evicted: Dict[str, np.ndarray] = {}  # keys evicted since start, per table (for publishing deletes)
 
