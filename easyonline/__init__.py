@@ -3,7 +3,8 @@
 TFRA's layers subclass ``tf_keras`` (Keras 2), so ``TF_USE_LEGACY_KERAS=1``
 must be set before TensorFlow is first imported: importing this package sets
 it (``core/bootstrap.py`` checks it), and fails fast if TensorFlow was
-already loaded with Keras 3.
+already loaded with Keras 3. It also drops the start-up lines of TensorFlow
+and TFRA that mean nothing to an operator (``core/quiet_libraries.py``).
 
 The Python API (``online_train``, ``save_model``, ``shrink``) lives in
 ``easyonline.jobs``; it is reachable here as ``easyonline.online_train`` and
@@ -16,7 +17,10 @@ import sys as _sys
 __version__ = "0.1.0"
 
 _os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-_os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from easyonline.core import quiet_libraries as _quiet  # noqa: E402
+
+_quiet.install()  # TensorFlow's and TFRA's meaningless start-up lines are dropped (EASYONLINE_LIBRARY_LOGS=1: kept)
 
 _API = {"online_train": "easyonline.jobs.online_train", "save_model": "easyonline.jobs.model_ops",
         "shrink": "easyonline.jobs.model_ops"}

@@ -98,7 +98,9 @@ def librdkafka_config(kafka: pipeline_pb2.KafkaInput, path: str, client_id: str)
     equivalent is a ConfigError naming it."""
     config: Dict[str, object] = {"bootstrap.servers": kafka.server, "group.id": kafka.group or "easyonline",
                                  "enable.auto.commit": False, "enable.auto.offset.store": False,
-                                 "client.id": client_id, "fetch.wait.max.ms": 100}
+                                 "client.id": client_id, "fetch.wait.max.ms": 100,
+                                 "isolation.level": "read_uncommitted" if kafka.isolation_level
+                                 == pipeline_pb2.KafkaInput.READ_UNCOMMITTED else "read_committed"}
     for key, value in extra_consumer_config(kafka, path).items():
         if key not in KAFKA_PYTHON_TO_LIBRDKAFKA:
             raise ConfigError(f"{path}.config[{key}]", "has no librdkafka equivalent (client: CONFLUENT_KAFKA, the "

@@ -334,7 +334,9 @@ def _validate_incr_save(incr: pipeline_pb2.IncrSaveConfig, path: str) -> None:
                      "is not a kafka-python producer setting")
     else:
         _require(bool(incr.fs.incr_save_dir), f"{path}.fs.incr_save_dir", "is required")
-    for name in ("dense_save_secs", "sparse_save_secs", "sparse_save_secs_caught_up", "flush_timeout_secs"):
+        _require(incr.fs.retention_secs >= 0, f"{path}.fs.retention_secs", "must be >= 0 (0: no bound)")
+    for name in ("dense_save_secs", "sparse_save_secs", "sparse_save_secs_caught_up", "flush_timeout_secs",
+                 "full_sync_secs"):
         _require(getattr(incr, name) >= 0, f"{path}.{name}", "must be >= 0")
     _require(incr.dense_save_steps or incr.dense_save_secs, path, "dense_save_steps and dense_save_secs are both 0")
     _require(incr.sparse_save_steps or incr.sparse_save_secs, path, "sparse_save_steps and sparse_save_secs are both 0")

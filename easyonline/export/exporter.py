@@ -46,9 +46,13 @@ def update_stream_info(config: pipeline_pb2.PipelineConfig, step: int) -> dict:
     reader = open_reader(location)
     try:
         position, sequence, stream_id = reader.start_after_step(model_name, step)
+        lost = getattr(reader, "lost", None)
     finally:
         reader.close()
     info = {"model_name": model_name, "step": step, **location.to_info(), "sequence": sequence}
+    if lost:  # the server starts behind, and heals at the next full sync
+        log.warning("exporting step %d: %s; servers of this export are behind until the next full sync", step, lost)
+        info["behind"] = lost
     if stream_id is not None:
         info["stream_id"] = stream_id
     if location.storage == KAFKA:

@@ -12,6 +12,10 @@ inputs are named by the ids in ``DENSE_UPDATE_VARIABLES`` and
 ``embed_name_to_ids.txt``, so serving never needs the trainer's variable
 names.
 
+``table_keys`` lists the keys each table holds (``table_<id>`` -> int64 keys),
+so that a serving processor can remove the rows a completed full sync did not
+carry (docs/incremental_updates.md).
+
 ``incr_update_messages`` applies update messages as they were published
 (serialized UpdateMessages, one per string, in stream order), decoding them in
 the graph (``tf.io.decode_proto`` with the message descriptors embedded), so a
@@ -119,6 +123,7 @@ class ServingModule(tf.Module):
         self.incr_update_messages = tf.function(
             self._incr_update_messages, autograph=False,
             input_signature=[{"messages": tf.TensorSpec([None], tf.string, name="messages")}])
+        self.table_keys = tf.function(self._table_keys, input_signature=[], autograph=False)
         # Parsed features in, for callers that parse with the config's parser (easyonline.predict).
         self.score_features = tf.function(self._score_features, input_signature=[feature_signature(specs)],
                                           autograph=False)
@@ -159,6 +164,9 @@ class ServingModule(tf.Module):
         with tf.control_dependencies(applied):
             return {"applied": tf.size(inputs["dense_ids"], tf.int64) + sum(
                 tf.size(inputs[f"table_{t}_keys"], tf.int64) for t, _ in self._params.tables)}
+
+    def _table_keys(self):
+        return {f"table_{table_id}": table.export()[0] for table_id, table in self._params.tables}
 
     def _apply_dense(self, ids, offsets, lengths, values):
         """Writes dense slices: entry i puts ``lengths[i]`` values (from ``values``, entries back to back) into

@@ -9,16 +9,28 @@ answers the few calls KafkaInput makes on its data consumer (assign, seek,
 poll, highwater, commit, close) with kafka-python's types, so the rest of
 the input path does not know which client reads; only the records poll
 returns are librdkafka's own, read through ``record_value`` and
-``record_offset``.
+``record_offset``. It also answers the calls of the running reader that
+kafka-python's data consumer answers in kafka_python_data.py: positions,
+where readable data ends (read_bounds.py), a partition's range, the topic's
+partitions now, and adding partitions.
+
+``isolation.level`` follows the section (read_committed by default):
+librdkafka then skips aborted batches itself, from the aborted-transactions
+list of each fetch response, and moves its position past commit markers.
+``auto.offset.reset`` is "error": a position the broker reports out of range
+while running raises ``OffsetOutOfRangeError`` here (librdkafka's default
+would jump to the partition's end, silently skipping every unread sample);
+KafkaInput decides what happens, as at start.
 """
 import itertools
 import logging
 from typing import Dict, List, Optional
 
 from kafka import TopicPartition
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, OffsetOutOfRangeError
 
 from easyonline.config.kafka_settings import confluent_kafka_module, librdkafka_config
+from easyonline.inputs.read_bounds import LibrdkafkaBounds
 from easyonline.protos import pipeline_pb2
 
 log = logging.getLogger(__name__)
@@ -30,10 +42,16 @@ class ConfluentDataConsumer:
         self._ck = confluent_kafka_module(path)
         config = librdkafka_config(kafka, path, f"easyonline-{path}")
         config["logger"] = logging.getLogger("easyonline.inputs.librdkafka")  # not librdkafka's own stderr lines
+        config["auto.offset.reset"] = "error"  # never a silent jump: KafkaInput decides (see above)
+        self._bounds = LibrdkafkaBounds(kafka.topic, config.get("isolation.level") == "read_committed")
+        config["statistics.interval.ms"] = 1000  # the last stable offsets (read_bounds.py)
+        config["stats_cb"] = self._bounds.on_stats
+        self._topic = kafka.topic
         self._consumer = self._ck.Consumer(config)
         self._offsets: Dict[TopicPartition, int] = {}
         self._partitions: Dict[int, TopicPartition] = {}
         self._assigned = False
+        self._out_of_range: Optional[Dict[TopicPartition, int]] = None
         self.record_value = self._ck.Message.value  # how KafkaInput reads the messages poll returns
         self.record_offset = self._ck.Message.offset
         self._error, self._partition = self._ck.Message.error, self._ck.Message.partition
@@ -43,8 +61,53 @@ class ConfluentDataConsumer:
         self._assigned = False
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Before the first poll: where ``tp`` starts. While reading: moves ``tp`` alone (also out of the
+        error state an out-of-range report leaves it in)."""
         self._offsets[tp] = offset
-        self._assigned = False
+        if not self._assigned:
+            return
+        one = self._ck.TopicPartition(tp.topic, tp.partition, offset)
+        self._consumer.incremental_unassign([one])
+        self._consumer.incremental_assign([one])
+
+    def add_partitions(self, offsets: Dict[TopicPartition, int], positions: Dict[TopicPartition, int]) -> None:
+        """Starts reading partitions not assigned before (added to the topic), each from its offset; the
+        others read on undisturbed (``positions``, where they stand, is kafka-python's concern)."""
+        del positions
+        self._offsets.update(offsets)
+        if self._assigned:
+            self._consumer.incremental_assign([self._ck.TopicPartition(tp.topic, tp.partition, offset)
+                                               for tp, offset in offsets.items()])
+
+    def positions(self, tps: List[TopicPartition]) -> Dict[int, int]:
+        """{partition: the offset after everything poll handed out, markers and aborted batches included};
+        partitions librdkafka has no position for yet are left out."""
+        if not self._assigned:
+            return {}
+        return {tp.partition: tp.offset
+                for tp in self._consumer.position([self._ck.TopicPartition(t.topic, t.partition) for t in tps])
+                if tp.offset >= 0}
+
+    def end(self, tp: TopicPartition) -> Optional[int]:
+        """Where this reader's readable data ends (read_bounds.py); None before a fetch."""
+        return self._bounds.end(tp.partition, self.highwater(tp))
+
+    def log_range(self, tp: TopicPartition) -> tuple:
+        """(log start, end) of ``tp`` asked of the broker now; the end is at least the last fetch's."""
+        low, high = self._consumer.get_watermark_offsets(self._ck.TopicPartition(tp.topic, tp.partition),
+                                                         timeout=10, cached=False)
+        return low, max(high, self.highwater(tp) or 0)
+
+    def topic_partitions(self) -> Optional[List[int]]:
+        """The topic's partitions as the brokers tell now (None when they did not answer)."""
+        try:
+            topic = self._consumer.list_topics(self._topic, timeout=10).topics.get(self._topic)
+        except self._ck.KafkaException as e:
+            log.warning("librdkafka: could not refresh the partitions of %s: %s", self._topic, e)
+            return None
+        if topic is None or topic.error is not None:
+            return None
+        return sorted(topic.partitions)
 
     def _assign(self) -> None:
         self._consumer.assign([self._ck.TopicPartition(tp.topic, tp.partition, offset)
@@ -59,6 +122,9 @@ class ConfluentDataConsumer:
         """
         if not self._assigned:
             self._assign()
+        if self._out_of_range:
+            out_of_range, self._out_of_range = self._out_of_range, None
+            raise OffsetOutOfRangeError(out_of_range)
         out: Dict[TopicPartition, list] = {}
         # As kafka-python's poll: back as soon as something arrived (librdkafka's consume would wait for all
         # max_records or the timeout), with whatever else is already fetched.
@@ -88,11 +154,19 @@ class ConfluentDataConsumer:
 
     def _without_errors(self, messages: list) -> list:
         kept = []
+        out_of_range = {}
         for message in messages:
-            if message.error() is not None:
-                self._raise_or_log(message.error())
-            else:
+            if message.error() is None:
                 kept.append(message)
+            elif message.error().code() == self._ck.KafkaError._AUTO_OFFSET_RESET:  # pylint: disable=protected-access
+                tp = TopicPartition(message.topic() or self._topic, message.partition())
+                out_of_range[tp] = message.offset() if message.offset() is not None and message.offset() >= 0 \
+                    else self._offsets.get(tp, -1)
+            else:
+                self._raise_or_log(message.error())
+        if out_of_range and not kept:  # kafka-python's shape
+            raise OffsetOutOfRangeError(out_of_range)
+        self._out_of_range = out_of_range or None  # raised by the next poll, once ``kept`` was handed out
         return kept
 
     def _raise_or_log(self, error) -> None:

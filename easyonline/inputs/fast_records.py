@@ -9,8 +9,18 @@ compression, not a control batch) this module walks the records itself and
 yields ``(offset, value)`` pairs with attribute access: in compiled code
 (``_record_decoder.c``, built by setup.py; ~0.1 us per record) or, where no
 C compiler was at hand, in the Python loop below (~3 us).
-Any other batch (compressed, legacy format, transactional markers) goes
-through kafka-python's own decoder, so nothing is decoded differently.
+Any other batch (compressed, legacy format) goes through kafka-python's
+own decoder, so nothing is decoded differently.
+
+Reading committed data (kafka-python's ``isolation_level="read_committed"``,
+easyonline's default), the batches a fetch returns are filtered as Kafka's
+own consumer does (kafka-python 3.0's ``PartitionRecords._unpack_records``):
+the response lists the aborted transactions (producer id, first offset);
+a transactional batch of a producer whose aborted transaction began at or
+before the batch's last offset is skipped, until that producer's abort
+marker; control batches (commit and abort markers) are never handed out.
+Either way the position moves past what was skipped (the offset after the
+fetch's last batch).
 
 ``install(consumer)`` swaps the decoder of one consumer; everything else
 (fetching, positions, errors, retries) stays kafka-python's.
@@ -260,7 +270,8 @@ def _fast_partition_records(compiled: bool):
         def __init__(self, fetch_offset, tp, records, *args, **kwargs):
             super().__init__(fetch_offset, tp, records, *args, **kwargs)  # its record iterator is never started
             uncommitted = str(getattr(self.isolation_level, "name", self.isolation_level)).upper().endswith("UNCOMMITTED")
-            self._pending = (tp, records, fetch_offset) if uncommitted else None
+            self._committed = not uncommitted
+            self._pending: Optional[tuple] = (tp, records, fetch_offset)
             self._fast: Optional[List] = None
             self._at = self._end = 0
 
@@ -270,7 +281,9 @@ def _fast_partition_records(compiled: bool):
             batch = records.next_batch()
             while batch is not None:
                 v2 = isinstance(batch, DefaultRecordBatch)
-                if v2 and not batch.attributes & _SLOW_ATTRIBUTES:
+                if v2 and self._committed and self._aborted(batch):
+                    pass  # an aborted transaction's batch, or a marker: skipped, the position moves past it
+                elif v2 and not batch.attributes & _SLOW_ATTRIBUTES:
                     self.leader_epoch = batch.leader_epoch
                     try:
                         out.extend(decode_batch(batch._buffer, batch.base_offset,  # pylint: disable=protected-access
@@ -286,6 +299,17 @@ def _fast_partition_records(compiled: bool):
             if out and out[0].offset < fetch_offset:  # a fetch may start inside a batch
                 out = [r for r in out if r.offset >= fetch_offset]
             return out, end
+
+        def _aborted(self, batch) -> bool:
+            """Whether a read_committed reader skips ``batch`` (Kafka's rule, see the module docstring);
+            keeps the aborted producers up to date as it goes."""
+            if not batch.has_producer_id():
+                return False
+            self._consume_aborted_transactions_up_to(batch.last_offset)
+            if self._contains_abort_marker(batch):
+                self.aborted_producer_ids.discard(batch.producer_id)
+                return True
+            return self._is_batch_aborted(batch)
 
         def take(self, n=None):
             if self._pending is not None:

@@ -1,7 +1,15 @@
 """Reads CSV samples from every partition of a Kafka topic, in batches with a max wait.
 
 Batches end at message boundaries, so the position after a batch (the next
-offset of every partition) is exact and can be saved with a checkpoint.
+offset of every partition) is exact and can be saved with a checkpoint. The
+position is the client's own, which moves past commit markers and aborted
+batches of a transactional topic; lag is measured against where readable
+data ends (read_bounds.py), so a reader that read everything has lag 0.
+
+While running it also asks for the topic's partitions every
+``partition_refresh_secs`` and reads new ones from their beginning, and
+handles a position the broker reports out of range as a restart handles a
+checkpoint's (``start_position.out_of_range_decision``), never by a jump.
 The consumer is not thread-safe: everything, commits included, runs on the
 thread that calls ``next_batch`` (the Prefetcher's).
 """
@@ -9,20 +17,24 @@ import logging
 import operator
 import queue
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from kafka import TopicPartition
+from kafka.errors import OffsetOutOfRangeError
 
 from easyonline.core.rejections import OVERSIZED_MESSAGE, rejection
 from easyonline.inputs import fast_records, kafka_client
 from easyonline.inputs.confluent_consumer import ConfluentDataConsumer
+from easyonline.inputs.kafka_python_data import KafkaPythonDataConsumer
 from easyonline.inputs.raw_batch import BatchSource, BlobLines, RawBatch
-from easyonline.inputs.start_position import resolve_start_offsets, usable_checkpoint_positions
+from easyonline.inputs.start_position import (out_of_range_decision, resolve_start_offsets,
+                                              usable_checkpoint_positions)
 from easyonline.protos import pipeline_pb2
 
 log = logging.getLogger(__name__)
 _value = operator.attrgetter("value")  # of kafka-python's records
 _offset = operator.attrgetter("offset")
+_partition_of = operator.attrgetter("partition")
 
 
 class KafkaInput(BatchSource):
@@ -36,15 +48,15 @@ class KafkaInput(BatchSource):
         self._max_message_bytes = max_message_bytes
         self._batch_size = batch_size
         self._batch_timeout = batch_timeout_ms / 1000.0
-        self._consumer = kafka_client.make_consumer(kafka, path, max_poll_records=max(batch_size, 500),
-                                                    fetch_max_wait_ms=min(100, max(batch_timeout_ms, 1)))
+        self._consumer: Any = kafka_client.make_consumer(kafka, path, max_poll_records=max(batch_size, 500),
+                                                    fetch_max_wait_ms=min(100, max(batch_timeout_ms, 1)),
+                                                    auto_offset_reset="none")  # out of range: raised, decided here
         control = self._consumer  # finds partitions and start positions; kafka-python with either client
         self.partitions = self._discover(path, partition_wait_secs)
         checkpoint_positions = usable_checkpoint_positions(checkpoint_positions, checkpoint_topic, kafka,
                                                            [tp.partition for tp in self.partitions])
-        if partition_share is not None:  # (i, n): this reader is the i-th of n, it reads p with p % n == i
-            index, count = partition_share
-            self.partitions = tuple(tp for tp in self.partitions if tp.partition % count == index)
+        self._share = partition_share
+        self.partitions = self._my_share(self.partitions)
         probe = kafka_client.make_consumer(kafka, path + ".probe", group_id=None, fetch_max_wait_ms=50)
         try:
             offsets, self.start_mode = resolve_start_offsets(control, probe, self.partitions, kafka,
@@ -57,6 +69,8 @@ class KafkaInput(BatchSource):
             self._value, self._offset = self._consumer.record_value, self._consumer.record_offset
         else:  # kafka-python reads the data too, with the fast record decoder (compiled False: Python's)
             fast_records.install(self._consumer, compiled=compiled_decoder)
+            self._consumer = KafkaPythonDataConsumer(self._consumer, kafka.topic,
+                                                     kafka_client.isolation_level(kafka) == "read_committed")
             self._value, self._offset = _value, _offset
         self._consumer.assign(list(self.partitions))
         for tp in self.partitions:
@@ -65,6 +79,9 @@ class KafkaInput(BatchSource):
         self._positions = dict(offsets)
         self._commits: "queue.Queue[Dict[int, int]]" = queue.Queue()
         self._lines_per_message = 0.0  # running estimate, to ask poll() for about one batch of lines
+        self.offsets_skipped = 0  # by positions out of range while reading (moved to what the log holds)
+        self._refresh_every = kafka.partition_refresh_secs
+        self._next_refresh = time.time() + self._refresh_every
         log.info("reading %s partitions %s from %s (%s, %s): %s", kafka.topic, sorted(offsets), kafka.server,
                  self.start_mode, pipeline_pb2.KafkaInput.Client.Name(kafka.client).lower(), offsets)
 
@@ -80,15 +97,62 @@ class KafkaInput(BatchSource):
             self._consumer.topics()  # refreshes metadata
             time.sleep(0.5)
 
+    def _my_share(self, partitions) -> Tuple[TopicPartition, ...]:
+        """The partitions this reader reads: all, or as the i-th of n (``partition_share``) those p % n == i."""
+        if self._share is None:
+            return tuple(partitions)
+        index, count = self._share
+        return tuple(tp for tp in partitions if tp.partition % count == index)
+
     def lag(self) -> Optional[int]:
-        """Messages on the broker not yet read, from the fetch high watermarks (None before the first fetch)."""
+        """Offsets readable on the broker not yet read: up to the last stable offset when reading committed
+        data, else the high watermark, as of the last fetch (None before a fetch of every partition)."""
         total = 0
         for tp in self.partitions:
-            high = self._consumer.highwater(tp)
-            if high is None:
+            end = self._consumer.end(tp)
+            if end is None:
                 return None
-            total += max(high - self._positions[tp.partition], 0)
+            total += max(end - self._positions[tp.partition], 0)
         return total
+
+    def _refresh_partitions(self) -> None:
+        """Reads partitions added to the topic since the last look, from their log start."""
+        self._next_refresh = time.time() + self._refresh_every
+        now = self._consumer.topic_partitions()
+        if not now:
+            return
+        known = {tp.partition for tp in self.partitions}
+        new = [tp for tp in self._my_share(TopicPartition(self._kafka.topic, p) for p in now)
+               if tp.partition not in known]
+        if not new:
+            return
+        starts = {tp: self._consumer.log_range(tp)[0] for tp in new}
+        current = {tp: self._positions[tp.partition] for tp in self.partitions}
+        self._consumer.add_partitions(starts, current)
+        self.partitions = tuple(sorted(self.partitions + tuple(new), key=_partition_of))
+        for tp, offset in starts.items():
+            self._positions[tp.partition] = offset
+        log.warning("topic %s has new partitions %s: reading them from their start %s", self._kafka.topic,
+                    [tp.partition for tp in new], {tp.partition: o for tp, o in starts.items()})
+
+    def _out_of_range(self, reported: Dict[TopicPartition, int]) -> None:
+        """A position the broker reported out of range while reading: moved as a checkpoint's is at start
+        (``out_of_range_decision``: counted in ``offsets_skipped`` and logged), or a ConfigError."""
+        for reported_tp, offset in reported.items():
+            tp = TopicPartition(reported_tp.topic, reported_tp.partition)
+            at = offset if isinstance(offset, int) and offset >= 0 else self._positions[tp.partition]
+            begin, end = self._consumer.log_range(tp)
+            moved, why = out_of_range_decision(self._kafka, tp.partition, at, begin, end, whose="the reader's")
+            if why:
+                self.offsets_skipped += abs(moved - at)
+                log.warning("reading topic %s: the broker reported the position out of range: %s "
+                            "(kafka_train_input.on_offset_out_of_range: RESUME_IN_RANGE)", self._kafka.topic, why)
+            else:
+                log.warning("reading topic %s: the broker reported partition %d offset %d out of range, but it "
+                            "holds [%d, %d] now: reading on from there", self._kafka.topic, tp.partition, at,
+                            begin, end)
+            self._positions[tp.partition] = moved
+            self._consumer.seek(tp, moved)
 
     def next_batch(self, timeout: float) -> Optional[RawBatch]:
         self._run_commits()
@@ -106,12 +170,21 @@ class KafkaInput(BatchSource):
                 remaining = self._batch_timeout - (now - first_at)
             if remaining <= 0:
                 break
+            if self._refresh_every > 0 and now >= self._next_refresh:
+                self._refresh_partitions()
             wanted = self._batch_size - lines
             if self._lines_per_message:
                 wanted = max(1, int(wanted / self._lines_per_message))
             else:
                 wanted = min(wanted, 16)
-            records = self._consumer.poll(timeout_ms=max(int(remaining * 1000), 1), max_records=wanted)
+            if self._refresh_every > 0:  # wake up for the next look at the topic's partitions
+                remaining = min(remaining, max(self._next_refresh - time.time(), 0.001))
+            try:
+                records = self._consumer.poll(timeout_ms=max(int(remaining * 1000), 1), max_records=wanted)
+            except OffsetOutOfRangeError as e:
+                self._out_of_range(e.args[0] if e.args and isinstance(e.args[0], dict) else {})
+                continue
+            positions = self._consumer.positions(self.partitions)
             got = 0
             for tp, chunk in records.items():
                 got += len(chunk)
@@ -133,6 +206,9 @@ class KafkaInput(BatchSource):
                 per_message = added / len(values)
                 self._lines_per_message = 0.9 * self._lines_per_message + 0.1 * per_message \
                     if self._lines_per_message else per_message
+            for p, offset in positions.items():  # past markers and aborted batches too
+                if offset > self._positions[p]:
+                    self._positions[p] = offset
             messages += got
             if lines and first_at is None:
                 first_at = time.time()
@@ -141,7 +217,8 @@ class KafkaInput(BatchSource):
             return None
         self.idle_lag = None
         return RawBatch(BlobLines(b"\n".join(pieces), lines), dict(self._positions), lag=self.lag(),
-                        messages=messages, empty_messages=empty, rejected=refused)
+                        messages=messages, empty_messages=empty, rejected=refused,
+                        offsets_skipped=self.offsets_skipped)
 
     def _refuse_oversized(self, tp: TopicPartition, chunk, refused: list) -> list:
         """The values of ``chunk`` without the messages over max_message_bytes, which go to ``refused``."""

@@ -53,6 +53,9 @@ class RawBatch:
     rejected: List[Tuple[bytes, str]] = dataclasses.field(default_factory=list)
     # Set by sources that yield already-parsed batches (e.g. online_train over an iterable).
     parsed: Optional[object] = None
+    # Offsets skipped so far (cumulative) because a position fell out of the partition's range while
+    # reading and was moved into it (kafka_input.py; on_offset_out_of_range: RESUME_IN_RANGE).
+    offsets_skipped: int = 0
 
 
 class BatchSource(abc.ABC):

@@ -91,11 +91,11 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
             item: tuple
             if layout is not None:
                 item = ("slot", slot_batches, layout, batch.positions, batch.lag, batch.messages,
-                        batch.empty_messages, batch.rejected)
+                        batch.empty_messages, batch.rejected, batch.offsets_skipped)
                 slot_batches += 1
             else:
                 item = ("batch", blob, vectors, batch.positions, batch.lag, batch.messages,
-                        batch.empty_messages, batch.rejected)
+                        batch.empty_messages, batch.rejected, batch.offsets_skipped)
             while True:
                 try:
                     batches.put(item, timeout=0.2)
@@ -109,6 +109,8 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
                         source.close()
                         return
                     source.commit(command[1])
+    except ConfigError as e:  # on_offset_out_of_range: FAIL_OUT_OF_RANGE while reading
+        batches.put(("error", "ConfigError", e.path, e.detail))
     except Exception as e:  # pylint: disable=broad-except
         batches.put(("error", type(e).__name__, str(e)))
     source.close()
@@ -160,25 +162,27 @@ class KafkaReaderProcess(BatchSource):
                 raise RuntimeError("the Kafka reader process died") from None
             return None
         if item[0] == "error":
+            if item[1] == "ConfigError":
+                raise ConfigError(item[2], item[3])
             raise RuntimeError(f"reading Kafka failed: {item[1]}: {item[2]}")
         if item[0] == "idle":
             self.idle_lag = item[1]
             return None
         self.idle_lag = None
         if item[0] == "slot":  # copied out before the next get (the ring's rule, batch_slots.py)
-            _, index, layout, positions, lag, messages, empty, rejected = item
+            _, index, layout, positions, lag, messages, empty, rejected, skipped = item
             slots, parser = self._slots, self._parser
             assert slots is not None and parser is not None  # (the child sends slots only when both exist)
             blob, vectors = slots.read(index, layout, parser.id_names, parser.dense_names)
         else:
-            _, blob, vectors, positions, lag, messages, empty, rejected = item
+            _, blob, vectors, positions, lag, messages, empty, rejected, skipped = item
         parsed = None
         if vectors is not None:
             # why: ParsedBatch holds tensors; the child imports this module and must not load TensorFlow
             from easyonline.features.csv_parser import ParsedBatch  # pylint: disable=g-import-not-at-top
             parsed = ParsedBatch.from_vectors(vectors)
         return RawBatch(BlobLines(blob), positions, lag=lag, messages=messages, empty_messages=empty,
-                        rejected=rejected, parsed=parsed)
+                        rejected=rejected, parsed=parsed, offsets_skipped=skipped)
 
     @property
     def pid(self) -> Optional[int]:

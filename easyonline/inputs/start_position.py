@@ -119,6 +119,30 @@ def _end_offset(probe_consumer: KafkaConsumer, tp: TopicPartition, begin: int, e
     return max(end, probe.highwater or 0)
 
 
+def out_of_range_decision(kafka: pipeline_pb2.KafkaInput, partition: int, offset: int, begin: int, end: int,
+                          whose: str = "the checkpoint's") -> Tuple[int, str]:
+    """(where to read ``partition`` from, why it moved or "") for a position ``offset`` given what the
+    partition holds, [``begin``, ``end``]: the one decision for a checkpoint at start and for a position
+    the broker reports out of range while reading (``whose``: "the reader's").
+
+    Below the log start: the log start (samples were deleted before being
+    trained); past the end: the end (the log was truncated). FAIL_OUT_OF_RANGE
+    raises a ConfigError naming the partition, the offset and the range.
+    """
+    moved = min(max(offset, begin), end)
+    if moved == offset:
+        return offset, ""
+    if offset < begin:
+        why = f"below its log start {begin}: {begin - offset} samples were deleted before being trained"
+    else:
+        why = f"past its end {end}: the topic was truncated or recreated, {offset - end} offsets are missing"
+    if kafka.on_offset_out_of_range == pipeline_pb2.KafkaInput.FAIL_OUT_OF_RANGE:
+        raise ConfigError("kafka_train_input.on_offset_out_of_range",
+                          f"topic {kafka.topic!r} partition {partition}: {whose} offset {offset} is {why}; "
+                          "set it to RESUME_IN_RANGE to resume at the nearest offset the partition holds")
+    return moved, f"partition {partition} moved {offset} -> {moved} ({why})"
+
+
 def _into_range(saved: Dict[int, int], begin: Dict[int, int], end: Dict[int, int],
                 kafka: pipeline_pb2.KafkaInput) -> Tuple[Dict[int, int], List[str]]:
     """Checkpoint offsets moved to what each partition holds, as ``on_offset_out_of_range`` says."""
@@ -129,18 +153,9 @@ def _into_range(saved: Dict[int, int], begin: Dict[int, int], end: Dict[int, int
             offsets[p] = begin[p]
             moves.append(f"partition {p} has no position in the checkpoint: from its start {begin[p]}")
             continue
-        offsets[p] = min(max(offset, begin[p]), end[p])
-        if offsets[p] == offset:
-            continue
-        if offset < begin[p]:
-            why = f"below its log start {begin[p]}: {begin[p] - offset} samples were deleted before being trained"
-        else:
-            why = f"past its end {end[p]}: the topic was truncated or recreated, {offset - end[p]} offsets are missing"
-        if kafka.on_offset_out_of_range == pipeline_pb2.KafkaInput.FAIL_OUT_OF_RANGE:
-            raise ConfigError("kafka_train_input.on_offset_out_of_range",
-                              f"topic {kafka.topic!r} partition {p}: the checkpoint's offset {offset} is {why}; "
-                              "set it to RESUME_IN_RANGE to resume at the nearest offset the partition holds")
-        moves.append(f"partition {p} moved {offset} -> {offsets[p]} ({why})")
+        offsets[p], move = out_of_range_decision(kafka, p, offset, begin[p], end[p])
+        if move:
+            moves.append(move)
     for move in moves:
         log.warning("resuming topic %s from the checkpoint: %s", kafka.topic, move)
     return offsets, moves

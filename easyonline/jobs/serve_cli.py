@@ -17,6 +17,7 @@ from easyonline.core.errors import ConfigError
 from easyonline.serve.grpc_api import start_grpc_server
 from easyonline.serve.http_api import ServingState, make_server
 from easyonline.serve.loaded_export import LoadedExport
+from easyonline.serve.status_log import broker_outage, status_line
 from easyonline.serve.update_follower import UpdateFollower
 from easyonline.utils.cli import run_command
 from easyonline.utils.logs import setup_logging
@@ -32,11 +33,15 @@ def define_flags() -> None:
                          "GetModelMetadata) on this port of --host (TF Serving uses 8500); 0 picks a free one "
                          "(printed at start), -1: off.")
     flags.DEFINE_string("model_name", "", "Name in the URLs; default: the export's model name.")
-    flags.DEFINE_integer("max_request_bytes", 16 * 1024 * 1024, "Larger predict requests get HTTP 413.")
-    flags.DEFINE_integer("max_rows_per_request", 10000, "Predict requests with more rows get HTTP 413.")
+    flags.DEFINE_integer("max_request_bytes", 16 * 1024 * 1024, "Larger predict requests get HTTP 413 (gRPC: "
+                         "RESOURCE_EXHAUSTED, its receive limit).")
+    flags.DEFINE_integer("max_rows_per_request", 10000, "Predict requests with more rows get HTTP 413 (gRPC: "
+                         "RESOURCE_EXHAUSTED); also the most values one input may declare (a gRPC tensor's shape), "
+                         "checked before any tensor is built (more: HTTP 400 / INVALID_ARGUMENT).")
     flags.DEFINE_float("idle_timeout_secs", 30.0, "A connection idle (or stalled mid-request) this long is closed.")
     flags.DEFINE_integer("max_connections", 1024, "Open connections at most (one thread each); more get HTTP 503.")
-    flags.DEFINE_float("status_secs", 10.0, "Seconds between status lines in the log.")
+    flags.DEFINE_float("status_secs", 10.0, "Seconds between status lines in the log (and, while the update broker "
+                       "is unreachable, one line saying so).")
     flags.DEFINE_multi_string("kafka_config", [], "key=value, repeatable: a kafka-python consumer setting for "
                               "reading a Kafka update stream, e.g. sasl_plain_password=${KAFKA_PASSWORD} (a "
                               "${NAME} value is read from the environment). SASL/SSL settings of the export's "
@@ -90,10 +95,10 @@ def main(argv) -> int:
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
     while not stopped.wait(FLAGS.status_secs):
-        s = state.status()
-        log.info("step=%s seq=%s applied=%d skipped=%d refused=%s lag=%s msgs/%ss requests=%s",
-                 s["last_applied_step"], s["last_applied_sequence"], s["applied_updates"], s["skipped_updates"],
-                 s["refused_updates"], s["update_lag_messages"], s["update_lag_seconds"], state.requests)
+        outage = broker_outage(follower)
+        if outage is not None:  # kafka-python's own connection errors are folded into this one line
+            log.warning("%s; serving the parameters of step %s", outage, follower.step)
+        log.info("%s", status_line(state.status(), state.requests, outage))
     follower.stop()
     if grpc_server is not None:
         grpc_server.stop(grace=2).wait(5)

@@ -6,6 +6,10 @@ sink). It subscribes to the trainer's change tracker, hands a job to the
 UpdatePublisher when a dense or sparse publish is due and the sender has
 room, reports acknowledged updates to ``on_publish`` callbacks, and at the
 end publishes the final state and waits for it to be acknowledged.
+
+Every ``full_sync_secs`` (and at a restart that needs one) the update is a
+full sync: every row and dense parameter once more. A server that missed or
+refused a message is behind until it applies one whole; this bounds how long.
 """
 import logging
 import time
@@ -34,6 +38,10 @@ class IncrementalPublish(Callback):
         self.incr = incr
         self.model_dir = model_dir
         self.model_name = stream_model_name(incr, model_dir)
+        if not incr.model_name:
+            log.warning("updates are published as model %r, the last part of model_dir %s: another trainer whose "
+                        "model_dir ends alike would publish as the same model on a shared topic; set "
+                        "incr_save_config.model_name", self.model_name, model_dir)
         self.sink = sink or open_sink(incr)
         self._dense_schedule = _schedule(incr.dense_save_steps, incr.dense_save_secs, incr.HasField("dense_save_secs"))
         self._sparse_schedule = _schedule(incr.sparse_save_steps, incr.sparse_save_secs,
@@ -43,6 +51,7 @@ class IncrementalPublish(Callback):
         self._last_sparse_time = time.time()
         self._dense_vars: Dict[int, Any] = {}
         self._dense_owed = False
+        self._last_full_sync = time.time()
 
     def on_train_begin(self, trainer: TrainerView) -> None:
         ids = ensure_parameter_ids(self.model_dir, trainer.model)
@@ -76,8 +85,9 @@ class IncrementalPublish(Callback):
         if not publisher.has_room():
             self._dense_owed = self._dense_owed or self._dense_schedule.due(trainer.step)
             return  # keys keep merging in the tracker
-        if publisher.take_full_sync():
+        if publisher.take_full_sync() or self._full_sync_due():
             publisher.offer(self._job(trainer, dense=True, full_sync=True))
+            self._last_full_sync = self._last_sparse_time = time.time()
             self._dense_owed = False
             return
         dense = self._dense_owed or self._dense_schedule.due(trainer.step)
@@ -92,6 +102,10 @@ class IncrementalPublish(Callback):
         if sparse:
             self._sparse_schedule.mark(trainer.step)
 
+    def _full_sync_due(self) -> bool:
+        every = self.incr.full_sync_secs
+        return every > 0 and time.time() - self._last_full_sync >= every
+
     def _caught_up_due(self, trainer: TrainerView) -> bool:
         """Changed rows wait, the input has no lag, and sparse_save_secs_caught_up passed since the last update."""
         every = self.incr.sparse_save_secs_caught_up
@@ -103,7 +117,7 @@ class IncrementalPublish(Callback):
         publisher = self._started()[0]
         timeout = self.incr.flush_timeout_secs
         deadline = time.time() + timeout  # one budget for queueing and sending, not one each
-        full_sync = publisher.take_full_sync()
+        full_sync = publisher.take_full_sync() or self._full_sync_due()
         sent = publisher.offer(self._job(trainer, dense=True, full_sync=full_sync), timeout=timeout)
         flushed = publisher.close(max(deadline - time.time(), 0)) and sent
         for result in publisher.results():

@@ -5,7 +5,9 @@ written for TF Serving's gRPC API (``tensorflow_serving.apis``) works
 unchanged, with this model's name, ``serving_default`` (or no signature
 name) and the served version or none. Bad requests get INVALID_ARGUMENT
 naming the input, too many rows RESOURCE_EXHAUSTED, another model or
-version NOT_FOUND.
+version NOT_FOUND. The tensors' declared sizes are checked before any is
+built (request_limits.py); a message over --max_request_bytes is refused by
+gRPC itself.
 """
 import concurrent.futures
 import time
@@ -15,7 +17,8 @@ from tensorflow_serving.apis import get_model_metadata_pb2, predict_pb2, predict
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.export.layout import SERVING_SIGNATURE
-from easyonline.serve.http_api import BadRequest, ServingState, TooManyRows
+from easyonline.serve.http_api import ServingState
+from easyonline.serve.request_limits import BadRequest, TooManyRows, check_tensor_inputs
 
 tf = ensure_legacy_keras()
 
@@ -43,6 +46,14 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def Predict(self, request, context):  # pylint: disable=invalid-name
         started = time.perf_counter()
         self._check_spec(request.model_spec, context)
+        try:  # the declared sizes, before make_ndarray fills them (a shape [2**31] with one value: 2**31 values)
+            check_tensor_inputs(request.inputs, self.state.max_rows_per_request, self.state.export.inputs)
+        except TooManyRows as e:
+            self.state.count("too_large")
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+        except BadRequest as e:
+            self.state.count("bad_request")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         try:
             inputs = {name: tf.make_ndarray(proto).reshape(-1).tolist() for name, proto in request.inputs.items()}
         except (TypeError, ValueError) as e:
@@ -84,7 +95,9 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
 def start_grpc_server(state: ServingState, host: str, port: int, threads: int = 8):
     """Starts the PredictionService; returns (server, the port it listens on: ``port`` or, for 0, a free one)."""
-    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="grpc"))
+    # --max_request_bytes bounds a gRPC message as it does a REST body (gRPC answers RESOURCE_EXHAUSTED)
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="grpc"),
+                         options=[("grpc.max_receive_message_length", state.max_request_bytes)])
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(state), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:

@@ -7,10 +7,13 @@
 - ``GET /v1/models/<name>/metadata``: the signature defs, as TF Serving's GetModelMetadata;
 - each also under ``/v1/models/<name>/versions/<version>`` (the loaded version; another is 404), and a
   predict body may name ``"signature_name": "serving_default"``;
-- ``GET /metrics``: the same and request counters, in Prometheus text format.
+- ``GET /metrics``: the same and request counters, in Prometheus text format;
+- ``GET /ready`` (and ``/v1/models/<name>/ready``): 200 while the server is not known to differ from the
+  trainer, 503 while it is behind (a lost or refused update, retention) until the next full sync.
 
 Requests larger than ``max_request_bytes`` or with more than
-``max_rows_per_request`` rows get 413, malformed ones 400 with the reason;
+``max_rows_per_request`` rows get 413, malformed ones 400 with the reason
+(request_limits.py checks the sizes before any array is built);
 the server keeps answering while updates are applied. It speaks HTTP/1.1
 with keep-alive; a connection idle for ``idle_timeout_secs`` is closed (no
 slowloris), and at most ``max_connections`` are open at once, one thread
@@ -32,18 +35,11 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from easyonline.export.layout import SERVING_SIGNATURE, UPDATE_MESSAGE_SIGNATURE, UPDATE_SIGNATURE
 from easyonline.serve.loaded_export import LoadedExport
+from easyonline.serve.request_limits import BadRequest, TooManyRows, check_json_inputs
 from easyonline.serve.update_follower import UpdateFollower
 
 log = logging.getLogger(__name__)
 _DRAIN_LIMIT = 64 * 1024 * 1024  # a refused body up to this size is read and dropped, a larger one cut off
-
-
-class BadRequest(ValueError):
-    """A request that cannot be answered as it is (REST 400, gRPC INVALID_ARGUMENT); the message says why."""
-
-
-class TooManyRows(BadRequest):
-    """More rows than --max_rows_per_request (REST 413, gRPC RESOURCE_EXHAUSTED)."""
 
 
 def request_inputs(body: dict) -> Tuple[Dict[str, list], bool]:
@@ -66,6 +62,9 @@ def request_inputs(body: dict) -> Tuple[Dict[str, list], bool]:
         out[name] = values if isinstance(values, list) else [values]
     return out, False
 
+
+# Every reason a message is refused for (update_follower.py), each with a counter even while 0.
+REFUSAL_REASONS = ("malformed", "gap", "other_stream", "implausible_sequence", "inconsistent", "failed", "retention")
 
 # Predict latency buckets, seconds: TF Serving's figures are a few ms at batch 1.
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -114,7 +113,18 @@ class ServingState:
                 "update_stream_id": follower.cursor.stream_id,
                 "applied_updates": follower.applied, "skipped_updates": follower.skipped,
                 "refused_updates": dict(follower.refused), "update_lag_messages": follower.lag_messages,
-                "update_lag_seconds": None if lag is None else round(lag, 3), "update_error": follower.error}
+                "update_lag_seconds": None if lag is None else round(lag, 3), "update_error": follower.error,
+                "ready": follower.ready, "behind": follower.behind,
+                "seconds_since_update": round(follower.seconds_since_update(), 3),
+                "full_syncs": follower.full_sync.completed, "removed_by_full_sync": follower.removed_by_sync}
+
+    def readiness(self) -> Tuple[int, dict]:
+        """(HTTP status, body) of the readiness endpoint: 503 while the server knows it is behind."""
+        follower = self.follower
+        body = {"ready": follower.ready, "behind": follower.behind,
+                "behind_seconds": None if follower.behind_since is None else round(time.time() - follower.behind_since, 3),
+                "seconds_since_update": round(follower.seconds_since_update(), 3)}
+        return (200 if follower.ready else 503), body
 
     def predict_rows(self, signature_name: str, inputs: Dict[str, list]) -> int:
         """The rows of a predict request, after the checks both APIs make: the signature it names (none or
@@ -154,10 +164,17 @@ class ServingState:
         gauge("skipped_updates_total", follower.skipped, "duplicate update messages skipped")
         lines.append("# HELP easyonline_serving_refused_updates_total update messages refused, by reason")
         lines.append("# TYPE easyonline_serving_refused_updates_total counter")
-        for reason in ("malformed", "gap", "inconsistent"):
+        for reason in sorted(set(REFUSAL_REASONS) | set(follower.refused)):
             lines.append(f'easyonline_serving_refused_updates_total{{reason="{reason}"}} {follower.refused[reason]}')
         gauge("update_lag_messages", follower.lag_messages, "update messages on the stream not yet read")
         gauge("update_lag_seconds", follower.lag_seconds(), "age of the newest applied update while behind")
+        gauge("seconds_since_update", round(follower.seconds_since_update(), 3),
+              "seconds since this server last applied an update message (since start when none)")
+        gauge("behind", 0 if follower.ready else 1, "1 while the server knows it differs from the trainer "
+              "(a lost or refused update, retention), until a full sync it applies whole")
+        gauge("full_syncs_total", follower.full_sync.completed, "full syncs applied whole")
+        gauge("removed_by_full_sync_total", follower.removed_by_sync,
+              "rows removed because a full sync did not carry them")
         lines.append("# HELP easyonline_serving_requests_total HTTP requests by outcome")
         lines.append("# TYPE easyonline_serving_requests_total counter")
         for outcome, count in sorted(self.requests.items()):
@@ -214,9 +231,14 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/metrics":
             self._send(200, self.state.metrics(), "text/plain; version=0.0.4")
             return
+        if path == "/ready":
+            self._send(*self.state.readiness())
+            return
         resource = self._model_resource(path)
         if resource == "":
             self._send(200, self.state.status())
+        elif resource == "/ready":
+            self._send(*self.state.readiness())
         elif resource == "/metadata":
             self._send(200, self.state.metadata())
         elif resource is not None:
@@ -258,8 +280,12 @@ class Handler(BaseHTTPRequestHandler):
             if len(data) < length:
                 self.close_connection = True
                 raise BadRequest(f"the body ended after {len(data)} of {length} bytes (Content-Length)")
-            body = json.loads(data)
+            try:
+                body = json.loads(data)
+            except RecursionError:
+                raise BadRequest("the JSON body is nested too deeply; each input takes one value a row") from None
             inputs, rows = request_inputs(body)
+            check_json_inputs(inputs, self.state.max_rows_per_request)  # before any array is built
             self.state.predict_rows(body.get("signature_name", SERVING_SIGNATURE), inputs)
             out = self.state.export.predict(inputs)
         except TooManyRows as e:

@@ -41,6 +41,7 @@ class LoadedExport:
         # The module's own functions keep the exported input names as dict keys (signature argument
         # names are sanitized and lowercased); the signatures are there for saved_model_cli and TF Serving.
         self._update = self._module.incr_update
+        self._table_keys = getattr(self._module, "table_keys", None)  # exports before it existed lack it
         assets = os.path.join(self.path, ASSETS_DIR)
         self.ids = read_parameter_ids(assets)
         with open(os.path.join(assets, INCR_UPDATE_FILE)) as f:
@@ -132,6 +133,31 @@ class LoadedExport:
                 return int(self._update(tensors)["applied"].numpy())
             except tf.errors.OpError as e:  # checked above; a message that still breaks the graph is refused too
                 raise ValueError(f"the update function refused the message: {e.message}") from None
+
+
+    @property
+    def can_list_rows(self) -> bool:
+        """False for exports made before table_keys existed: a full sync then cannot remove rows."""
+        return self._table_keys is not None
+
+    def held_keys(self) -> Dict[int, np.ndarray]:
+        """The keys each table holds now, by table id."""
+        if self._table_keys is None:
+            raise ValueError(f"the export {self.path} cannot list its rows (exported before table_keys existed)")
+        with self._update_lock:
+            out = self._table_keys()
+        return {int(name.split("_", 1)[1]): keys.numpy() for name, keys in out.items()}
+
+    def remove_rows(self, keys: Dict[int, np.ndarray]) -> int:
+        """Removes ``keys`` ({table id: int64 keys}) from the tables; the number of keys asked to remove."""
+        message = update_pb2.UpdateMessage()
+        for table_id, table_keys in keys.items():
+            if len(table_keys):
+                message.sparse.add(table_id=table_id, dim=self._widths[table_id],
+                                   deleted_keys=np.ascontiguousarray(table_keys, np.int64).tobytes())
+        if len(message.sparse):
+            self.apply(message)
+        return sum(len(k) for k in keys.values())
 
 
 def _tensor(values: List, dtype: tf.DType) -> tf.Tensor:

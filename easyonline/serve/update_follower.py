@@ -3,15 +3,26 @@
 Rules (updates/apply_rules.py, the same for every reader, through its
 StreamCursor): messages of other models are ignored; a sequence number at or
 below the last applied is a duplicate and skipped; one above the next
-expected is a gap and refused, unless it starts a full sync (which re-sends
-everything, so it heals the gap); a message of another stream of the model
-is refused unless it starts that stream with a full sync; a message that
-does not decode, or does not fit the export, is refused, and the rest of its
-poll is still handled. Every refusal is counted by reason and logged (at
-most once every 10 s per reason). While the newest message of the model was
-refused, serving is stale and ``lag_seconds`` says how stale, even when the
-reader is at the end of the topic. A broker outage is retried with backoff;
-nothing already applied is lost.
+expected is a gap, unless it starts a full sync (which re-sends everything,
+so it heals the gap); a message of another stream of the model is refused
+unless it starts that stream with a full sync; a message that does not
+decode, or does not fit the export, is refused, and the rest of its poll is
+still handled.
+
+One refused message never stops the ones after it: the cursor moves past a
+refused message of the stream (a gap, a message that does not fit, one whose
+apply failed), so the next one is applied. The reader then knows it differs
+from the trainer: it is *behind* (``behind`` says why; serve's readiness
+endpoint answers 503) until a full sync it applied whole, from its part 0 to
+its ``full_sync_end`` with nothing lost or refused in between, makes it
+equal again: the sync's rows and dense parameters are written, and the rows
+it did not carry are removed (updates/full_sync.py). The trainer sends a full
+sync at every restart that needs one and every ``full_sync_secs``. A start
+whose first messages are gone (retention) is behind from the start.
+
+Every refusal is counted by reason and logged (at most once every 10 s per
+reason). A broker outage is retried with backoff; nothing already applied is
+lost.
 """
 import collections
 import logging
@@ -19,10 +30,12 @@ import threading
 import time
 from typing import Dict, Optional
 
-from easyonline.updates.apply_rules import DUPLICATE, NEXT, OTHER_MODEL, StreamCursor
+from easyonline.updates.apply_rules import DUPLICATE, GAP, NEXT, OTHER_MODEL, OTHER_STREAM, StreamCursor
 from easyonline.updates.codec import MalformedUpdateError, decode_update
+from easyonline.updates.full_sync import FullSyncTracker, rows_to_remove, written_keys
 from easyonline.updates.transport import KAFKA, StreamLocation, kafka_security, open_reader
 from easyonline.serve.loaded_export import LoadedExport
+from easyonline.serve.status_log import broker_outage
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +56,21 @@ class UpdateFollower:
         self.cursor = StreamCursor(self.model_name, int(info.get("sequence", 1)),
                                    None if stream_id is None else int(stream_id))
         self.stale_since: Optional[float] = None  # when a message of the model was refused, until one applies
+        # Why this reader knows it differs from the trainer (None: equal as far as it can tell), and since when.
+        self.behind: Optional[str] = info.get("behind")
+        self.behind_since: Optional[float] = time.time() if self.behind else None
+        self.full_sync = FullSyncTracker()
+        self.removed_by_sync = 0
+        self.started = time.time()
+        self.last_applied_at: Optional[float] = None  # when this server last applied a message
+        self._other_stream: Optional[tuple] = None  # (stream id, when) of the last other_stream refusal
         self.step: Optional[int] = info.get("step")
         self.last_create_time: Optional[float] = None
         self.applied = 0
         self.skipped = 0
         self.refused: Dict[str, int] = collections.Counter()
+        if self.behind:  # the export found the messages after its step gone (retention)
+            self.refused["retention"] += 1
         self.lag_messages: Optional[int] = None
         self.error: Optional[str] = None
         self._poll_secs = poll_secs
@@ -86,9 +109,35 @@ class UpdateFollower:
         since = self.last_create_time if self.last_create_time is not None else self.stale_since
         return None if since is None else max(time.time() - since, 0.0)
 
+    def seconds_since_update(self) -> float:
+        """Seconds since this server last applied an update message (since it started, when none)."""
+        return max(time.time() - (self.last_applied_at or self.started), 0.0)
+
+    @property
+    def ready(self) -> bool:
+        """False while the reader knows it differs from the trainer."""
+        return self.behind is None
+
+    def _mark_behind(self, why: str) -> None:
+        if self.behind is None:  # the first cause is what it says (later ones are counted)
+            self.behind, self.behind_since = why, time.time()
+            log.warning("serving is behind the trainer (%s) until the next full sync", why)
+        self.full_sync.broken()
+
     def _open(self):
-        start = int(self.export.update_info["offset"]) if self.location.storage == KAFKA else self.next_sequence
-        return open_reader(self.location, start)
+        if self.location.storage != KAFKA:
+            reader = open_reader(self.location, self.next_sequence, self.cursor.stream_id)
+        else:
+            reader = open_reader(self.location, int(self.export.update_info["offset"]))
+        try:
+            lost = reader.lost_before_start()
+        except Exception:
+            reader.close()  # an outage: _run retries with a new reader
+            raise
+        if lost:
+            self.refused["retention"] += 1
+            self._mark_behind(f"retention: {lost}")
+        return reader
 
     def _run(self) -> None:
         backoff = 0.5
@@ -102,6 +151,7 @@ class UpdateFollower:
                         self.handle(data)
                     except Exception as e:  # pylint: disable=broad-except  (one bad message, not an outage)
                         self._refuse("failed", f"message at {position}: {type(e).__name__}: {e}")
+                        self._mark_behind("failed")
                 self.lag_messages = self._reader.lag_messages()
                 if self.error is not None:
                     log.info("update stream readable again")
@@ -110,7 +160,7 @@ class UpdateFollower:
                 if not records and self.location.storage != KAFKA:  # a directory does not block
                     self._stop.wait(self._poll_secs)
             except Exception as e:  # pylint: disable=broad-except  (outages: retry, keep serving)
-                if self.error is None:
+                if self.error is None and broker_outage(self) is None:  # an outage: serve's status lines say it
                     log.error("reading updates failed (%s: %s); serving goes on, retrying", type(e).__name__, e)
                 self.error = f"{type(e).__name__}: {e}"
                 self._stop.wait(backoff)
@@ -131,6 +181,7 @@ class UpdateFollower:
             message = decode_update(data)
         except MalformedUpdateError as e:
             self._refuse("malformed", str(e))
+            self._mark_behind("malformed")  # whose message it was is unknown: maybe ours
             return False
         header = message.header
         verdict = self.cursor.verdict(header)
@@ -139,21 +190,65 @@ class UpdateFollower:
         if verdict == DUPLICATE:
             self.skipped += 1
             return False
+        if verdict == OTHER_STREAM:
+            self._other_stream = (header.stream_id, time.time())
         if verdict != NEXT:
             self._refuse(verdict, f"expected sequence {self.cursor.next_sequence} of stream {self.cursor.stream_id}, "
                                   f"got {header.sequence} of stream {header.stream_id}")
+            self._mark_behind(verdict)
+            if verdict == GAP:  # the lost messages are what is missing: move on, the next one applies
+                self.cursor.advance(header)
             return False
         try:
             self.export.apply(message)
-        except ValueError as e:
-            self._refuse("inconsistent", str(e))
+        except Exception as e:  # pylint: disable=broad-except  (a message that does not fit, or a failed apply)
+            reason = "inconsistent" if isinstance(e, ValueError) else "failed"
+            self._refuse(reason, f"sequence {header.sequence}: {type(e).__name__}: {e}")
+            self._mark_behind(reason)
+            self.cursor.advance(header)  # one refused message does not stop the ones after it
             return False
         if header.stream_id != self.cursor.stream_id and self.cursor.stream_id is not None:
             log.warning("following a new update stream %d from its full sync (was %d): the trainer found none "
                         "of the earlier messages on the topic", header.stream_id, self.cursor.stream_id)
+        self._check_identity(header)
         self.cursor.advance(header)
         self.stale_since = None
         self.step = header.global_step
         self.last_create_time = header.create_time
+        self.last_applied_at = time.time()
         self.applied += 1
+        carried = self.full_sync.applied(header, written_keys(message))
+        if carried is not None:
+            self._sync_ended(carried)
         return True
+
+    def _check_identity(self, header) -> None:
+        """Messages of another stream of the model while its own stream goes on: two live trainers publish as
+        one model (e.g. two model_dirs ending in the same name, the default model name). Logged as an error."""
+        if self._other_stream is None or header.stream_id != self.cursor.stream_id:
+            return
+        other, seen = self._other_stream
+        now = time.time()
+        if now - seen < 600 and now >= self._next_log.get("identity", 0.0):
+            log.error("two streams of model %r are live on %s: %d (followed) and %d (refused). Two trainers "
+                      "publish as one model (model_dirs ending alike?): give each its own "
+                      "incr_save_config.model_name or topic", self.model_name, self.location.description,
+                      self.cursor.stream_id, other)
+            self._next_log["identity"] = now + 600
+
+    def _sync_ended(self, carried) -> None:
+        """A full sync was applied whole: remove the rows it did not carry; the reader equals the trainer."""
+        if self.export.can_list_rows:
+            held = self.export.held_keys()
+            extra = {table_id: rows_to_remove(keys, carried.get(table_id)) for table_id, keys in held.items()}
+            removed = self.export.remove_rows(extra)
+            self.removed_by_sync += removed
+            if removed:
+                log.info("a full sync ended: removed %d row(s) the trainer no longer has", removed)
+        else:
+            log.warning("a full sync ended, but this export cannot list its rows (exported before table_keys "
+                        "existed): rows the trainer no longer has stay; re-export to have them removed")
+        if self.behind is not None:
+            log.info("serving equals the trainer again after a full sync (was behind: %s, for %.0f s)",
+                     self.behind, time.time() - (self.behind_since or time.time()))
+        self.behind = self.behind_since = None

@@ -36,8 +36,13 @@ def define_flags() -> None:
 def read_all(location: StreamLocation, start: int = 0) -> List[Tuple[int, bytes]]:
     """Every (position, message) there now, from ``start`` (a Kafka offset or a sequence number)."""
     reader = open_reader(location, start)
+    out: List[Tuple[int, bytes]] = []
     try:
-        return reader.read_available()
+        while True:  # a directory reader returns a bounded number of files a call
+            batch = reader.read_available()
+            out.extend(batch)
+            if not batch or location.storage == KAFKA:
+                return out
     finally:
         reader.close()
 
@@ -84,6 +89,7 @@ def _line(row: Dict) -> str:
     keys = " ".join(f"t{t}:{k}" for t, k in row.get("sample_keys", {}).items())
     return (f"{row['position']:>8}  seq={row['sequence']} step={row['step']} part={row['part']} bytes={row['bytes']} "
             f"dense={row['dense']} rows={rows} deletes={deletes}{' FULL_SYNC' if row.get('full_sync') else ''}"
+            f"{' END' if row.get('full_sync_end') else ''}"
             f"{'  ' + row['note'] if 'note' in row else ''}{'  keys ' + keys if keys else ''}")
 
 

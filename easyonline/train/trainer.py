@@ -58,6 +58,7 @@ class TrainSummary:
     stop_reason: str
     cpu_seconds: float = 0.0  # of this process and its input reader, over the run
     start: str = ""  # where reading started, and every partition moved at the start (start_position.py)
+    offsets_skipped: int = 0  # by Kafka positions out of range while reading (kafka_input.py)
 
     def lines(self) -> List[str]:
         fmt = lambda v: "-" if v is None else f"{v:.4f}"
@@ -73,7 +74,8 @@ class TrainSummary:
                 f"checkpoint       {self.checkpoint}",
                 f"stopped because  {self.stop_reason}",
                 f"cpu seconds      {self.cpu_seconds:.1f}",
-                f"started from     {self.start or '-'}"]
+                f"started from     {self.start or '-'}",
+                f"offsets skipped  {self.offsets_skipped} (positions out of range while reading)"]
 
 
 def check_task_labels(task_labels: Sequence[str], label_fields: Sequence[str]) -> Tuple[str, ...]:
@@ -101,6 +103,9 @@ class OnlineTrainer:
     writer_lock: Optional[WriterLock] = None  # model_dir's lease while ``run`` holds it
     last_checkpoint: Optional[str]  # the newest checkpoint's path (written or restored), or None
     restored_from: Optional[str] = None  # the checkpoint this run started from (set by the restore), or None
+    # Kafka offsets skipped by positions out of range while reading (RawBatch.offsets_skipped); a class
+    # default too, for subclasses with their own __init__ (distributed/cluster_trainer.py).
+    offsets_skipped: int = 0
 
     def __init__(self, config: pipeline_pb2.PipelineConfig, online: bool = True,
                  source: Optional[BatchSource] = None, callbacks: Sequence[Callback] = ()):
@@ -164,6 +169,7 @@ class OnlineTrainer:
         self.lag: Optional[int] = None
         self.bad_input = BadInputMonitor(config.data_config, build_dead_letter(config))
         self.input_wait_seconds = 0.0  # time the loop waited for the next batch: high = input-bound
+        self.offsets_skipped = 0
         self.can_checkpoint = True  # False once the parameters are lost (a parameter server died)
         self.evicted: Dict[str, np.ndarray] = {}  # keys evicted since start, per table (for publishing deletes)
         self.last_checkpoint = None
@@ -375,6 +381,8 @@ class OnlineTrainer:
         wait_share = (self.input_wait_seconds - last["wait"]) / max(now - last["time"], 1e-9)
         last["wait"], last["time"] = self.input_wait_seconds, now
         fields = {"input_wait": f"{wait_share:.0%}", **self.bad_input.status_fields()}
+        if self.offsets_skipped:  # a position fell out of range while reading: samples never trained
+            fields["offsets_skipped"] = str(self.offsets_skipped)
         for callback in self.callbacks:
             fields.update(callback.status_fields())
         logs = status.report(self.step, self.samples_trained(), self._status_lag(), self.metrics.auc(),
@@ -462,7 +470,7 @@ class OnlineTrainer:
         summary = TrainSummary(self.step, samples, seconds, samples / max(seconds, 1e-9), self.metrics.auc(),
                                self.metrics.logloss(), self.rejected, self.table_sizes(), self.positions,
                                self.last_checkpoint, stop_reason, cpu_seconds() - start_cpu,
-                               source.start_mode)
+                               source.start_mode, self.offsets_skipped)
         self.dispatch("on_train_end", summary)
         return summary
 
@@ -476,5 +484,6 @@ class OnlineTrainer:
             self._count(0)
         self.positions = raw.positions
         self.lag = raw.lag
+        self.offsets_skipped = max(self.offsets_skipped, raw.offsets_skipped)
         if probs is not None:
             self.dispatch("on_batch_end", raw, parsed, probs)

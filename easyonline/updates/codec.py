@@ -231,6 +231,8 @@ def decode_update(data: bytes) -> update_pb2.UpdateMessage:
         raise MalformedUpdateError("parts = 0 (a count not known in advance) is valid only in a full sync")
     if header.parts and header.part >= header.parts:
         raise MalformedUpdateError(f"part {header.part} of {header.parts}")
+    if header.full_sync_end and not header.full_sync:
+        raise MalformedUpdateError("full_sync_end on a message that is not part of a full sync")
     for entry in message.dense:
         size = int(np.prod(entry.shape)) if len(entry.shape) else 1
         if len(entry.values) % 4 or entry.offset + len(entry.values) // 4 > size:

@@ -19,21 +19,50 @@ from easyonline.utils import fileio
 log = logging.getLogger(__name__)
 
 PARTITION = 0
-_FILE = re.compile(r"^update-(\d{12})\.pb$")
+# update-<stream id, 20 digits>-<sequence, 12 digits>.pb; update-<sequence>.pb in directories written before
+# file names carried the stream (read as a stream of its own, key None)
+_FILE = re.compile(r"^update-(?:(\d{20})-)?(\d{12})\.pb$")
 DONE_SUFFIX = ".done"
+MAX_FILES_PER_READ = 256  # files one read_available returns at most (a message is up to max_message_bytes)
 
 
-def update_file_name(sequence: int) -> str:
-    return f"update-{sequence:012d}.pb"
+def update_file_name(sequence: int, stream_id: Optional[int] = None) -> str:
+    """The file of message ``sequence`` of stream ``stream_id`` (None: the old name, without the stream)."""
+    if stream_id is None:
+        return f"update-{sequence:012d}.pb"
+    return f"update-{stream_id:020d}-{sequence:012d}.pb"
 
 
-def _header_of(data: bytes) -> Optional[update_pb2.UpdateHeader]:
+def list_update_files(directory: str) -> Dict[Optional[int], List[int]]:
+    """The complete messages (done-file written) in ``directory``: sorted sequences by stream id."""
+    names = set(fileio.listdir(directory))
+    groups: Dict[Optional[int], List[int]] = {}
+    for name in names:
+        match = _FILE.match(name)
+        if match and name + DONE_SUFFIX in names:
+            key = None if match.group(1) is None else int(match.group(1))
+            groups.setdefault(key, []).append(int(match.group(2)))
+    for sequences in groups.values():
+        sequences.sort()
+    return groups
+
+
+def header_of(data: bytes) -> Optional[update_pb2.UpdateHeader]:
     message = update_pb2.UpdateMessage()
     try:
         message.ParseFromString(data)
     except Exception:  # pylint: disable=broad-except  (garbage on the topic is not ours)
         return None
     return message.header
+
+
+def _lost_before(first: update_pb2.UpdateHeader, step: int) -> Optional[str]:
+    """Why a reader starting at ``first``, the oldest message of its model left, may lack what was published
+    after ``step`` (None: nothing is lost, it is the stream's first message or starts a full sync)."""
+    if first.sequence <= 1 or (first.full_sync and first.part == 0):
+        return None
+    return (f"retention: the oldest message left is sequence {first.sequence} (step {first.global_step}); "
+            f"those between step {step} and it are gone")
 
 
 class KafkaUpdateReader:
@@ -46,10 +75,20 @@ class KafkaUpdateReader:
                         client_id="easyonline-update-reader", max_partition_fetch_bytes=16 * 1024 * 1024,
                         fetch_max_bytes=64 * 1024 * 1024)
         self.topic = topic
+        self.lost: Optional[str] = None  # set by start_after_step when the messages after the step may be gone
         self._consumer = KafkaConsumer(**settings)
         self._tp = TopicPartition(topic, PARTITION)
         self._consumer.assign([self._tp])
         self._consumer.seek(self._tp, start_offset)
+        self._start = start_offset
+
+    def lost_before_start(self) -> Optional[str]:
+        """Why messages from the start offset on are gone (retention removed them: the partition now begins
+        after it), None when none are. Kafka would silently reset to the earliest message."""
+        begin = self._consumer.beginning_offsets([self._tp]).get(self._tp) or 0
+        if self._start < begin:
+            return f"offset {self._start} of {self.topic} is gone (retention): the partition begins at {begin}"
+        return None
 
     def seek(self, offset: int) -> None:
         self._consumer.seek(self._tp, offset)
@@ -104,6 +143,8 @@ class KafkaUpdateReader:
             if lo <= begin or (ours and ours[0][1].global_step <= step):
                 newer = [(offset, h) for offset, h in ours if h.global_step > step]
                 if newer:
+                    if newer[0] is ours[0] and begin > 0:
+                        self.lost = _lost_before(newer[0][1], step)
                     return newer[0][0], newer[0][1].sequence, newer[0][1].stream_id
                 if ours:
                     return max(records[-1][0] + 1, end), ours[-1][1].sequence + 1, ours[-1][1].stream_id
@@ -126,7 +167,7 @@ class KafkaUpdateReader:
         while self.position < end and time.time() < deadline and empty_polls < 5:
             batch = self.poll(200)
             empty_polls = 0 if batch else empty_polls + 1
-            out.extend((offset, _header_of(value)) for offset, value in batch if offset < end)
+            out.extend((offset, header_of(value)) for offset, value in batch if offset < end)
         return out
 
     def close(self) -> None:
@@ -134,15 +175,72 @@ class KafkaUpdateReader:
 
 
 class DirectoryUpdateReader:
-    """Reads ``incr_save_dir``: messages whose done-file exists, in sequence order."""
+    """Reads ``incr_save_dir``: messages whose done-file exists, in sequence order, a bounded number at a time.
 
-    def __init__(self, directory: str, start_sequence: int = 1):
+    A directory may hold the files of several streams of the model (a trainer that started a new stream
+    writes beside the old one's files, until retention deletes them). The reader follows its own stream
+    (``stream_id``, from the export) and every stream newer than it, in the order they were written;
+    streams older than its own, found at its first listing, are left alone. Without a ``stream_id`` it
+    reads every stream.
+    """
+
+    def __init__(self, directory: str, start_sequence: int = 1, stream_id: Optional[int] = None,
+                 max_files: int = MAX_FILES_PER_READ):
         self.directory = directory
-        self.next_sequence = start_sequence
+        self.next_sequence = start_sequence  # in the reader's own stream
+        self.stream_id = stream_id
+        self.max_files = max_files
+        self._next: Dict[Optional[int], int] = {}  # the next sequence of each other stream read
+        self._ignored: Optional[set] = None  # streams older than its own, decided at the first listing
+        self._times: Dict[Tuple[Optional[int], int], float] = {}
+        self.lost: Optional[str] = None  # set by start_after_step when the messages after the step may be gone
+        self._own_key: Optional[int] = stream_id
+        # where another stream is read from: its first file, or without a stream of its own, the start given
+        self._other_start = 1 if stream_id is not None else start_sequence
+
+    def _path(self, key: Optional[int], sequence: int) -> str:
+        return fileio.join(self.directory, update_file_name(sequence, key))
+
+    def _created(self, key: Optional[int], sequence: int) -> float:
+        """A message's create_time (cached; -1 when unreadable)."""
+        if (key, sequence) not in self._times:
+            header = header_of(fileio.read_bytes(self._path(key, sequence)))
+            self._times[(key, sequence)] = -1.0 if header is None else header.create_time
+        return self._times[(key, sequence)]
+
+    def _own(self, groups: Dict[Optional[int], List[int]]) -> Optional[int]:
+        if self.stream_id in groups or None not in groups:
+            return self.stream_id
+        return None  # a directory written before names carried the stream: its files are the stream
+
+    def _pending(self) -> List[Tuple[Optional[int], int]]:
+        """(stream, sequence) of every message not yet read, in reading order."""
+        groups = list_update_files(self.directory)
+        own = self._own(groups)
+        if own != self._own_key:  # its stream's files got named by the stream (a writer upgraded): one stream
+            self._next[self._own_key] = self.next_sequence
+            self._own_key = own
+        if self._ignored is None:
+            self._ignored = set()
+            if own in groups and self.stream_id is not None:
+                newest = self._created(own, groups[own][-1])
+                self._ignored = {key for key, seqs in groups.items()
+                                 if key != own and self._created(key, seqs[-1]) <= newest}
+        out = [(own, s) for s in groups.get(own, []) if s >= self.next_sequence]
+        others = []
+        for key, sequences in groups.items():
+            if key == own or key in self._ignored:
+                continue
+            waiting = [s for s in sequences if s >= self._next.get(key, self._other_start)]
+            if waiting:
+                others.append((self._created(key, waiting[0]), key, waiting))
+        for _, key, waiting in sorted(others, key=lambda o: o[:1]):
+            out.extend((key, s) for s in waiting)
+        return out
 
     def sequences(self) -> List[int]:
-        names = set(fileio.listdir(self.directory))
-        return sorted(int(m.group(1)) for n in names if (m := _FILE.match(n)) and n + DONE_SUFFIX in names)
+        """The sequences of every complete message in the directory, all streams (sorted)."""
+        return sorted(s for sequences in list_update_files(self.directory).values() for s in sequences)
 
     def poll(self, timeout_ms: int = 500) -> List[Tuple[int, bytes]]:
         """What is complete now (files do not block: ``timeout_ms`` is ignored)."""
@@ -150,28 +248,60 @@ class DirectoryUpdateReader:
         return self.read_available()
 
     def lag_messages(self) -> Optional[int]:
-        return len([s for s in self.sequences() if s >= self.next_sequence])
+        return len(self._pending())
 
-    def read_available(self) -> List[Tuple[int, bytes]]:
+    def read_available(self, max_files: Optional[int] = None) -> List[Tuple[int, bytes]]:
+        """The next complete messages, at most ``max_files`` (default: the reader's ``max_files``); call
+        again for more. A file deleted (by retention) between listing and reading is skipped."""
         out = []
-        for sequence in self.sequences():
-            if sequence >= self.next_sequence:
-                out.append((sequence, fileio.read_bytes(fileio.join(self.directory, update_file_name(sequence)))))
+        for key, sequence in self._pending()[:max_files or self.max_files]:
+            try:
+                data = fileio.read_bytes(self._path(key, sequence))
+            except FileNotFoundError:
+                continue
+            out.append((sequence, data))
+            if key == self._own_key:
                 self.next_sequence = sequence + 1
+            else:
+                self._next[key] = sequence + 1
         return out
 
+    def lost_before_start(self) -> Optional[str]:
+        """Why messages the reader should read from its start are gone (retention), None when none are."""
+        groups = list_update_files(self.directory)
+        own = self._own(groups)
+        if self.stream_id is None or self.next_sequence <= 1:
+            return None
+        if own in groups and groups[own][0] > self.next_sequence:
+            return (f"messages {self.next_sequence}..{groups[own][0] - 1} of stream {self.stream_id} are gone from "
+                    f"{self.directory}")
+        if own not in groups and groups:
+            return f"no message of stream {self.stream_id} is left in {self.directory}"
+        return None
+
     def start_after_step(self, model_name: str, step: int) -> Tuple[int, int, Optional[int]]:
-        """(sequence, sequence, stream id) of the first message made after ``step`` (see KafkaUpdateReader)."""
-        sequences = self.sequences()
-        stream_id = None
+        """(sequence, sequence, stream id) of the first message made after ``step``, in the newest stream of
+        ``model_name`` (see KafkaUpdateReader)."""
+        newest: Optional[Tuple[float, Optional[int], List[int]]] = None
+        for key, sequences in list_update_files(self.directory).items():
+            header = header_of(fileio.read_bytes(self._path(key, sequences[-1])))
+            if header is not None and header.model_name == model_name and \
+                    (newest is None or header.create_time > newest[0]):
+                newest = (header.create_time, key, sequences)
+        if newest is None:
+            return 1, 1, None
+        _, key, sequences = newest
+        stream_id = key
+        first = None
         for sequence in reversed(sequences):
-            header = _header_of(fileio.read_bytes(fileio.join(self.directory, update_file_name(sequence))))
+            header = header_of(fileio.read_bytes(self._path(key, sequence)))
             if header is not None and header.model_name == model_name:
-                stream_id = header.stream_id if stream_id is None else stream_id
+                stream_id, first = header.stream_id, header
                 if header.global_step <= step:
-                    return sequence + 1, sequence + 1, header.stream_id
-        first = sequences[0] if sequences else 1
-        return first, first, stream_id
+                    return sequence + 1, sequence + 1, stream_id
+        if first is not None:
+            self.lost = _lost_before(first, step)
+        return sequences[0], sequences[0], stream_id
 
     def close(self) -> None:
         pass

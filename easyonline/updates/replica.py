@@ -13,6 +13,7 @@ import numpy as np
 
 from easyonline.protos import update_pb2
 from easyonline.updates.apply_rules import DUPLICATE, GAP, NEXT, OTHER_MODEL, StreamCursor, message_changes
+from easyonline.updates.full_sync import FullSyncTracker, rows_to_remove
 
 
 class UpdateGapError(ValueError):
@@ -38,6 +39,8 @@ class ParameterReplica:
         self.positions: Dict[int, int] = {}
         self.applied = 0
         self.skipped = 0
+        self.full_sync = FullSyncTracker()
+        self.removed_by_sync = 0  # rows a completed full sync did not carry, removed
 
     def apply(self, message: update_pb2.UpdateMessage) -> bool:
         """Applies a decoded message; False if it was already reflected; UpdateGapError on a gap."""
@@ -48,13 +51,19 @@ class ParameterReplica:
         if verdict == DUPLICATE:
             self.skipped += 1
             return False
+        if verdict != NEXT:
+            self.full_sync.broken()
         if verdict == GAP:
             raise UpdateGapError(f"expected sequence {self.next_sequence}, got {header.sequence}: "
                                  f"{header.sequence - self.next_sequence} message(s) missing")
         if verdict != NEXT:
             raise UpdateGapError(f"{verdict}: expected sequence {self.next_sequence} of stream "
                                  f"{self.cursor.stream_id}, got {header.sequence} of stream {header.stream_id}")
-        dense, tables = message_changes(message, self.table_widths, self.dense_shapes)
+        try:
+            dense, tables = message_changes(message, self.table_widths, self.dense_shapes)
+        except ValueError:
+            self.full_sync.broken()  # a sync this message belongs to is no longer whole
+            raise
         for table_id, changes in tables.items():
             table = self.tables.setdefault(table_id, {})
             for key in changes.deleted.tolist():
@@ -70,6 +79,12 @@ class ParameterReplica:
         self.step = header.global_step
         self.positions = dict(header.positions)
         self.applied += 1
+        carried = self.full_sync.applied(header, {table_id: c.keys for table_id, c in tables.items()})
+        if carried is not None:  # a whole full sync ended: the rows it did not carry are not the trainer's
+            for table_id, table in self.tables.items():
+                for key in rows_to_remove(np.fromiter(table, np.int64, len(table)), carried.get(table_id)).tolist():
+                    del table[key]
+                    self.removed_by_sync += 1
         return True
 
     @property

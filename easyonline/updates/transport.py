@@ -53,6 +53,9 @@ class UpdateReader(Protocol):
     def start_after_step(self, model_name: str, step: int) -> Tuple[int, int, Optional[int]]:
         """(position, sequence, stream id) of the first message of ``model_name`` made after ``step``."""
 
+    def lost_before_start(self) -> Optional[str]:
+        """Why messages from the reader's start on are gone (retention), None when none are."""
+
     def close(self) -> None:
         """Releases the reader."""
 
@@ -118,14 +121,15 @@ def stream_model_name(incr: pipeline_pb2.IncrSaveConfig, model_dir: str) -> str:
 
 
 def open_sink(incr: pipeline_pb2.IncrSaveConfig) -> UpdateSink:
-    """The sink ``incr_save_config`` names: a Kafka topic or a directory."""
+    """The sink ``incr_save_config`` names: a Kafka topic or a directory (with its retention)."""
     if incr.WhichOneof("storage") == "kafka":
         return KafkaSink(incr.kafka, incr.max_message_bytes)
-    return DirectorySink(incr.fs.incr_save_dir)
+    return DirectorySink(incr.fs.incr_save_dir, incr.fs.retention_messages, incr.fs.retention_secs)
 
 
-def open_reader(location: StreamLocation, start: int = 0) -> UpdateReader:
-    """A reader of ``location`` from ``start``: a Kafka offset, or a sequence number for a directory."""
+def open_reader(location: StreamLocation, start: int = 0, stream_id: Optional[int] = None) -> UpdateReader:
+    """A reader of ``location`` from ``start``: a Kafka offset, or a sequence number for a directory (of the
+    stream ``stream_id`` there; None: of any stream)."""
     if location.storage == KAFKA:
         return KafkaUpdateReader(location.server, location.topic, start_offset=start, extra=dict(location.client_settings))
-    return DirectoryUpdateReader(location.directory, start_sequence=max(start, 1))
+    return DirectoryUpdateReader(location.directory, start_sequence=max(start, 1), stream_id=stream_id)

@@ -2,6 +2,9 @@
 import logging
 import sys
 
+from easyonline.core.quiet_libraries import library_logs_wanted
+from easyonline.utils import kafka_outages
+
 
 class _DropCancelled(logging.Filter):
     """kafka-python logs a request cancelled by closing its own client as an error (2.0: "Fetch to node N
@@ -10,6 +13,13 @@ class _DropCancelled(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "Cancelled" not in record.getMessage()
+
+
+class _BelowWarning(logging.Filter):
+    """Drops records below WARNING (set on absl's logger, whose level TensorFlow resets)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
 
 
 def setup_logging(level: str = "INFO") -> None:
@@ -25,5 +35,21 @@ def setup_logging(level: str = "INFO") -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropCancelled) for f in logger.filters):
             logger.addFilter(_DropCancelled())
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)
-    logging.getLogger("absl").setLevel(logging.WARNING)  # TensorFlow's checkpoint chatter ("Sharding callback ...")
+    # kafka-python 3's connection errors (several a second while a broker is down) are folded into easyonline's
+    # own outage lines (serving's status, the publisher's error): kafka_outages.py
+    kafka_outages.install(pass_through=library_logs_wanted())
+    tf_logger = logging.getLogger("tensorflow")
+    # TensorFlow adds a handler of its own when it is imported before logging is set up: its records would
+    # print twice, once in its format; through the root handler they print once, in ours.
+    for handler in list(tf_logger.handlers):
+        if type(handler) is logging.StreamHandler:  # pylint: disable=unidiomatic-typecheck  (not a subclass)
+            tf_logger.removeHandler(handler)
+    if library_logs_wanted():  # EASYONLINE_LIBRARY_LOGS=1: TensorFlow's and absl's lines as they come
+        return
+    tf_logger.setLevel(logging.ERROR)
+    absl = logging.getLogger("absl")
+    absl.setLevel(logging.WARNING)
+    # TensorFlow's checkpoint chatter ("Sharding callback ...", "Found untraced functions"): saving resets absl's
+    # logger level to INFO (absl.logging.set_verbosity), a filter stays
+    if not any(isinstance(f, _BelowWarning) for f in absl.filters):
+        absl.addFilter(_BelowWarning())

@@ -6,6 +6,7 @@ import subprocess
 import pytest
 
 from tests.conftest import PYTHON, python_env
+from tests.log_noise import foreign_lines
 
 COMMANDS = {"train": "easyonline.jobs.train_cli", "export": "easyonline.jobs.export_cli", "serve": "easyonline.jobs.serve_cli",
             "eval": "easyonline.jobs.eval_cli", "predict": "easyonline.jobs.predict_cli",
@@ -52,6 +53,14 @@ def test_help_starts_with_the_commands_description_and_exits_0(verb, helps):
     assert code == 0, text[-2000:]
     assert description in text and "__main__" not in description
     assert text.index(description) < text.index("flags:")
+
+
+@pytest.mark.parametrize("verb", sorted(COMMANDS))
+def test_commands_start_without_library_noise(verb, helps):
+    """No 'E ... Unable to register cuDNN factory', TFRA's GraphKeys and horovod warnings or its
+    _SingleDeviceSaver print (each of these commands imports TensorFlow and TFRA, or their siblings do)."""
+    text = helps[verb][2]
+    assert not foreign_lines(text), foreign_lines(text)
 
 
 def test_easyrec_flags_are_accepted_by_train(helps):

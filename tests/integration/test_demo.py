@@ -3,6 +3,7 @@ import re
 import subprocess
 
 from tests.conftest import PYTHON, python_env
+from tests.log_noise import foreign_lines
 
 
 def test_demo_trains_online_and_beats_the_frozen_model(tmp_path):
@@ -29,5 +30,7 @@ def test_demo_trains_online_and_beats_the_frozen_model(tmp_path):
     # (kafka-python logs the requests its own close cancels: 2.0 "Fetch to node", 3.0 "Metadata refresh").
     assert "conn.py" not in proc.stderr and "Cancelled" not in proc.stderr, proc.stderr[-3000:]
     assert not re.search(r"^\S+ \S+ [A-Z] kafka\.", proc.stderr, re.M), proc.stderr[-3000:]
+    # nor TensorFlow's or TFRA's start-up noise (cuDNN factory, GraphKeys, horovod, _SingleDeviceSaver)
+    assert not foreign_lines(proc.stderr) and not foreign_lines(out), foreign_lines(proc.stderr + out)
     assert f"online vs frozen:                   {png}" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000

@@ -8,10 +8,13 @@ import http.client
 import json
 import os
 import re
+import resource
+import shutil
 import socket
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -20,15 +23,18 @@ from google.protobuf import json_format
 
 from easyonline.updates.param_ids import read_parameter_ids
 from easyonline.publish.publish_callback import IncrementalPublish
-from easyonline.updates.codec import UpdateSnapshot, encode_update
+from easyonline.updates.codec import UpdateSnapshot, decode_update, encode_update
+from easyonline.updates.directory_sink import DirectorySink
 from easyonline.updates.readers import update_file_name
 from easyonline.serve.process import ServingProcess
 from easyonline.tools.local_broker import LocalBroker
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
+from easyonline.utils.net import free_port
 from easyonline.core.callbacks import Callback
 from easyonline.jobs.online_train import build_trainer
 from tests.conftest import PYTHON, online_config, python_env
 from tests.fake_oss import FakeOss
+from tests.log_noise import foreign_lines
 
 FIELDS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
 
@@ -87,6 +93,7 @@ def export(model_dir, export_dir, *flags):
                            f"--export_dir={export_dir}", *flags], env=python_env(), capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not foreign_lines(proc.stderr), proc.stderr[-3000:]  # no TensorFlow/TFRA noise in what export logs
     return proc.stdout.strip().splitlines()[-1]
 
 
@@ -262,41 +269,156 @@ def served_from_files(tmp_path_factory):
     server.stop()
 
 
+def _file_numbers(updates):
+    """(stream, sequence) of the message files in ``updates``."""
+    return [(int(n[7:27]), int(n[28:40])) for n in os.listdir(updates) if n.endswith(".pb")]
+
+
+def _readiness(server):
+    """(HTTP status, body) of serve's readiness endpoint."""
+    try:
+        with urllib.request.urlopen(server.url("/ready"), timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
 def test_file_updates_duplicates_gaps_and_garbage_are_handled(served_from_files):
     trainer, server, updates, ids, _ = served_from_files
     requests = list(SyntheticCtrStream().lines(0, 5))
     expected = trainer_probs(trainer, requests)
     np.testing.assert_allclose(server.predict(instances(requests)), expected, atol=1e-5)
     status = server.status()
-    last = status["last_applied_sequence"]
-    assert last == max(int(n[7:19]) for n in os.listdir(updates) if n.endswith(".pb"))
+    last, stream = status["last_applied_sequence"], status["update_stream_id"]
+    assert last == max(s for _, s in _file_numbers(updates))
+    code, ready = _readiness(server)
+    assert code == 200 and ready["ready"] and ready["behind"] is None and ready["seconds_since_update"] >= 0
 
     def write(sequence_in_name, data):
-        path = updates / update_file_name(sequence_in_name)
+        path = updates / update_file_name(sequence_in_name, stream)
         path.write_bytes(data)
-        (updates / (update_file_name(sequence_in_name) + ".done")).write_bytes(b"")
+        (updates / (update_file_name(sequence_in_name, stream) + ".done")).write_bytes(b"")
 
     def message(sequence):
-        return one_row_update(trainer, ids, status["model_name"], sequence, requests[0], status["update_stream_id"])
+        return one_row_update(trainer, ids, status["model_name"], sequence, requests[0], stream)
 
-    duplicate = (updates / update_file_name(last)).read_bytes()
+    duplicate = (updates / update_file_name(last, stream)).read_bytes()
     write(last + 1, duplicate)                      # an old sequence again: skipped
     write(last + 2, b"\x08\x96garbage\xff")          # not an UpdateMessage: refused
     write(last + 3, message(last + 1)[:-7])         # truncated: refused
-    write(last + 4, message(last + 5))              # out of order (a gap): refused
+    write(last + 4, message(last + 5))              # out of order (a gap): refused, the cursor moves past it
     status = server.wait_for(lambda s: s["skipped_updates"] >= 1 and sum(s["refused_updates"].values()) >= 3)
     assert status["refused_updates"] == {"malformed": 2, "gap": 1}, status
-    assert status["last_applied_sequence"] == last
+    assert status["last_applied_sequence"] == last + 5  # past the gap: the next one is expected
     np.testing.assert_allclose(server.predict(instances(requests)), expected, atol=1e-5)  # nothing applied
-    write(last + 5, message(last + 1))              # the expected next one: applied
-    server.wait_for(lambda s: s["last_applied_sequence"] == last + 1)
+    assert not status["ready"] and _readiness(server)[0] == 503  # it knows messages were lost
+    write(last + 5, message(last + 6))              # the one after the gap: applied, though still behind
+    status = server.wait_for(lambda s: s["last_applied_sequence"] == last + 6)
+    assert status["behind"] == "malformed"  # the first cause it met
     changed = server.predict(instances(requests))
     assert abs(changed[0] - expected[0]) > 1e-4  # the row of its C1 id was replaced
 
 
+def _full_sync(trainer, ids, model, first_sequence, stream, max_bytes=1 << 20):
+    """The trainer's full state as the publisher sends a full sync (every row, every dense parameter)."""
+    from easyonline.publish.snapshot import take_snapshot  # pylint: disable=g-import-not-at-top
+    from easyonline.updates.param_ids import dense_variables  # pylint: disable=g-import-not-at-top
+    dense = trainer.read_variables({ids.dense[n]: v for n, v in dense_variables(trainer.model).items()})
+    snapshot = take_snapshot(trainer.table_rows(), ids, trainer.step, time.time(), dict(trainer.positions), dense,
+                             {}, {}, full_sync=True)
+    return encode_update(snapshot, model, first_sequence, 10**7 + first_sequence, max_bytes,
+                         {i: w for i, w in ids.tables.values()}, stream)
+
+
+def test_a_refused_update_does_not_stop_the_next_and_a_full_sync_makes_the_server_equal_again(served_from_files):
+    """Issue 4 and 5: messages after a refused one (a NaN, a dense shape of another model) are applied; the
+    server says it is behind (/ready 503, metrics) until a full sync of the trainer's real state, which also
+    removes a row the trainer does not have; then its predictions equal the trainer's."""
+    trainer, server, updates, ids, _ = served_from_files
+    requests = list(SyntheticCtrStream().lines(0, 5))
+    fields = requests[0].split(b",")
+    novel = b",".join(fields[:14] + [b"heal0novel"] + fields[15:])  # a C1 id the trainer has not seen
+    status = server.status()
+    last, stream, model = status["last_applied_sequence"], status["update_stream_id"], status["model_name"]
+
+    def write(data):
+        sequence = decode_update(data).header.sequence
+        (updates / update_file_name(sequence, stream)).write_bytes(data)
+        (updates / (update_file_name(sequence, stream) + ".done")).write_bytes(b"")
+
+    if not status["ready"]:  # behind after the gap of the test before: a full sync first
+        for data in _full_sync(trainer, ids, model, last + 1, stream):
+            write(data)
+        status = server.wait_for(lambda s: s["ready"], timeout=60)
+        last = status["last_applied_sequence"]
+    refused_before = collections.Counter(status["refused_updates"])
+    write(one_row_update(trainer, ids, model, last + 1, requests[0], stream,
+                         dense={ids.dense["bias"]: np.array(np.nan, np.float32)}))          # NaN: refused
+    write(one_row_update(trainer, ids, model, last + 2, novel, stream, value=0.7))         # a row the trainer lacks
+    write(one_row_update(trainer, ids, model, last + 3, requests[0], stream,
+                         dense={ids.dense["bias"]: np.ones(3, np.float32)}))               # another shape: refused
+    write(one_row_update(trainer, ids, model, last + 4, requests[0], stream, value=0.5))   # applied
+    status = server.wait_for(lambda s: s["last_applied_sequence"] == last + 4)
+    assert collections.Counter(status["refused_updates"]) - refused_before == {"inconsistent": 2}
+    assert status["behind"] == "inconsistent" and _readiness(server)[0] == 503
+    served = server.predict(instances(requests + [novel]))
+    wanted = trainer_probs(trainer, requests + [novel])
+    assert abs(served[0] - wanted[0]) > 1e-4 and abs(served[-1] - wanted[-1]) > 1e-4
+    with urllib.request.urlopen(server.url("/metrics"), timeout=10) as r:
+        metrics = r.read().decode()
+    for reason in ("gap", "other_stream", "failed", "inconsistent", "malformed", "retention"):
+        assert f'easyonline_serving_refused_updates_total{{reason="{reason}"}}' in metrics, reason
+    assert "easyonline_serving_behind 1" in metrics and "easyonline_serving_seconds_since_update " in metrics
+
+    sync = _full_sync(trainer, ids, model, last + 5, stream, max_bytes=64 * 1024)
+    assert len(sync) > 1  # several parts: the rows are removed only at the last
+    for data in sync:
+        write(data)
+    status = server.wait_for(lambda s: s["ready"], timeout=60)
+    assert status["last_applied_sequence"] == last + 4 + len(sync) and status["removed_by_full_sync"] >= 1
+    np.testing.assert_allclose(server.predict(instances(requests + [novel])), wanted, atol=1e-5)
+    assert _readiness(server)[0] == 200
+
+
+def test_a_server_whose_start_retention_deleted_is_behind_until_a_full_sync(served_from_files):
+    """Issue 6: a server started from an export whose following messages are gone (the directory writer's
+    retention deleted them) knows it is behind (/ready 503, refused reason retention) instead of silently
+    missing rows, and the trainer's next full sync makes it equal to the trainer."""
+    trainer, first_server, updates, ids, tmp_path = served_from_files
+    status = first_server.status()
+    last, stream, model = status["last_applied_sequence"], status["update_stream_id"], status["model_name"]
+    start = json.loads(next((tmp_path / "export").glob("*/assets/incr_update.txt")).read_text())["sequence"]
+    line = SyntheticCtrStream().lines(0, 1)[0]
+    for sequence in range(last + 1, last + 5):  # four more updates of the stream (the server applies them)
+        data = one_row_update(trainer, ids, model, sequence, line, stream, value=0.1 * (sequence - last))
+        (updates / update_file_name(sequence, stream)).write_bytes(data)
+        (updates / (update_file_name(sequence, stream) + ".done")).write_bytes(b"")
+    first_server.wait_for(lambda s: s["last_applied_sequence"] == last + 4)
+    last += 4
+    assert DirectorySink(str(updates), retention_messages=3).clean() > 0  # what the writer does after a send
+    assert min(s for _, s in _file_numbers(updates)) > start  # the export's start is gone
+    server = Server(tmp_path / "export", tmp_path / "serve2.log")
+    try:
+        status = server.wait_for(lambda s: s["update_lag_messages"] == 0)
+        assert not status["ready"] and status["behind"].startswith("retention") and \
+            status["refused_updates"].get("retention") == 1, status
+        assert _readiness(server)[0] == 503
+        for data in _full_sync(trainer, ids, model, last + 1, stream, max_bytes=64 * 1024):
+            sequence = decode_update(data).header.sequence
+            (updates / update_file_name(sequence, stream)).write_bytes(data)
+            (updates / (update_file_name(sequence, stream) + ".done")).write_bytes(b"")
+        status = server.wait_for(lambda s: s["ready"], timeout=60)
+        assert status["full_syncs"] == 1 and _readiness(server)[0] == 200
+        lines = list(SyntheticCtrStream().lines(0, 5))
+        np.testing.assert_allclose(server.predict(instances(lines)), trainer_probs(trainer, lines), atol=1e-5)
+    finally:
+        assert server.stop() == 0
+
+
 def test_updates_of_another_stream_or_with_bad_values_are_refused_and_a_new_stream_takes_over(served_from_files):
     """A message of another stream of the model is not taken for a duplicate, NaN and unknown dense
-    parameters are refused (and serving says it is stale), and a new stream's full sync is followed."""
+    parameters are refused (and serving says it is stale), a message of another stream while the own one goes
+    on is logged as two live trainers of one model, and a new stream's full sync is followed."""
     trainer, server, updates, ids, _ = served_from_files
     requests = list(SyntheticCtrStream().lines(0, 5))
     status = server.status()
@@ -304,30 +426,32 @@ def test_updates_of_another_stream_or_with_bad_values_are_refused_and_a_new_stre
     assert stream, status  # the trainer's stream has an identity
     refused_before = collections.Counter(status["refused_updates"])
     before = server.predict(instances(requests))
-    names = [int(n[7:19]) for n in os.listdir(updates) if n.endswith(".pb")]
-    file_numbers = iter(range(max(names) + 1, max(names) + 100))
 
     def write(data):
-        name = update_file_name(next(file_numbers))
-        (updates / name).write_bytes(data)
-        (updates / (name + ".done")).write_bytes(b"")
+        header = decode_update(data).header
+        (updates / update_file_name(header.sequence, header.stream_id)).write_bytes(data)
+        (updates / (update_file_name(header.sequence, header.stream_id) + ".done")).write_bytes(b"")
 
     def update(sequence, stream_id, **kwargs):
         return one_row_update(trainer, ids, model, sequence, requests[0], stream_id, **kwargs)
 
     write(update(last + 1, stream, dense={ids.dense["bias"]: np.array(np.nan, np.float32)}))
-    write(update(last + 1, stream, dense={999: np.ones(1, np.float32)}))
-    write(update(last + 1, stream, dense={ids.dense["bias"]: np.ones(3, np.float32)}))  # bias is a scalar
+    write(update(last + 2, stream, dense={999: np.ones(1, np.float32)}))
+    write(update(last + 3, stream, dense={ids.dense["bias"]: np.ones(3, np.float32)}))  # bias is a scalar
     write(update(1, stream + 1))  # another stream, low numbers: not a duplicate, refused
     status = server.wait_for(lambda s: sum(s["refused_updates"].values()) >= sum(refused_before.values()) + 4)
     assert collections.Counter(status["refused_updates"]) - refused_before == {"inconsistent": 3, "other_stream": 1}
-    assert status["last_applied_sequence"] == last and status["update_stream_id"] == stream
+    assert status["last_applied_sequence"] == last + 3 and status["update_stream_id"] == stream  # moved past
     assert status["update_lag_messages"] == 0 and status["update_lag_seconds"] > 0  # at the end, but stale
     np.testing.assert_allclose(server.predict(instances(requests)), before, atol=1e-6)  # nothing applied
+    write(update(last + 4, stream, value=0.3))  # its own stream goes on: two live streams
+    server.wait_for(lambda s: s["last_applied_sequence"] == last + 4)
+    assert re.search(rf"two streams of model '{model}' are live on .*: {stream} \(followed\) and {stream + 1}",
+                     server.log_tail(100000)), server.log_tail()
     write(update(2, stream + 1, value=0.25, full_sync=True))  # the new stream's full sync: followed
     status = server.wait_for(lambda s: s["update_stream_id"] == stream + 1)
     assert status["last_applied_sequence"] == 2
-    server.wait_for(lambda s: s["update_lag_seconds"] == 0)
+    server.wait_for(lambda s: s["update_lag_seconds"] == 0 and s["ready"])  # a whole full sync: equal again
     assert abs(server.predict(instances(requests))[0] - before[0]) > 1e-4
 
 
@@ -551,3 +675,157 @@ def test_tf_serving_grpc_clients_predict_and_read_metadata(served_from_files):
     with pytest.raises(grpc.RpcError) as e:
         stub.Predict(request, timeout=30)
     assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "max_rows_per_request" in e.value.details()
+
+
+def _grpc_stub(server):
+    import grpc  # pylint: disable=g-import-not-at-top
+    from tensorflow_serving.apis import prediction_service_pb2_grpc  # pylint: disable=g-import-not-at-top
+    port = int(re.search(r"over gRPC on [\d.]+:(\d+)", server.log_tail(100000))[1])
+    return prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+
+
+def _address_space_limit(pid: int, spare: int = 2 << 30):
+    """Caps the process's address space at its size now plus ``spare`` (soft limit only, so it can be lifted):
+    a request that makes gigabytes fails its allocation at once instead of swapping the machine. Returns the
+    limits to put back."""
+    before = resource.prlimit(pid, resource.RLIMIT_AS)
+    with open(f"/proc/{pid}/status") as f:
+        size = int(re.search(r"VmSize:\s+(\d+) kB", f.read())[1]) * 1024
+    resource.prlimit(pid, resource.RLIMIT_AS, (size + spare, before[1]))
+    return before
+
+
+def test_grpc_size_bombs_are_refused_before_any_tensor_is_built(served_from_files):
+    """A TensorProto says its shape apart from its values, and TensorFlow's make_ndarray fills the shape: a
+    tiny request declaring [2**31] values made gigabytes before the row limit was looked at. Each bomb is
+    answered with an error naming the limit, and the server keeps serving correct predictions. The server
+    runs with its address space capped (2 GiB over its size), so a regression fails at once."""
+    import grpc  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from tensorflow_serving.apis import predict_pb2  # pylint: disable=g-import-not-at-top
+    _, server, _, _, _ = served_from_files
+    stub = _grpc_stub(server)
+    rows = instances(SyntheticCtrStream().lines(200, 2))
+    expected = server.predict(rows)
+
+    def request(**replace):
+        r = predict_pb2.PredictRequest()
+        r.model_spec.name = server.model_name
+        for name in rows[0]:
+            r.inputs[name].CopyFrom(tf.make_tensor_proto([row[name] for row in rows],
+                                                         dtype=tf.float32 if name.startswith("I") else tf.string))
+        for name, proto in replace.items():
+            r.inputs[name].CopyFrom(proto)
+        return r
+
+    def bomb(dtype, dims, **values):
+        proto = tf.make_tensor_proto([], dtype=dtype)
+        proto.tensor_shape.ClearField("dim")
+        for d in dims:
+            proto.tensor_shape.dim.add(size=d)
+        for field, value in values.items():
+            if field == "tensor_content":
+                proto.tensor_content = value
+            else:
+                getattr(proto, field).extend(value)
+        return proto
+
+    bombs = [  # (input, proto, status, words the error must contain)
+        ("I1", bomb(tf.float32, [2**31], float_val=[0.5]), "INVALID_ARGUMENT", "max_rows_per_request"),
+        ("C1", bomb(tf.string, [2**20, 2**20, 2**20], string_val=[b"x"]), "INVALID_ARGUMENT", "max_rows_per_request"),
+        ("I2", bomb(tf.float32, [2**31], tensor_content=b"\0\0\0\0"), "INVALID_ARGUMENT", "max_rows_per_request"),
+        ("I3", bomb(tf.float32, [-5], float_val=[0.5]), "INVALID_ARGUMENT", "negative dimension"),
+        ("I4", bomb(tf.float32, [2, -2**40], float_val=[0.5]), "INVALID_ARGUMENT", "negative dimension"),
+        ("I5", bomb(tf.float32, [3], float_val=[0.5, 0.25]), "INVALID_ARGUMENT", "declares 3 values but it holds 2"),
+        ("C2", bomb(tf.string, [2], string_val=[b"a", b"b", b"c"]), "INVALID_ARGUMENT", "declares 2 values"),
+        ("I6", bomb(tf.complex64, [2], scomplex_val=[1, 2, 3, 4]), "INVALID_ARGUMENT", "dtype"),
+        ("I7", bomb(tf.float32, [30], float_val=[0.5] * 30), "RESOURCE_EXHAUSTED", "max_rows_per_request"),
+    ]
+    limits = _address_space_limit(server.proc.pid)
+    try:
+        for name, proto, status, words in bombs:
+            with pytest.raises(grpc.RpcError) as e:
+                stub.Predict(request(**{name: proto}), timeout=60)
+            assert e.value.code() == getattr(grpc.StatusCode, status) and words in e.value.details(), \
+                (name, e.value.code(), e.value.details())
+            response = stub.Predict(request(), timeout=60)  # and the server goes on answering, the same
+            np.testing.assert_allclose(tf.make_ndarray(response.outputs["probs"]), expected, atol=1e-6)
+        # a message over --max_request_bytes (20000 here) is refused by gRPC before it is parsed
+        big = request(C3=tf.make_tensor_proto([b"x" * 30000, b"y"], dtype=tf.string))
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Predict(big, timeout=60)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.value.details()
+    finally:
+        resource.prlimit(server.proc.pid, resource.RLIMIT_AS, limits)
+    assert server.proc.poll() is None
+    np.testing.assert_allclose(server.predict(rows), expected, atol=1e-6)
+    assert "Traceback" not in server.log_tail(100000)
+
+
+def test_rest_bodies_nested_too_deeply_or_with_lists_for_values_get_400(served_from_files):
+    """JSON has no declared shapes, but a body nested deeper than the decoder recurses was a 500 with a
+    traceback in the log, and a list where a row's value goes reached numpy; both are 400s now, checked
+    before any array is built, and the server goes on answering."""
+    _, server, _, _, _ = served_from_files
+    row = instances(SyntheticCtrStream().lines(0, 1))[0]
+    expected = server.predict([row])
+    deep = ('{"inputs": {"C1": ' + "[" * 5000 + "]" * 5000 + "}}").encode()  # under --max_request_bytes=20000
+    code, body = server.post(deep)
+    assert code == 400 and "nested too deeply" in body["error"], (code, body)
+    code, body = server.post(json.dumps({"instances": [dict(row, I1=[[0.5, 0.5]])]}).encode())
+    assert code == 400 and "'I1', row 0" in body["error"], (code, body)
+    code, body = server.post(json.dumps({"inputs": dict({k: [v] for k, v in row.items()}, C2=[{"a": 1}])}).encode())
+    assert code == 400 and "'C2', row 0" in body["error"], (code, body)
+    code, body = server.post(json.dumps({"inputs": dict({k: [v] for k, v in row.items()}, I2=[0.5] * 21)}).encode())
+    assert code == 413 and "max_rows_per_request" in body["error"], (code, body)
+    np.testing.assert_allclose(server.predict([row]), expected, atol=1e-6)
+    assert "predict failed" not in server.log_tail(100000)
+
+
+def test_an_unreachable_update_broker_is_one_line_per_status_period_then_followed(served_from_files, tmp_path):
+    """kafka-python logs every failed connect (several ERROR lines a second) while the update broker is down,
+    and the status said lag=None msgs/Nones. Now: one easyonline line per status period naming the broker,
+    for how long and why, lag=unknown, no kafka line; once the broker is there, its updates are followed.
+    The export is the module's, copied with its update stream moved to a Kafka topic on a port where
+    nothing listens yet (a broker that comes up later: the local broker keeps no data across restarts)."""
+    trainer, _, _, ids, base = served_from_files
+    version = max((base / "export").iterdir(), key=lambda p: p.name if p.name.isdigit() else "")
+    export_dir = tmp_path / "export"
+    shutil.copytree(version, export_dir / version.name)
+    info_path = export_dir / version.name / "assets" / "incr_update.txt"
+    info = json.loads(info_path.read_text())
+    port = free_port()
+    info = {**{k: v for k, v in info.items() if k != "incr_save_dir"}, "storage": "kafka",
+            "server": f"127.0.0.1:{port}", "topic": "updates", "offset": 0}
+    info_path.write_text(json.dumps(info))
+    server = Server(export_dir, tmp_path / "serve.log")
+    broker = None
+    try:
+        outage = re.compile(rf"W easyonline\.serve\] update broker 127\.0\.0\.1:{port} unreachable for \d+ s "
+                            r"\(connection refused\)")
+        assert _wait(lambda: len(outage.findall(server.log_tail(10**6))) >= 4, 120), server.log_tail()
+        log = server.log_tail(10**6)
+        status_lines = [line for line in log.splitlines() if " I easyonline.serve] step=" in line]
+        assert len(outage.findall(log)) <= len(status_lines)  # one a status period (--status_secs=1), no more
+        assert status_lines and all("lag=unknown" in line for line in status_lines), status_lines
+        assert "lag=None" not in log and "kafka.net" not in log and not re.search(r"^\S+ \S+ [EW] kafka", log, re.M)
+        assert not foreign_lines(log), foreign_lines(log)
+        line = SyntheticCtrStream().lines(0, 1)[0]
+        before = server.predict(instances([line]))
+        broker = LocalBroker(port=port, log_path=str(tmp_path / "broker.log")).start()
+        broker.create_topic("updates", 1)
+        from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+        message = one_row_update(trainer, ids, info["model_name"], info["sequence"], line, info.get("stream_id"))
+        producer.send("updates", message, key=b"m", partition=0).get(timeout=30)
+        producer.close()
+        status = server.wait_for(lambda s: s["last_applied_sequence"] == info["sequence"], timeout=120)
+        assert status["refused_updates"] == {}
+        assert abs(server.predict(instances([line]))[0] - before[0]) > 1e-4
+        shown = len(server.log_tail(10**6))
+        assert _wait(lambda: re.search(r"lag=0 msgs/", server.log_tail(10**6)[shown:]), 60), server.log_tail()
+        assert not outage.search(server.log_tail(10**6)[shown:])  # the outage is over: no more such lines
+    finally:
+        assert server.stop() == 0
+        if broker is not None:
+            broker.stop()

@@ -235,3 +235,36 @@ def test_a_caught_up_trainer_publishes_changed_rows_at_the_faster_cadence(broker
     finally:
         trainer.stop("test done")
         thread.join(60)
+
+
+def test_periodic_full_syncs_end_with_full_sync_end_and_make_a_diverged_replica_equal(tmp_path, caplog):
+    """full_sync_secs: the trainer re-sends everything on schedule, each sync's last message flagged
+    full_sync_end. A replica holding a row the trainer never had (and which missed the updates before the
+    last sync: it starts at its part 0) equals the trainer after applying the last sync."""
+    incr_dir = tmp_path / "updates"
+    edits = {"train_config.incr_save_config": {"sparse_save_steps": 1, "dense_save_steps": 1,
+                                               "full_sync_secs": 0.001, "max_message_bytes": 65536,
+                                               "fs": {"incr_save_dir": str(incr_dir)}}}
+    with caplog.at_level("WARNING", logger="easyonline.publish.publish_callback"):
+        trainer = build_trainer(_file_config(tmp_path, 1500, **edits), online=False)
+    # the default model name (the last part of model_dir) is named, with what to set
+    assert f"published as model 'model', the last part of model_dir {tmp_path / 'model'}" in caplog.text
+    trainer.run()
+    reader = DirectoryUpdateReader(str(incr_dir))
+    records = []
+    while batch := reader.read_available():
+        records.extend(batch)
+    messages = [decode_update(data) for _, data in records]
+    syncs = {m.header.update_id for m in messages if m.header.full_sync}
+    ends = [m for m in messages if m.header.full_sync_end]
+    assert len(syncs) >= 2 and len(ends) == len(syncs)  # periodic, each ended by its flag
+    # streamed table by table (parts 0: the count is not known in advance), several messages each
+    assert all(m.header.full_sync and m.header.parts == 0 and m.header.part > 0 for m in ends)
+    last_start = max(i for i, m in enumerate(messages) if m.header.full_sync and m.header.part == 0)
+    replica = ParameterReplica("model", next_sequence=messages[last_start].header.sequence - 3)
+    table_id = next(iter(read_parameter_ids(str(tmp_path / "model")).tables.values()))[0]
+    replica.tables[table_id] = {-12345: None}  # a row the trainer does not have
+    for message in messages[last_start:]:
+        replica.apply(message)  # part 0 of the sync heals the gap before it
+    assert replica.removed_by_sync == 1
+    assert_replica_equals_trainer(replica, trainer, tmp_path / "model")

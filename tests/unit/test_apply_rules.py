@@ -7,13 +7,15 @@ import pytest
 from easyonline.protos import update_pb2
 from easyonline.updates.apply_rules import (DUPLICATE, GAP, IMPLAUSIBLE, MAX_FULL_SYNC_JUMP, NEXT, OTHER_MODEL,
                                             OTHER_STREAM, DenseWrite, StreamCursor, message_changes, sequence_verdict)
-from easyonline.updates.codec import UpdateSnapshot, decode_update, encode_update
+from easyonline.updates.codec import MalformedUpdateError, UpdateSnapshot, decode_update, encode_update
 from easyonline.updates.replica import ParameterReplica, UpdateGapError
 
 
-def _header(sequence, model_name="m", full_sync=False, part=0, parts=1, stream_id=0):
+def _header(sequence, model_name="m", full_sync=False, part=0, parts=1, stream_id=0, full_sync_end=False,
+            update_id=0):
     return update_pb2.UpdateHeader(model_name=model_name, format_version=1, sequence=sequence,
-                                   full_sync=full_sync, part=part, parts=parts, stream_id=stream_id)
+                                   full_sync=full_sync, part=part, parts=parts, stream_id=stream_id,
+                                   full_sync_end=full_sync_end, update_id=update_id)
 
 
 def _f32(values):
@@ -208,8 +210,8 @@ def test_a_full_sync_heals_a_gap_from_its_part_0():
     values = np.stack([keys, -keys], axis=1).astype(np.float32)
     snapshot = UpdateSnapshot(step=9, create_time=0.0, positions={0: 5}, rows={3: (keys, values)}, full_sync=True)
     parts = [decode_update(m) for m in encode_update(snapshot, "m", 5, 2, 2048, {3: 2})]
-    assert [(p.header.sequence, p.header.part, p.header.parts, p.header.full_sync) for p in parts] == \
-        [(5, 0, 2, True), (6, 1, 2, True)]
+    assert [(p.header.sequence, p.header.part, p.header.parts, p.header.full_sync, p.header.full_sync_end)
+            for p in parts] == [(5, 0, 2, True, False), (6, 1, 2, True, True)]  # the last part ends the sync
     assert [len(p.sparse[0].keys) // 8 for p in parts] == [92, 8]
 
     replica = ParameterReplica("m", table_widths={3: 2})
@@ -219,9 +221,44 @@ def test_a_full_sync_heals_a_gap_from_its_part_0():
     assert replica.apply(parts[0]) and replica.next_sequence == 6
     assert replica.apply(parts[1]) and replica.next_sequence == 7
     got_keys, got_rows = replica.table_arrays(3)
-    np.testing.assert_array_equal(got_keys, np.append(keys, 500))  # the full sync deletes nothing it does not name
-    np.testing.assert_array_equal(got_rows[:100], values)
-    assert (replica.step, replica.positions, replica.applied) == (9, {0: 5}, 3)
+    # the sync was applied whole, from its part 0: row 500, which it did not carry, is not the trainer's
+    np.testing.assert_array_equal(got_keys, keys)
+    np.testing.assert_array_equal(got_rows, values)
+    assert (replica.step, replica.positions, replica.applied, replica.removed_by_sync) == (9, {0: 5}, 3, 1)
+
+
+def test_a_full_sync_removes_rows_only_when_applied_whole_and_a_streamed_one_ends_at_its_flag():
+    """Rows a reader holds that a full sync does not carry are removed at full_sync_end, only when the reader
+    applied every message of the sync from its part 0; a streamed sync (parts 0: count unknown) ends at the
+    flag, and ordinary updates between its messages count as carried."""
+    def sync(sequence, part, keys, end=False, update_id=7):
+        return _message(sequence, sparse=[(3, 1, keys, [[float(k)] for k in keys], [])], full_sync=True, part=part,
+                        parts=0, full_sync_end=end, update_id=update_id)
+
+    replica = ParameterReplica("m", table_widths={3: 1})
+    assert replica.apply(_message(1, sparse=[(3, 1, [1, 2, 3, 99], [[1], [2], [3], [99]], [])]))
+    assert replica.apply(sync(2, 0, [1]))
+    assert replica.apply(_message(3, sparse=[(3, 1, [4], [[4]], [])]))  # trained meanwhile: the trainer has it
+    assert replica.apply(sync(4, 1, [2, 3]))
+    assert replica.table_arrays(3)[0].tolist() == [1, 2, 3, 4, 99]  # nothing removed before the end
+    assert replica.apply(sync(5, 2, [], end=True))
+    assert replica.table_arrays(3)[0].tolist() == [1, 2, 3, 4] and replica.removed_by_sync == 1
+
+    # A sync whose middle message is lost removes nothing: the reader cannot tell what the trainer lacks.
+    broken = ParameterReplica("m", table_widths={3: 1})
+    assert broken.apply(_message(1, sparse=[(3, 1, [1, 99], [[1], [99]], [])]))
+    assert broken.apply(sync(2, 0, [1], update_id=8))
+    with pytest.raises(UpdateGapError):
+        broken.apply(sync(4, 2, [], end=True, update_id=8))  # 3 was lost
+    broken.next_sequence = 4
+    assert broken.apply(sync(4, 2, [], end=True, update_id=8))
+    assert broken.table_arrays(3)[0].tolist() == [1, 99] and broken.removed_by_sync == 0
+    # parts 0 is only for a full sync; full_sync_end only ends one
+    with pytest.raises(MalformedUpdateError, match="parts = 0 .* is valid only in a full sync"):
+        decode_update(_message(1, parts=0).SerializeToString())
+    with pytest.raises(MalformedUpdateError, match="full_sync_end on a message that is not"):
+        decode_update(_message(1, full_sync_end=True).SerializeToString())
+    assert decode_update(sync(5, 3, [1], end=True).SerializeToString()).header.full_sync_end
 
 
 def test_replica_switches_to_a_new_stream_at_its_full_sync_and_refuses_its_other_messages():

@@ -199,6 +199,10 @@ def test_a_directory_sink_refuses_to_overwrite_another_publishers_message(tmp_pa
     first.offer(_job(1, [1]))
     assert first.close(timeout=30)
     sink = DirectorySink(str(tmp_path / "updates"))
+    (name,) = [p.name for p in (tmp_path / "updates").glob("*.pb")]
+    mine = (tmp_path / "updates" / name).read_bytes()
+    other = decode_update(mine)
+    other.header.global_step += 1  # the same stream and number, other contents
     with pytest.raises(ValueError, match="another publisher writes to"):
-        sink.send([(1, b"other bytes")], b"m")
-    sink.send([(1, (tmp_path / "updates" / "update-000000000001.pb").read_bytes())], b"m")  # a retry: same bytes
+        sink.send([(1, other.SerializeToString())], b"m")
+    sink.send([(1, mine)], b"m")  # a retry: same bytes

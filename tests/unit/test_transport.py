@@ -1,6 +1,8 @@
 """Where an update stream lives (transport.py): locations from the config and from an export, sinks and readers."""
 import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before anything loads TensorFlow)
 
+import time
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,7 @@ from easyonline.protos import pipeline_pb2
 from easyonline.updates.codec import UpdateSnapshot, decode_update, encode_update
 from easyonline.updates.directory_sink import DirectorySink
 from easyonline.updates.kafka_sink import KafkaSink
-from easyonline.updates.readers import DirectoryUpdateReader
+from easyonline.updates.readers import DirectoryUpdateReader, list_update_files, update_file_name
 from easyonline.updates.transport import (DIRECTORY, KAFKA, StreamLocation, default_model_name, kafka_security, open_reader, open_sink,
                                           stream_model_name)
 
@@ -80,8 +82,8 @@ def test_open_sink_picks_the_configured_transport(tmp_path):
     assert not (tmp_path / "u").exists()  # created by connect(), not by open_sink
 
 
-def _messages(first_sequence, step, stream_id=77):
-    snapshot = UpdateSnapshot(step=step, create_time=1.0, positions={0: step})
+def _messages(first_sequence, step, stream_id=77, create_time=None):
+    snapshot = UpdateSnapshot(step=step, create_time=create_time or time.time(), positions={0: step})
     snapshot.deletes[3] = np.array([1, 2], np.int64)
     return encode_update(snapshot, "m", first_sequence, first_sequence, 1 << 16, {3: 4}, stream_id)
 
@@ -92,8 +94,9 @@ def test_directory_sink_and_reader_round_trip(tmp_path):
     sink.connect()
     first, second = _messages(1, step=10)[0], _messages(2, step=20)[0]
     sink.send([(1, first), (2, second)], key=b"m")
-    assert sorted(p.name for p in (tmp_path / "updates").iterdir()) == [
-        "update-000000000001.pb", "update-000000000001.pb.done", "update-000000000002.pb", "update-000000000002.pb.done"]
+    assert sorted(p.name for p in (tmp_path / "updates").iterdir()) == [  # named by stream (77) and sequence
+        "update-00000000000000000077-000000000001.pb", "update-00000000000000000077-000000000001.pb.done",
+        "update-00000000000000000077-000000000002.pb", "update-00000000000000000077-000000000002.pb.done"]
 
     reader = open_reader(StreamLocation.from_config(incr))
     assert isinstance(reader, DirectoryUpdateReader) and reader.next_sequence == 1  # start 0 reads from sequence 1
@@ -115,10 +118,10 @@ def test_directory_reader_waits_for_the_done_file(tmp_path):
     sink = DirectorySink(str(tmp_path))
     sink.connect()
     sink.send([(1, _messages(1, step=1)[0])], key=b"m")
-    (tmp_path / "update-000000000002.pb").write_bytes(_messages(2, step=2)[0])  # written, not yet done
+    (tmp_path / update_file_name(2, 77)).write_bytes(_messages(2, step=2)[0])  # written, not yet done
     reader = open_reader(StreamLocation(DIRECTORY, directory=str(tmp_path)))
     assert reader.lag_messages() == 1 and [s for s, _ in reader.read_available()] == [1]
-    (tmp_path / "update-000000000002.pb.done").write_bytes(b"")
+    (tmp_path / (update_file_name(2, 77) + ".done")).write_bytes(b"")
     assert [s for s, _ in reader.read_available()] == [2]
 
 
@@ -146,3 +149,72 @@ def test_update_readers_take_the_streams_sasl_ssl_settings(monkeypatch):
         consumer_settings_from_flags(["acks=all"], "--kafka_config")
     with pytest.raises(ConfigError, match="expected key=value"):
         consumer_settings_from_flags(["ssl_cafile"], "--kafka_config")
+
+
+def test_directory_streams_do_not_collide_retention_deletes_old_files_and_reads_are_bounded(tmp_path):
+    """A new stream numbers from 1 again beside the old one's files without colliding; the writer deletes
+    the oldest files beyond retention_messages (the old stream's first); a reader reads at most max_files per
+    call, follows its stream and the newer one, leaves older streams alone, and says when its start is gone."""
+    old = DirectorySink(str(tmp_path), retention_messages=6)
+    old.connect()
+    old.send([(s, _messages(s, step=s, stream_id=5)[0]) for s in range(1, 5)], key=b"m")
+    exported = open_reader(StreamLocation(DIRECTORY, directory=str(tmp_path)), 3, stream_id=5)
+    new = DirectorySink(str(tmp_path), retention_messages=6)
+    new.connect()
+    # the new stream's messages are made later
+    new.send([(s, _messages(s, step=10 + s, stream_id=6, create_time=time.time() + 1)[0]) for s in range(1, 5)], key=b"m")
+    assert new.clean() == 0  # cleaned after the send already: the old stream's 1 and 2 went first
+    groups = list_update_files(str(tmp_path))
+    assert groups == {5: [3, 4], 6: [1, 2, 3, 4]}
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".done") and not p.with_suffix("").exists()]
+
+    # The export's reader (stream 5 from 3): its stream, then the newer one, two files a call.
+    exported.max_files = 2
+    assert exported.lost_before_start() is None and exported.lag_messages() == 6
+    read = []
+    while batch := exported.read_available():
+        assert len(batch) <= 2
+        read.extend(decode_update(data).header for _, data in batch)
+    assert [(h.stream_id, h.sequence) for h in read] == [(5, 3), (5, 4), (6, 1), (6, 2), (6, 3), (6, 4)]
+    # A reader of the new stream never reads the old one; one whose start was deleted knows it.
+    assert [s for s, _ in open_reader(StreamLocation(DIRECTORY, directory=str(tmp_path)), 1, 6).read_available()] \
+        == [1, 2, 3, 4]
+    late = open_reader(StreamLocation(DIRECTORY, directory=str(tmp_path)), 2, stream_id=5)
+    assert late.lost_before_start() == f"messages 2..2 of stream 5 are gone from {tmp_path}"
+    # the exporter finds the newest stream
+    assert late.start_after_step("m", 12) == (3, 3, 6)
+
+
+def test_directory_retention_by_age(tmp_path):
+    sink = DirectorySink(str(tmp_path), retention_messages=0, retention_secs=60)
+    sink.connect()
+    stale = _messages(1, step=1, stream_id=5)[0]
+    message = decode_update(stale)
+    message.header.create_time = time.time() - 120  # two minutes old: past retention
+    sink.send([(1, message.SerializeToString()), (2, _messages(2, step=2, stream_id=5)[0])], key=b"m")
+    assert list_update_files(str(tmp_path)) == {5: [2]} and sink.deleted == 1
+
+
+def test_a_directory_written_before_names_carried_the_stream_is_read_on_after_the_writer_names_it(tmp_path):
+    """Files named update-<sequence>.pb (older writers) are the export's stream; when the upgraded writer
+    goes on with update-<stream>-<sequence>.pb, the reader continues without reading the old files again."""
+    for sequence in (1, 2):
+        (tmp_path / update_file_name(sequence)).write_bytes(_messages(sequence, step=sequence, stream_id=5)[0])
+        (tmp_path / (update_file_name(sequence) + ".done")).write_bytes(b"")
+    reader = open_reader(StreamLocation(DIRECTORY, directory=str(tmp_path)), 1, stream_id=5)
+    assert [s for s, _ in reader.read_available()] == [1, 2]
+    sink = DirectorySink(str(tmp_path))
+    sink.send([(3, _messages(3, step=3, stream_id=5)[0])], key=b"m")
+    assert [s for s, _ in reader.read_available()] == [3] and reader.lag_messages() == 0
+
+
+def test_an_export_whose_following_messages_retention_deleted_is_told(tmp_path):
+    """start_after_step of a step older than every message left: the messages between are gone, and the
+    reader says so (the exporter writes it into incr_update.txt, and its servers start behind)."""
+    sink = DirectorySink(str(tmp_path), retention_messages=2)
+    sink.send([(s, _messages(s, step=10 * s, stream_id=5)[0]) for s in range(1, 5)], key=b"m")
+    reader = open_reader(StreamLocation(DIRECTORY, directory=str(tmp_path)))
+    assert reader.start_after_step("m", 5) == (3, 3, 5)
+    assert reader.lost.startswith("retention: the oldest message left is sequence 3 (step 30)")
+    fresh = open_reader(StreamLocation(DIRECTORY, directory=str(tmp_path)))
+    assert fresh.start_after_step("m", 30) == (4, 4, 5) and fresh.lost is None  # its step's message is there
