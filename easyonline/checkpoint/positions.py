@@ -9,7 +9,7 @@ step. On restart they win over the config's start offsets
 only after the checkpoint is safe (train/trainer.py ``save_checkpoint``).
 """
 import json
-from typing import Dict
+from typing import Callable, Dict, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 
@@ -37,16 +37,43 @@ def decode_topic(text) -> str:
 
 
 class StreamPositions:
-    """{partition: next offset to read} and the topic, held in a checkpointable string variable."""
+    """{partition: next offset to read} and the topic, held in a checkpointable string variable.
+
+    The one positions variable of both step engines: made eagerly in a single process; made while a
+    graph is the default (between-graph replication, distributed/train_graph.py), it also gets an
+    assign op fed by a placeholder, and its reads and writes go through ``run`` (``session.run``),
+    given by ``bind`` once the session exists.
+    """
 
     def __init__(self):
         self.variable = tf.Variable("{}", dtype=tf.string, trainable=False, name="stream_positions")
+        self._run: Optional[Callable] = None
+        self._text_in = self._assign = None
+        if not tf.executing_eagerly():
+            self._text_in = tf.compat.v1.placeholder(tf.string, [], name="positions_json")
+            self._assign = self.variable.assign(self._text_in)
+
+    def bind(self, run: Callable) -> None:
+        """Graph mode: how to run the variable's ops (``session.run(fetches, feed_dict)``)."""
+        self._run = run
+
+    def _text(self):
+        return self.variable.numpy() if self._assign is None else self._session()(self.variable)
+
+    def _session(self) -> Callable:
+        if self._run is None:
+            raise RuntimeError("StreamPositions in a graph: bind(session.run) first")
+        return self._run
 
     def assign(self, positions: Dict[int, int], topic: str = "") -> None:
-        self.variable.assign(encode_positions(positions, topic))
+        text = encode_positions(positions, topic)
+        if self._assign is None:
+            self.variable.assign(text)
+        else:
+            self._session()(self._assign, {self._text_in: text})
 
     def value(self) -> Dict[int, int]:
-        return decode_positions(self.variable.numpy())
+        return decode_positions(self._text())
 
     def topic(self) -> str:
-        return decode_topic(self.variable.numpy())
+        return decode_topic(self._text())

@@ -8,9 +8,11 @@ trainer as a ``TrainerView``: what a callback may read and call, typed and
 documented here so that callbacks need not import the trainer. To stop
 training from a callback, call ``trainer.stop("reason")``.
 """
-from typing import Any, Callable, Dict, List, Optional, Protocol
+from typing import Any, Callable, Dict, List, Optional, Protocol, TypeVar
 
 import numpy as np
+
+Key = TypeVar("Key")
 
 
 class TrainerView(Protocol):
@@ -27,6 +29,10 @@ class TrainerView(Protocol):
       callbacks: the callbacks in order (a callback may append one).
       clock: the clock of the id statistics and daily schedules (seconds, like ``time.time``).
       last_checkpoint: the path of the newest checkpoint, or None.
+      restored_from: the checkpoint this run started from, or None.
+      lag: messages not yet read after the last batch (all trainers' in a cluster's status), None if unknown;
+        0 means caught up.
+      evicted: {table: numpy array of the keys evicted since start} (publishing sends their deletes).
     """
 
     config: Any
@@ -39,6 +45,9 @@ class TrainerView(Protocol):
     callbacks: List["Callback"]
     clock: Callable[[], float]
     last_checkpoint: Optional[str]
+    restored_from: Optional[str]
+    lag: Optional[int]
+    evicted: Dict[str, np.ndarray]
 
     @property
     def last_saved_step(self) -> int:
@@ -50,14 +59,25 @@ class TrainerView(Protocol):
     def dispatch(self, hook: str, *args: Any) -> None:
         """Calls ``hook`` on every callback, in order."""
 
-    def save_checkpoint(self) -> str:
-        """Checkpoints the model with the positions now; returns the path."""
+    def save_checkpoint(self) -> Optional[str]:
+        """Checkpoints the model with the positions now; returns the path (a cluster's worker writes none:
+        the chief's last one, or None)."""
 
     def shrink(self) -> Dict[str, np.ndarray]:
         """Evicts now per the tables' eviction policies; returns {table: evicted keys}."""
 
     def table_sizes(self) -> Dict[str, int]:
         """Rows per table."""
+
+    def samples_trained(self) -> int:
+        """Samples trained since the model began (a cluster's: every trainer's)."""
+
+    def table_rows(self) -> Any:
+        """The tables' rows for publishing and base/delta saves, a ``publish.snapshot.TableRows`` (read from
+        any thread; in a cluster, through the chief's session)."""
+
+    def read_variables(self, variables: Dict[Key, Any]) -> Dict[Key, np.ndarray]:
+        """The current values of ``variables`` (a dict of the model's variables), as numpy."""
 
 
 class Callback:

@@ -6,7 +6,7 @@ per batch and O(buckets) per report, independent of the window length.
 """
 import collections
 import dataclasses
-from typing import Deque, Optional
+from typing import Deque, Optional, Protocol
 
 import numpy as np
 
@@ -29,6 +29,19 @@ class _BatchStats:
     count: int
     logloss_sum: float
     label_sum: float
+
+
+class WindowMetrics(Protocol):
+    """What the status line and callbacks read of the prequential metrics (one process's or a cluster's)."""
+
+    def auc(self) -> Optional[float]:
+        """AUC over the window, None before both labels were seen."""
+
+    def logloss(self) -> Optional[float]:
+        """Mean logloss over the window, None when empty."""
+
+    def ctr(self) -> Optional[float]:
+        """Share of positive labels over the window, None when empty."""
 
 
 class PrequentialMetrics:

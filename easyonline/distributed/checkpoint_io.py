@@ -14,6 +14,9 @@ the table's ps and imports there, colocated with the table), and the tensors
 travel between ps and trainer over the cluster's own gRPC runtime, as the
 training steps' do. The checkpoint's files and names are unchanged.
 """
+import contextlib
+from typing import Any, Callable, ContextManager
+
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.distributed.cluster_config import ClusterConfig
 
@@ -28,3 +31,24 @@ def io_device(cluster: ClusterConfig) -> str:
 def io_options(cluster: ClusterConfig) -> tf.train.CheckpointOptions:
     """Options for every save and restore of this task's checkpoints: all file I/O on this task."""
     return tf.train.CheckpointOptions(experimental_io_device=io_device(cluster))
+
+
+class SessionIO:
+    """The checkpointer's access to a cluster trainer's variables (checkpoint/checkpointer.py ``VariableIO``):
+    read and restored through its session, in its graph, every file on this task (``io_options``)."""
+
+    def __init__(self, graph: Any, session: Any, run: Callable, cluster: ClusterConfig):
+        self._graph, self._session, self._run = graph, session, run
+        self.options = io_options(cluster)
+
+    def read(self, variable: Any) -> Any:
+        return self._run(variable)
+
+    def context(self) -> ContextManager:
+        stack = contextlib.ExitStack()
+        stack.enter_context(self._graph.as_default())
+        stack.enter_context(self._session.as_default())
+        return stack
+
+    def finish_restore(self, status: Any) -> None:
+        status.run_restore_ops(self._session)

@@ -46,15 +46,11 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
-from easyonline.checkpoint.checkpointer import CHECKPOINT_NAME, latest_checkpoint
-from easyonline.checkpoint.mirror import CheckpointMirror
-from easyonline.checkpoint.positions import decode_positions, decode_topic, encode_positions
-from easyonline.config.secrets import apply_oss_config
+from easyonline.checkpoint.checkpointer import Checkpointer
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.callbacks import Callback
 from easyonline.core.errors import ClusterFailure
-from easyonline.core.stop_signal import StopSignal
-from easyonline.distributed.checkpoint_io import io_options
+from easyonline.distributed.checkpoint_io import SessionIO
 from easyonline.distributed.cluster_config import ClusterConfig
 from easyonline.distributed.server import start_server
 from easyonline.distributed.session_tables import SessionTableOps, SessionTableRows
@@ -62,13 +58,10 @@ from easyonline.distributed.shared_state import ClusterMetrics, positions_array,
 from easyonline.distributed.train_graph import TrainGraph
 from easyonline.embedding.change_tracker import ChangeTracker, PulledChangeTracker
 from easyonline.embedding.dynamic_tables import STATS_EPOCH
-from easyonline.features import build_feature_specs
-from easyonline.inputs.bad_input import BadInputMonitor
-from easyonline.inputs.build_source import build_dead_letter, build_parser, build_source, stream_topic
+from easyonline.inputs.build_source import build_source, stream_topic
 from easyonline.inputs.raw_batch import BatchSource
 from easyonline.inputs.start_position import usable_checkpoint_positions
 from easyonline.protos import pipeline_pb2
-from easyonline.tasks import RankingTask
 from easyonline.train.trainer import OnlineTrainer
 from easyonline.utils import fileio
 from easyonline.utils.net import wait_for_port
@@ -103,58 +96,38 @@ class ClusterTrainer(OnlineTrainer):
     def __init__(self, config: pipeline_pb2.PipelineConfig, cluster: ClusterConfig, online: bool = True,
                  source: Optional[BatchSource] = None, callbacks: Sequence[Callback] = ()):
         # pylint: disable=super-init-not-called  (the model lives in a graph, not in eager variables)
-        self.config = config
-        self.online = online
+        self._init_loop(config, online, source, callbacks)  # the loop's state, as a single process's
         self.cluster = cluster
         self.trainer_index = cluster.trainer_index
         self.name = "chief" if cluster.is_chief else f"worker {cluster.task_index}"
         train = config.train_config
-        apply_oss_config(config)
-        self.specs = build_feature_specs(config)
-        self.parser = build_parser(config, self.specs)
-        tf.keras.utils.set_random_seed(train.seed)
-        self.task = RankingTask(train.metrics_window_samples)
-        self.graph = TrainGraph(config, self.specs, cluster, self.task)
+        self.graph = TrainGraph(config, self.specs, cluster)
         self.model = self.graph.model
+        self.task = self.model.tasks.primary
         self.optimizer = self.graph.optimizer
         self.state = self.graph.state
-        self.callbacks = list(callbacks)
-        self.mirror = CheckpointMirror(config.model_dir, keep=train.keep_checkpoint_max) \
-            if fileio.is_oss(config.model_dir) else None
-        self.local_dir = self.mirror.local if self.mirror else config.model_dir
         fileio.makedirs(config.model_dir)
-        self.io_options = io_options(cluster)  # checkpoint files are read and written here, never on a ps
-        with self.graph.graph.as_default():
-            self.manager = tf.train.CheckpointManager(self.graph.checkpoint, self.local_dir,
-                                                      max_to_keep=train.keep_checkpoint_max,
-                                                      checkpoint_name=CHECKPOINT_NAME)
         self.server = start_server(cluster, train)
         wait_for_tasks(cluster)
         session_config = tf.compat.v1.ConfigProto(
             device_filters=["/job:ps", cluster.device], intra_op_parallelism_threads=train.intra_op_threads,
             inter_op_parallelism_threads=train.inter_op_threads)
         self.session = tf.compat.v1.Session(self.server.target, graph=self.graph.graph, config=session_config)
-        self.can_checkpoint = True
-        self.last_checkpoint: Optional[str] = None
-        self._last_saved_step = -1
+        self.graph.positions.bind(self._session_run)
+        # the one checkpointer, over the graph's variables through this session; files on this task, never a ps
+        self.checkpointer = Checkpointer(
+            config.model_dir, self.model, self.optimizer, train.keep_checkpoint_max, step=self.state.global_step,
+            samples=self.state.samples, positions=self.graph.positions,
+            io=SessionIO(self.graph.graph, self.session, self._session_run, cluster), pull=False)
         self._start_samples: Optional[int] = None
         self.restored_from = self._join()
-        self.metrics = ClusterMetrics(self._session_run, self.state, train.metrics_window_samples)
+        self.metrics = self.cluster_metrics = ClusterMetrics(self._session_run, self.state, train.metrics_window_samples)
         # every trainer records its trained keys on the ps; the chief's publishers drain them there
         self.changes = PulledChangeTracker(lambda: self._session_run(self.graph.drain_changed_keys)) \
             if self.graph.publishes and cluster.is_chief else ChangeTracker(self.specs)
-        self.stop_signal = StopSignal()
-        self.clock = time.time
-        self._source = source
-        self.source: Optional[BatchSource] = None
         shared = self._session_run(self.state.reads)
         self.step, self._samples = int(shared["step"]), int(shared["samples"])
         self._cluster_lag: Optional[int] = None
-        self.positions: Dict[int, int] = {}
-        self.lag: Optional[int] = None
-        self.bad_input = BadInputMonitor(config.data_config, build_dead_letter(config))
-        self.input_wait_seconds = 0.0
-        self.evicted: Dict[str, np.ndarray] = {}
         # (start, end) of the last steps, written to <status dir>/step_spans.npy at the end of a run:
         # they show whether the trainers' steps overlap (tools/bench/cluster_throughput.py)
         self.step_spans: collections.deque = collections.deque(maxlen=100000)
@@ -176,7 +149,7 @@ class ClusterTrainer(OnlineTrainer):
         first = str(error).strip().split("\n")[0][:300]
         return ClusterFailure(f"lost a parameter server ({type(error).__name__}: {first}); the parameters since "
                               f"the last checkpoint are gone: restart the cluster to resume from "
-                              f"{self.last_checkpoint or self.manager.latest_checkpoint or 'the start'}")
+                              f"{self.last_checkpoint or self.checkpointer.manager.latest_checkpoint or 'the start'}")
 
     def _join(self) -> Optional[str]:
         """The chief makes the ps ready (init or restore); the others wait until it has. Returns the restore."""
@@ -212,35 +185,22 @@ class ClusterTrainer(OnlineTrainer):
 
     def _restore(self) -> Optional[str]:
         """Restores the latest checkpoint (or the fine-tune one) into the ps; returns its path."""
-        if self.mirror:
-            self.mirror.pull()
-        path = self.manager.latest_checkpoint
+        checkpointer = self.checkpointer
+        checkpointer.pull()
         started = time.time()
-        with self.graph.graph.as_default():
-            if path is not None:
-                self.graph.checkpoint.restore(path, options=self.io_options).expect_partial() \
-                    .run_restore_ops(self.session)
-                saved = self._session_run(self.graph.positions_json)
-                positions = decode_positions(saved)
-                if self.config.HasField("kafka_train_input"):  # (the trainers check the partitions themselves)
-                    positions = usable_checkpoint_positions(positions, decode_topic(saved),
-                                                            self.config.kafka_train_input) or {}
-                self._session_run(self.state.set_positions, {self.state.all_positions_in: positions_array(positions)})
-                self._last_saved_step = int(self._session_run(self.state.global_step))
-                self.last_checkpoint = path if not self.mirror else fileio.join(
-                    self.config.model_dir, path.rsplit("/", 1)[-1])
-                log.info("restored %s into the ps (step %d, positions %s) in %.2fs", self.last_checkpoint,
-                         self._last_saved_step, positions, time.time() - started)
-                return self.last_checkpoint
-            fine_tune = self.config.train_config.fine_tune_checkpoint
-            if fine_tune:
-                source = latest_checkpoint(fine_tune)
-                if source is None:
-                    raise FileNotFoundError(f"train_config.fine_tune_checkpoint: no checkpoint at {fine_tune}")
-                tf.train.Checkpoint(model=self.model).restore(source, options=self.io_options).expect_partial() \
-                    .run_restore_ops(self.session)
-                log.info("initialised the model from %s", source)
-                return source
+        path = checkpointer.restore_latest()
+        if path is not None:
+            positions = checkpointer.positions
+            if self.config.HasField("kafka_train_input"):  # (the trainers check the partitions themselves)
+                positions = usable_checkpoint_positions(positions, checkpointer.positions_topic,
+                                                        self.config.kafka_train_input) or {}
+            self._session_run(self.state.set_positions, {self.state.all_positions_in: positions_array(positions)})
+            self.last_checkpoint = path
+            log.info("restored %s into the ps (step %d, positions %s) in %.2fs", path, checkpointer.last_saved_step,
+                     positions, time.time() - started)
+            return path
+        if self.config.train_config.fine_tune_checkpoint:
+            return checkpointer.init_from(self.config.train_config.fine_tune_checkpoint)
         return None
 
     # --- what the loop calls ----------------------------------------------------------
@@ -249,9 +209,7 @@ class ClusterTrainer(OnlineTrainer):
         positions = positions_dict(self._session_run(self.state.positions))
         source = build_source(self.config, self.specs, positions,
                               partition_share=(self.trainer_index, self.cluster.num_trainers))
-        partitions = getattr(source, "partitions", None)
-        if partitions is not None:
-            log.info("%s trains partitions %s", self.name, sorted(getattr(p, "partition", p) for p in partitions))
+        log.info("%s trains partitions %s", self.name, source.partition_numbers())
         self._start_together()
         return source
 
@@ -287,20 +245,20 @@ class ClusterTrainer(OnlineTrainer):
 
     @property
     def last_saved_step(self) -> int:
-        return self._last_saved_step if self.cluster.is_chief else self.step
+        return self.checkpointer.last_saved_step if self.cluster.is_chief else self.step
 
     def _writes_model_dir(self) -> bool:
         return self.cluster.is_chief  # the workers write only their status files
 
     def _status_dir(self) -> str:
-        return fileio.join(self.local_dir, "train" if self.cluster.is_chief else f"train_worker{self.cluster.task_index}")
+        return fileio.join(self.checkpointer.local_dir, "train" if self.cluster.is_chief else f"train_worker{self.cluster.task_index}")
 
     def _refresh(self) -> None:
         """Reads the cluster's step, samples, lag and metrics from the ps."""
         shared = self._session_run(self.state.reads)
         self.step, self._samples = max(self.step, int(shared["step"])), max(self._samples, int(shared["samples"]))
         self._cluster_lag = int(shared["lags"].sum())
-        self.metrics.refresh()
+        self.cluster_metrics.refresh()
 
     def _report(self, status, last) -> None:
         self._refresh()
@@ -311,13 +269,14 @@ class ClusterTrainer(OnlineTrainer):
 
     def _train_and_count(self, raw, parsed) -> np.ndarray:
         """One session.run: score, train, and add to the shared positions, counters and metrics."""
-        feed = self.graph.feed(parsed.host_features(), parsed.labels, self.clock() - STATS_EPOCH, raw.positions,
-                               raw.lag or 0)
+        labels = parsed.labels_by_name(self.specs.label_names[0])
+        feed = self.graph.feed(parsed.host_features(), {name: labels[name] for name in self.graph.label_names},
+                               self.clock() - STATS_EPOCH, raw.positions, raw.lag or 0)
         started = time.time()
         out = self._session_run(self.graph.train_op, feed)
         self.step_spans.append((started, time.time()))
         self.step, self._samples = int(out["step"]), int(out["samples"])
-        self.metrics.after_step(self._samples)
+        self.cluster_metrics.after_step(self._samples)
         return out["probabilities"]
 
     def _count(self, samples: int) -> None:
@@ -341,22 +300,15 @@ class ClusterTrainer(OnlineTrainer):
             return self.last_checkpoint
         self._check_writer_lock()
         positions = positions_dict(self._session_run(self.state.positions))
-        self._session_run(self.graph.set_positions_json,
-                          {self.graph.positions_json_in: encode_positions(positions, stream_topic(self.config))})
-        step = int(self._session_run(self.state.global_step))
         started = time.time()
-        with self.graph.graph.as_default(), self.session.as_default():
-            try:
-                path = self.manager.save(checkpoint_number=step, options=self.io_options)
-            except Exception as e:  # pylint: disable=broad-except
-                if _is_lost_task(e):
-                    raise self._lost(e) from None
-                raise
-        if self.mirror:
-            path = self.mirror.push(path, self.manager.checkpoints)
+        try:
+            path = self.checkpointer.save(positions, stream_topic(self.config))
+        except Exception as e:  # pylint: disable=broad-except
+            if _is_lost_task(e):
+                raise self._lost(e) from None
+            raise
         if self.source is not None:
             self.source.commit(positions)
-        self._last_saved_step = step
         self.last_checkpoint = path
         log.info("saved checkpoint %s (positions %s) in %.2fs", path, positions, time.time() - started)
         self.dispatch("on_checkpoint", path)

@@ -22,6 +22,7 @@ from typing import Dict, List
 
 import numpy as np
 
+from easyonline.checkpoint.positions import StreamPositions
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.distributed.cluster_config import ClusterConfig
 from easyonline.distributed.session_tables import TableAccess
@@ -31,7 +32,6 @@ from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.features.signature import feature_signature
 from easyonline.models.builder import build_model
 from easyonline.protos import pipeline_pb2
-from easyonline.tasks import RankingTask
 from easyonline.train.optimizers import build_train_optimizer
 
 tf = ensure_legacy_keras()
@@ -112,8 +112,7 @@ def cross_task_tensors(fetches, own_device: str) -> Dict[str, int]:
 class TrainGraph:
     """The graph, its placeholders and ops; ``feed`` turns a parsed batch into a feed dict."""
 
-    def __init__(self, config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, cluster: ClusterConfig,
-                 task: RankingTask):
+    def __init__(self, config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, cluster: ClusterConfig):
         v1 = tf.compat.v1
         self.graph = tf.Graph()
         spec = tf.train.ClusterSpec({role: tasks for role, tasks in cluster.cluster.items() if tasks})
@@ -131,18 +130,21 @@ class TrainGraph:
                     splits = None
                     features[name] = values
                 self._feature_feeds.append((name, values, splits))
-            self.labels = v1.placeholder(tf.float32, [None], name="labels")
             self.now = v1.placeholder(tf.float64, [], name="now")
             # several trainers update the same rows concurrently: updates add their deltas (TFRA's bp_v2)
             accumulate = cluster.num_trainers > 1
             with ps_shards(PsPlacement(cluster.ps_devices, config.train_config.ps_shard_tables_by_key,
                                        cluster.trainer_index, accumulate)):
                 self.model = build_model(config, specs)
+            # one placeholder per label the model's tasks learn from, by label name (the first: "labels")
+            self.label_names = self.model.tasks.label_names
+            self.label_feeds = {name: v1.placeholder(tf.float32, [None], name="labels" if i == 0 else f"labels_{i}")
+                                for i, name in enumerate(self.label_names)}
+            self.labels = self.label_feeds[self.model.tasks.primary.label_name]
             self.optimizer = build_train_optimizer(config.train_config, accumulate=accumulate)
             # several trainers apply to the same dense variables and slots on the ps: lock each apply
             self.optimizer._use_locking = accumulate  # pylint: disable=protected-access
-            logits = self.model(features, training=True, labels=self.labels, now=self.now)
-            loss = task.loss(self.labels, logits, self.model.losses)
+            loss, logits = self.model.compute_loss(features, self.label_feeds, training=True, now=self.now)
             score_logits = logits
             if self.model.scores_differ_in_training:  # dropout or batch norm: score as in serving, first
                 score_logits = self.model(features, training=False)
@@ -176,9 +178,7 @@ class TrainGraph:
                                  "samples": self.state.samples.read_value()}
             self.table_sizes = {name: layer.params.size() for name, layer in self.model.tables.embeddings.items()}
             with v1.device(cluster.device):  # the chief's copy of the positions it checkpoints
-                self.positions_json = tf.Variable("{}", dtype=tf.string, trainable=False, name="stream_positions")
-                self.positions_json_in = v1.placeholder(tf.string, [], name="positions_json")
-                self.set_positions_json = self.positions_json.assign(self.positions_json_in)
+                self.positions = StreamPositions()  # (the single process's own; bound to the session later)
             self.table_access = TableAccess(self.model.tables)
             self.drain_changed_keys = {name: _drain(changed) for name, changed in self.changed_keys.items()}
             self.global_variables = [v for v in self.graph.get_collection(v1.GraphKeys.GLOBAL_VARIABLES)
@@ -189,9 +189,6 @@ class TrainGraph:
             self.global_init = v1.variables_initializer(self.global_variables)
             self.local_init = v1.variables_initializer(local)
             self.uninitialized = v1.report_uninitialized_variables(self.global_variables)
-            self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
-                                                  step=self.state.global_step, samples=self.state.samples,
-                                                  positions=self.positions_json)
         self.transfers = cross_task_tensors(self.train_op, cluster.device)
         log.info("training graph: %d variables on the ps, %d tables %s; a step sends %d tensors to the ps "
                  "and receives %d", len(self.global_variables), len(self.table_sizes),
@@ -200,11 +197,18 @@ class TrainGraph:
                  self.transfers.get(cluster.device, 0))
 
     def feed(self, features, labels, now: float, positions: Dict[int, int], lag: int) -> dict:
-        """The feed dict of one parsed batch (eager tensors or numpy) and the positions after it."""
-        feed = {self.labels: np.asarray(labels, np.float32), self.now: now,
+        """The feed dict of one parsed batch (eager tensors or numpy) and the positions after it.
+
+        ``labels``: {label name: [B]} with every label of ``label_names``, or the [B] of the first.
+        """
+        if not isinstance(labels, dict):
+            labels = {self.label_names[0]: labels}
+        feed = {self.now: now,
                 self.state.partitions_in: np.fromiter(positions.keys(), np.int64, len(positions)),
                 self.state.offsets_in: np.fromiter(positions.values(), np.int64, len(positions)),
                 self.state.lag_in: lag}
+        for name, placeholder in self.label_feeds.items():
+            feed[placeholder] = np.asarray(labels[name], np.float32)
         for name, values, splits in self._feature_feeds:
             value = features[name]
             if splits is not None:

@@ -27,7 +27,11 @@ _FT = pipeline_pb2.DataConfig.FieldType
 
 @dataclasses.dataclass
 class ParsedBatch:
-    """Features keyed by feature name, labels [B], and the lines that were rejected.
+    """Features keyed by feature name, labels, and the lines that were rejected.
+
+    ``labels`` is the first label field's [B] (what the metrics and callbacks
+    read); ``labels_by_name`` gives every label the parser read, by label
+    field name, which is what the model's tasks take (``compute_loss``).
 
     ``lines`` are the B samples as CSV lines in input_fields order (JSON and
     custom records converted), when the batch came from lines; predictions
@@ -40,6 +44,13 @@ class ParsedBatch:
     rejected: List[Tuple[bytes, str]]
     lines: Optional[List[bytes]] = None
     vectors: Optional[object] = None
+    #: every label field read, by name (None: only ``labels``, the first; sources that build batches
+    #: themselves may leave it out)
+    label_dict: Optional[Dict[str, tf.Tensor]] = None
+
+    def labels_by_name(self, first_label: str) -> Dict[str, tf.Tensor]:
+        """The labels by label field name; ``first_label`` names ``labels`` when the batch has no dict."""
+        return self.label_dict if self.label_dict is not None else {first_label: self.labels}
 
     @classmethod
     def from_vectors(cls, vectors) -> "ParsedBatch":
@@ -175,7 +186,10 @@ class CsvParser:
             features[feature.name] = feature_ids(feature, column)
         for feature in self._specs.raw_features:
             features[feature.name] = tf.cast(column(feature.input_name), tf.float32)
-        labels = tf.cast(column(self._specs.label_names[0]), tf.float32)
+        labels = {}
+        for name in self._specs.label_names:  # numeric ones as float32 (a string label stays a string)
+            value = column(name)
+            labels[name] = value if value.dtype == tf.string else tf.cast(value, tf.float32)
         return features, labels
 
     def parse(self, lines: Sequence[bytes]) -> ParsedBatch:
@@ -209,14 +223,15 @@ class CsvParser:
         except tf.errors.InvalidArgumentError:
             lines, rejected = self._split_bad(lines)
             features, labels = self._decode(tf.constant(lines, tf.string))
-        values = labels.numpy()
+        first = self._specs.label_names[0]
+        values = labels[first].numpy()
         bad = (values != 0) & (values != 1)
         if bad.any():  # rare: decode again without them
             rejected += [(line, rejection(BAD_LABEL, f"label {value:g} is not 0 or 1"))
                          for line, value, b in zip(lines, values, bad) if b]
             lines = [line for line, b in zip(lines, bad) if not b]
             features, labels = self._decode(tf.constant(lines, tf.string))
-        return ParsedBatch(features, labels, len(lines), rejected, lines)
+        return ParsedBatch(features, labels[first], len(lines), rejected, lines, label_dict=labels)
 
     def _split_bad(self, lines: List[bytes]):
         good, rejected = [], []

@@ -59,7 +59,7 @@ class BadInputMonitor:
         if not self._unlogged or now < self._next_log:
             return
         counts = " ".join(f"{k}={v}" for k, v in sorted(self._unlogged.items()))
-        line, reason = self._example
+        line, reason = self._example or (b"", "")
         log.warning("rejected %d sample(s) (%s); e.g. %s: %r", sum(self._unlogged.values()), counts, reason,
                     line[:200])
         self._unlogged.clear()

@@ -76,8 +76,10 @@ class DeadLetterSink:
             return
         headers = [("reason", reason.encode()), ("kind", rejection_kind(reason).encode()),
                    ("model", self.model_name.encode())]
+        producer = self._producer
+        assert producer is not None  # (_ensure_producer made it)
         try:
-            self._producer.send(self.topic, value=line, headers=headers).add_errback(self._failure)
+            producer.send(self.topic, value=line, headers=headers).add_errback(self._failure)
             self.sent += 1
         except Exception as e:  # pylint: disable=broad-except
             self._failure(e)

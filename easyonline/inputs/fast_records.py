@@ -40,7 +40,7 @@ from kafka.record.default_records import DefaultRecordBatch
 try:
     from easyonline.inputs import _record_decoder
 except ImportError:  # setup.py builds it; without a C compiler decode_batch_python does the same, slower
-    _record_decoder = None
+    _record_decoder = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 # kafka-python 2.0 calls it CorruptRecordException, 3.0 CorruptRecordError.
@@ -120,9 +120,9 @@ def decode_batch_python(buffer: bytes, base_offset: int, count: int, last_offset
     (``decode_batch`` turns both into CorruptRecordException).
     """
     gapless = last_offset_delta == count - 1
-    values = []
+    values: List[bytes] = []
     append_value = values.append
-    offsets = None if gapless else []
+    offsets: List[int] = []  # (only when not gapless)
     end_of_buffer = len(buffer)
     for _ in range(count):
         length, pos = _varint(buffer, pos)
@@ -165,7 +165,7 @@ def decode_batch_python(buffer: bytes, base_offset: int, count: int, last_offset
     if pos != end_of_buffer:
         raise CorruptRecordException(f"{end_of_buffer - pos} bytes after the last of {count} records")
     if gapless:
-        offsets = range(base_offset, base_offset + count)
+        return range(base_offset, base_offset + count), values
     return offsets, values
 
 
@@ -191,7 +191,7 @@ def _unpack_message_set(self, tp, records, compiled: bool = True) -> List:
 
 
 KNOWN_KAFKA_PYTHON = "2.0 or 3.0"  # the versions whose record decoding this module replaces
-_warned = []
+_warned: List[bool] = []
 
 
 def _warn_fallback() -> None:
@@ -265,11 +265,13 @@ def _fast_partition_records(compiled: bool):
     base = Fetcher.PartitionRecords
 
     class FastPartitionRecords(base):  # type: ignore[valid-type,misc]
+        next_fetch_offset: int  # (kafka-python's)
+
         def __init__(self, fetch_offset, tp, records, *args, **kwargs):
             super().__init__(fetch_offset, tp, records, *args, **kwargs)  # its record iterator is never started
             uncommitted = str(getattr(self.isolation_level, "name", self.isolation_level)).upper().endswith("UNCOMMITTED")
             self._committed = not uncommitted
-            self._pending = (tp, records, fetch_offset)
+            self._pending: Optional[tuple] = (tp, records, fetch_offset)
             self._fast: Optional[List] = None
             self._at = self._end = 0
 

@@ -1,6 +1,6 @@
 """CSV files as a finite batch source, for offline training and tests."""
 import glob
-from typing import List, Optional, Sequence
+from typing import BinaryIO, List, Optional, Sequence
 
 from easyonline.inputs.raw_batch import BatchSource, RawBatch
 
@@ -22,7 +22,7 @@ class FileInput(BatchSource):
         self._paths = expand_paths(patterns)
         self._batch_size = batch_size
         self._file_index = 0
-        self._handle = None
+        self._handle: Optional[BinaryIO] = None
         self._lines_read = 0
         self._done = False
 

@@ -17,7 +17,7 @@ import logging
 import operator
 import queue
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from kafka import TopicPartition
 from kafka.errors import OffsetOutOfRangeError
@@ -48,7 +48,7 @@ class KafkaInput(BatchSource):
         self._max_message_bytes = max_message_bytes
         self._batch_size = batch_size
         self._batch_timeout = batch_timeout_ms / 1000.0
-        self._consumer = kafka_client.make_consumer(kafka, path, max_poll_records=max(batch_size, 500),
+        self._consumer: Any = kafka_client.make_consumer(kafka, path, max_poll_records=max(batch_size, 500),
                                                     fetch_max_wait_ms=min(100, max(batch_timeout_ms, 1)),
                                                     auto_offset_reset="none")  # out of range: raised, decided here
         control = self._consumer  # finds partitions and start positions; kafka-python with either client

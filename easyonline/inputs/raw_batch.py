@@ -3,7 +3,8 @@ import abc
 import collections.abc
 import dataclasses
 import functools
-from typing import Dict, List, Optional, Sequence, Tuple
+import types
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 
 class BlobLines(collections.abc.Sequence):
@@ -67,6 +68,16 @@ class BatchSource(abc.ABC):
     #: The lag (messages not yet read) the source saw when its last ``next_batch`` returned
     #: None, or None when unknown: 0 means it has read everything there is (caught up).
     idle_lag: Optional[int] = None
+    #: {partition: next offset} where reading started, for every partition the source reads (a stream's
+    #: sources set it when they start; empty for sources without positions). The trainer's positions
+    #: start from it, so a checkpoint taken before the first batch keeps every partition.
+    start_offsets: Mapping[int, int] = types.MappingProxyType({})
+    #: How the start was decided and which partitions it moved (inputs/start_position.py), for the summary.
+    start_mode: str = ""
+
+    def partition_numbers(self) -> List[int]:
+        """The partitions this source reads, in order (a cluster trainer logs its share)."""
+        return sorted(self.start_offsets)
 
     @property
     def exhausted(self) -> bool:

@@ -36,7 +36,7 @@ class KafkaPythonBounds:
         self.log_start: Dict[Tuple[str, int], int] = {}
         fetcher = getattr(consumer, "_fetcher", None)
         parse = getattr(fetcher, "_parse_fetched_data", None)
-        if parse is None:  # another kafka-python: the high watermark only
+        if fetcher is None or parse is None:  # another kafka-python: the high watermark only
             log.warning("this kafka-python's fetcher has no _parse_fetched_data: lag is measured against the "
                         "high watermark (a transactional topic shows its last marker as lag)")
             return

@@ -34,7 +34,7 @@ from easyonline.utils.child_process import die_with_parent
 def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoint_positions, path: str,
            max_message_bytes: int, vector_parser, batches: "multiprocessing.Queue",
            commands: "multiprocessing.Queue", partition_share=None, trainer_pid: int = 0,
-           checkpoint_topic: str = "", slots_spec=None) -> None:
+           checkpoint_topic: str = "", slots_spec: Optional[Tuple[str, int, int]] = None) -> None:
     # A trainer killed outright (SIGKILL, the OOM killer) cannot close its reader: it must not live on.
     die_with_parent()
     if trainer_pid and os.getppid() != trainer_pid:
@@ -88,6 +88,7 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
                     vectors = vector_parser.parse(lines)
             blob = lines.blob
             layout = slots.write(slot_batches, blob, vectors) if slots is not None and vectors is not None else None
+            item: tuple
             if layout is not None:
                 item = ("slot", slot_batches, layout, batch.positions, batch.lag, batch.messages,
                         batch.empty_messages, batch.rejected, batch.offsets_skipped)
@@ -170,7 +171,9 @@ class KafkaReaderProcess(BatchSource):
         self.idle_lag = None
         if item[0] == "slot":  # copied out before the next get (the ring's rule, batch_slots.py)
             _, index, layout, positions, lag, messages, empty, rejected, skipped = item
-            blob, vectors = self._slots.read(index, layout, self._parser.id_names, self._parser.dense_names)
+            slots, parser = self._slots, self._parser
+            assert slots is not None and parser is not None  # (the child sends slots only when both exist)
+            blob, vectors = slots.read(index, layout, parser.id_names, parser.dense_names)
         else:
             _, blob, vectors, positions, lag, messages, empty, rejected, skipped = item
         parsed = None

@@ -18,8 +18,9 @@ class DeepFM(RankingModel):
     uses_first_order = True
     one_embedding_dim = True  # the FM term takes dot products of every pair of embeddings
 
-    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, *args, seed: int = 0, **kwargs):
-        super().__init__(specs, model_config, *args, seed=seed, **kwargs)
+    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
+                 **kwargs):
+        super().__init__(specs, model_config, dnn, seed=seed, **kwargs)
         self.fm = FMInteraction(name="fm")
         if model_config.deepfm.HasField("final_dnn"):
             self.build_final_dnn(model_config.deepfm.final_dnn, model_config, seed)

@@ -1,4 +1,4 @@
-"""The base of every model: embeds features, returns one logit per sample.
+"""The base of every model: embeds features, returns one logit per sample, and owns its tasks.
 
 A subclass registers its names (``@register("deepfm", "DeepFM")``, see
 registry.py), says whether it needs a first-order weight per id
@@ -6,18 +6,25 @@ registry.py), says whether it needs a first-order weight per id
 embedding dim (``one_embedding_dim``, checked by the validator), and
 implements ``logits_from(embeddings, first_order, dense, training)``.
 
+The model owns its tasks (``tasks``, tasks/task.py: each task's label, loss,
+weight, metrics and outputs; one RankingTask on the first label field unless
+given), and ``compute_loss(features, labels)`` is the one method a training
+step calls: labels come as a dict by label name, as the parser hands them
+over (TFRS's ``Model.compute_loss``).
+
 ``model_config.feature_groups`` (EasyRec's) choose which features feed the
 wide part (first-order weights, the dense features' linear weights) and
 which the deep part (embeddings, and the dense features in the DNN);
 without groups every feature feeds both.
 """
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.dynamic_tables import DynamicTables
 from easyonline.features.feature_spec import FeatureSpecs, RawFeature
 from easyonline.models.layers import MLP
 from easyonline.protos import pipeline_pb2
+from easyonline.tasks import RankingTask, Tasks
 
 tf = ensure_legacy_keras()
 
@@ -31,9 +38,10 @@ class RankingModel(tf.keras.Model):
     one_embedding_dim = False
 
     def __init__(self, specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN,
-                 seed: int = 0, **kwargs):
+                 seed: int = 0, tasks: Optional[Tasks] = None, **kwargs):
         super().__init__(**kwargs)
         self.specs = specs
+        self.tasks = tasks or Tasks([RankingTask(label_name=specs.label_names[0] if specs.label_names else "label")])
         self.wide_dim = self.first_order_dim(model_config) if self.uses_first_order else 0
         self.tables = DynamicTables(specs, extra_dims=self.wide_dim, seed=seed, name="tables")
         self._deep_ids, self._wide_ids, self._deep_dense, self._wide_dense = _grouped(specs, model_config)
@@ -44,9 +52,12 @@ class RankingModel(tf.keras.Model):
         self.deep = MLP(hidden, dnn.activation, dnn.dropout_ratio, dnn.use_bn, model_config.l2_regularization,
                         seed=seed + 100, name="dnn")
         self.deep_logit = tf.keras.layers.Dense(1, name="deep_logit")
-        self.dense_linear = tf.keras.layers.Dense(1, use_bias=False, name="dense_linear") if specs.raw_features else None
+        self.dense_linear: Any = tf.keras.layers.Dense(1, use_bias=False, name="dense_linear") \
+            if specs.raw_features else None
         self.bias = self.add_weight(name="bias", shape=(), initializer="zeros")
-        self.final_dnn = self.final_logit = None  # EasyRec's final_dnn, when a model has one: build_final_dnn
+        # EasyRec's final_dnn, when a model has one: build_final_dnn
+        self.final_dnn: Optional[MLP] = None
+        self.final_logit: Any = None
 
     def first_order_dim(self, model_config: pipeline_pb2.ModelConfig) -> int:  # pylint: disable=unused-argument
         """Width of each id's first-order weights (stored as extra columns of its row)."""
@@ -118,11 +129,37 @@ class RankingModel(tf.keras.Model):
         self.use_bn = self.use_bn or final.use_bn
 
     def final_logits(self, parts: List[tf.Tensor], training) -> tf.Tensor:
+        if self.final_dnn is None:
+            raise ValueError(f"{type(self).__name__} has no final_dnn (build_final_dnn makes it)")
         hidden = self.final_dnn(tf.concat(parts, axis=1), training=training)
         return tf.squeeze(self.final_logit(hidden), axis=1)
 
     def logits_from(self, embeddings, first_order, dense, training):
         raise NotImplementedError
+
+    def compute_loss(self, features: Dict[str, tf.Tensor], labels: Dict[str, tf.Tensor], training: bool = True,
+                     now=None) -> Tuple[tf.Tensor, tf.Tensor]:
+        """(loss, logits) of a batch: every task's weighted loss on its label, plus the regularization losses.
+
+        ``labels`` maps label names to [B] tensors (each task's ``label_name`` must be there); the primary
+        task's label also feeds the id statistics (clicks) when training.
+        """
+        outputs = self(features, training=training, labels=labels[self.tasks.primary.label_name], now=now)
+        by_task = self.task_logits(outputs)
+        losses = []
+        for task in self.tasks:
+            loss = task.loss(labels[task.label_name], by_task[task.name])
+            losses.append(loss if task.weight == 1.0 else task.weight * loss)
+        regularization = self.losses
+        total = losses[0] if len(losses) == 1 else tf.add_n(losses)
+        if regularization:
+            total += tf.add_n(list(regularization))
+        return total, by_task[self.tasks.primary.name]
+
+    def task_logits(self, outputs) -> Dict[str, tf.Tensor]:
+        """Each task's logits, by task name, from what ``call`` returned: here its one logit serves every
+        task; a multi-task model (towers) returns its towers' instead."""
+        return {task.name: outputs for task in self.tasks}
 
     def call(self, features, training=False, labels=None, now=None):
         embeddings, first_order, dense = self.embed(features, training, labels, now)

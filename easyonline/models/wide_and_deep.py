@@ -13,8 +13,9 @@ from easyonline.protos import pipeline_pb2
 class WideAndDeep(RankingModel):
     uses_first_order = True
 
-    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, *args, seed: int = 0, **kwargs):
-        super().__init__(specs, model_config, *args, seed=seed, **kwargs)
+    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
+                 **kwargs):
+        super().__init__(specs, model_config, dnn, seed=seed, **kwargs)
         if model_config.wide_and_deep.HasField("final_dnn"):
             self.build_final_dnn(model_config.wide_and_deep.final_dnn, model_config, seed)
 

@@ -31,7 +31,7 @@ import json
 import logging
 import re
 import time
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from easyonline.protos import pipeline_pb2
 from easyonline.embedding.change_tracker import ChangeLog
@@ -41,7 +41,7 @@ from easyonline.updates.replica import ParameterReplica
 from easyonline.publish.nonfinite import NonFiniteGuard
 from easyonline.publish.snapshot import TableRows, full_sync_pieces, take_snapshot
 from easyonline.updates.codec import StreamHeader, decode_update, encode_stream, encode_update
-from easyonline.core.callbacks import Callback
+from easyonline.core.callbacks import Callback, TrainerView
 from easyonline.core.daily_schedule import DailySchedule
 from easyonline.core.step_time_schedule import StepTimeSchedule
 from easyonline.updates.transport import default_model_name
@@ -197,7 +197,7 @@ class InferenceSaves(Callback):
         self.guard = NonFiniteGuard("saved")
         self.part_bytes = config.part_bytes or PART_BYTES
 
-    def _prepare(self, trainer) -> None:
+    def _prepare(self, trainer: TrainerView) -> None:
         if self._tracker is not None:
             return
         self._ids = ensure_parameter_ids(self.model_dir, trainer.model)
@@ -209,34 +209,39 @@ class InferenceSaves(Callback):
             log.info("newest save %s is at step %d, the model at step %d: the next save is a base",
                      chain[-1].name, chain[-1].step, trainer.step)
 
-    def on_train_begin(self, trainer) -> None:
+    def on_train_begin(self, trainer: TrainerView) -> None:
         self._prepare(trainer)
         self._delta_schedule.mark(trainer.step)
 
-    def on_tick(self, trainer) -> None:
+    def on_tick(self, trainer: TrainerView) -> None:
         if self._base_schedule.due(trainer.clock()):
             self.save_base(trainer)
         elif (self.config.delta_save_steps or self.config.delta_save_secs) and self._delta_schedule.due(trainer.step):
             self.save_delta(trainer)
 
-    def on_train_end(self, trainer, summary) -> None:
+    def on_train_end(self, trainer: TrainerView, summary: Any) -> None:
         """The files then match the final checkpoint, so a restart can continue the chain."""
         if self._previous is None or self._previous.step != trainer.step:
             self.save_delta(trainer)
 
-    def _save(self, trainer, kind: str) -> SaveInfo:
+    def _save(self, trainer: TrainerView, kind: str) -> SaveInfo:
         self._prepare(trainer)
         started = time.time()
-        trained, deleted = self._tracker.drain()
-        dense = {self._ids.dense[name]: value for name, value in
+        ids, tracker = self._ids, self._tracker
+        if ids is None or tracker is None:
+            raise RuntimeError("InferenceSaves: not prepared")
+        trained, deleted = tracker.drain()
+        dense = {ids.dense[name]: value for name, value in
                  trainer.read_variables(dense_variables(trainer.model)).items()}
         if kind == BASE:
-            info = write_base(self.save_dir, trainer.table_rows(), self._ids, trainer.step, time.time(),
+            info = write_base(self.save_dir, trainer.table_rows(), ids, trainer.step, time.time(),
                               dict(trainer.positions), dense, deleted, self.model_name, self.guard, self.part_bytes)
         else:
-            snapshot = take_snapshot(trainer.table_rows(), self._ids, trainer.step, time.time(),
+            if self._previous is None:
+                raise RuntimeError("InferenceSaves: a delta needs a base before it")
+            snapshot = take_snapshot(trainer.table_rows(), ids, trainer.step, time.time(),
                                      dict(trainer.positions), dense, trained, deleted, guard=self.guard)
-            info = write_save(self.save_dir, kind, snapshot, self._ids, self.model_name, self._base,
+            info = write_save(self.save_dir, kind, snapshot, ids, self.model_name, self._base,
                               self._previous.name, self.part_bytes, self.guard)
         self.guard.maybe_log()
         if kind == BASE:
@@ -249,10 +254,10 @@ class InferenceSaves(Callback):
                  info.manifest["deletes"], info.manifest["bytes"], time.time() - started)
         return info
 
-    def save_base(self, trainer) -> SaveInfo:
+    def save_base(self, trainer: TrainerView) -> SaveInfo:
         return self._save(trainer, BASE)
 
-    def save_delta(self, trainer) -> SaveInfo:
+    def save_delta(self, trainer: TrainerView) -> SaveInfo:
         """A delta, or a base when there is no base to build on in this run."""
         self._prepare(trainer)
         return self._save(trainer, DELTA if self._previous is not None else BASE)

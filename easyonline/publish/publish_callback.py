@@ -13,9 +13,9 @@ refused a message is behind until it applies one whole; this bounds how long.
 """
 import logging
 import time
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
-from easyonline.core.callbacks import Callback
+from easyonline.core.callbacks import Callback, TrainerView
 from easyonline.core.step_time_schedule import StepTimeSchedule
 from easyonline.embedding.change_tracker import ChangeLog
 from easyonline.protos import pipeline_pb2
@@ -49,11 +49,11 @@ class IncrementalPublish(Callback):
         self.publisher: Optional[UpdatePublisher] = None
         self.tracker: Optional[ChangeLog] = None
         self._last_sparse_time = time.time()
-        self._dense_vars = {}
+        self._dense_vars: Dict[int, Any] = {}
         self._dense_owed = False
         self._last_full_sync = time.time()
 
-    def on_train_begin(self, trainer) -> None:
+    def on_train_begin(self, trainer: TrainerView) -> None:
         ids = ensure_parameter_ids(self.model_dir, trainer.model)
         self._dense_vars = {ids.dense[name]: var for name, var in dense_variables(trainer.model).items()}
         self.tracker = trainer.changes.subscribe()
@@ -64,22 +64,29 @@ class IncrementalPublish(Callback):
         self._dense_schedule.mark(trainer.step)
         self._sparse_schedule.mark(trainer.step)
 
-    def on_tick(self, trainer) -> None:
+    def _started(self):
+        """(publisher, change log), which ``on_train_begin`` made."""
+        if self.publisher is None or self.tracker is None:
+            raise RuntimeError("IncrementalPublish: on_train_begin was not called")
+        return self.publisher, self.tracker
+
+    def on_tick(self, trainer: TrainerView) -> None:
         self._maybe_publish(trainer)
-        for result in self.publisher.results():
+        for result in self._started()[0].results():
             trainer.dispatch("on_publish", result)
 
-    def _job(self, trainer, dense: bool, full_sync: bool = False) -> PublishJob:
-        trained, deleted = self.tracker.drain()
+    def _job(self, trainer: TrainerView, dense: bool, full_sync: bool = False) -> PublishJob:
+        trained, deleted = self._started()[1].drain()
         values = trainer.read_variables(self._dense_vars) if dense else None
         return PublishJob(trainer.step, time.time(), dict(trainer.positions), values, trained, deleted, full_sync)
 
-    def _maybe_publish(self, trainer) -> None:
-        if not self.publisher.has_room():
+    def _maybe_publish(self, trainer: TrainerView) -> None:
+        publisher = self._started()[0]
+        if not publisher.has_room():
             self._dense_owed = self._dense_owed or self._dense_schedule.due(trainer.step)
             return  # keys keep merging in the tracker
-        if self.publisher.take_full_sync() or self._full_sync_due():
-            self.publisher.offer(self._job(trainer, dense=True, full_sync=True))
+        if publisher.take_full_sync() or self._full_sync_due():
+            publisher.offer(self._job(trainer, dense=True, full_sync=True))
             self._last_full_sync = self._last_sparse_time = time.time()
             self._dense_owed = False
             return
@@ -87,7 +94,7 @@ class IncrementalPublish(Callback):
         sparse = self._sparse_schedule.due(trainer.step) or self._caught_up_due(trainer)
         if not (dense or sparse):
             return
-        self.publisher.offer(self._job(trainer, dense))
+        publisher.offer(self._job(trainer, dense))
         self._last_sparse_time = time.time()
         self._dense_owed = False
         if dense:
@@ -99,33 +106,34 @@ class IncrementalPublish(Callback):
         every = self.incr.full_sync_secs
         return every > 0 and time.time() - self._last_full_sync >= every
 
-    def _caught_up_due(self, trainer) -> bool:
+    def _caught_up_due(self, trainer: TrainerView) -> bool:
         """Changed rows wait, the input has no lag, and sparse_save_secs_caught_up passed since the last update."""
         every = self.incr.sparse_save_secs_caught_up
-        return every > 0 and trainer.lag == 0 and self.tracker.pending_ids > 0 and \
+        return every > 0 and trainer.lag == 0 and self._started()[1].pending_ids > 0 and \
             time.time() - self._last_sparse_time >= every
 
-    def on_train_end(self, trainer, summary) -> None:
+    def on_train_end(self, trainer: TrainerView, summary: Any) -> None:
         """Publishes the final state (dense and every pending key) and waits for it, up to flush_timeout_secs."""
+        publisher = self._started()[0]
         timeout = self.incr.flush_timeout_secs
         deadline = time.time() + timeout  # one budget for queueing and sending, not one each
-        full_sync = self.publisher.take_full_sync() or self._full_sync_due()
-        sent = self.publisher.offer(self._job(trainer, dense=True, full_sync=full_sync), timeout=timeout)
-        flushed = self.publisher.close(max(deadline - time.time(), 0)) and sent
-        for result in self.publisher.results():
+        full_sync = publisher.take_full_sync() or self._full_sync_due()
+        sent = publisher.offer(self._job(trainer, dense=True, full_sync=full_sync), timeout=timeout)
+        flushed = publisher.close(max(deadline - time.time(), 0)) and sent
+        for result in publisher.results():
             trainer.dispatch("on_publish", result)
         if flushed:
-            log.info("published the final update (sequence %s) to %s", self.publisher.next_sequence - 1,
+            log.info("published the final update (sequence %s) to %s", (publisher.next_sequence or 0) - 1,
                      self.sink.description)
         else:
             log.error("the last updates did not reach %s within %.0f s (%s); the next start re-sends every row",
-                      self.sink.description, timeout, self.publisher.error or "timed out")
+                      self.sink.description, timeout, publisher.error or "timed out")
 
     def status_fields(self) -> Dict[str, str]:
         publisher = self.publisher
         if publisher is None:
             return {}
-        idle = self.tracker.pending_ids == 0 and publisher.pending == 0
+        idle = self._started()[1].pending_ids == 0 and publisher.pending == 0
         last = publisher.last_acked
         # How stale serving is: 0 when nothing is waiting, else the age of the newest update it has.
         lag = "0.0s" if idle and last is not None else "-" if last is None else f"{time.time() - last.create_time:.1f}s"
@@ -134,5 +142,5 @@ class IncrementalPublish(Callback):
         if publisher.guard.total:  # rows and dense parameters left out for NaN or inf, since start
             fields["pub_nonfinite"] = str(publisher.guard.total)
         if publisher.error:
-            fields["pub_error"] = f"down {time.time() - publisher.error_since:.0f}s"
+            fields["pub_error"] = f"down {time.time() - (publisher.error_since or time.time()):.0f}s"
         return fields

@@ -25,7 +25,7 @@ import logging
 import queue
 import threading
 import time
-from typing import Deque, Dict, List, Optional, Tuple
+from typing import Deque, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -128,7 +128,7 @@ class UpdatePublisher:
     def pending(self) -> int:
         return self._queue.qsize()
 
-    def offer(self, job: PublishJob, timeout: Optional[float] = None) -> bool:
+    def offer(self, job: Union[PublishJob, object], timeout: Optional[float] = None) -> bool:
         """Queues ``job``; without timeout never blocks (False when full)."""
         try:
             if timeout is None:
@@ -184,7 +184,7 @@ class UpdatePublisher:
         if self.error is None:
             self.error_since = now
         if now >= self._next_error_log:  # the first failure, then once a minute
-            log.error("%s (for %.0f s); training goes on, retrying", message, now - self.error_since)
+            log.error("%s (for %.0f s); training goes on, retrying", message, now - (self.error_since or now))
             self._next_error_log = now + 60
         self.error = message
         self.sink.reset()
@@ -193,7 +193,8 @@ class UpdatePublisher:
 
     def _recovered(self) -> None:
         if self.error is not None:
-            log.info("publishing to %s works again after %.0f s", self.sink.description, time.time() - self.error_since)
+            since = self.error_since or time.time()
+            log.info("publishing to %s works again after %.0f s", self.sink.description, time.time() - since)
         self.error = self.error_since = None
         self._next_error_log = 0.0
 
@@ -255,9 +256,10 @@ class UpdatePublisher:
         snapshot = self.read(job)
         if snapshot.empty:
             return None
-        messages = encode_update(snapshot, self.model_name, self.next_sequence, self._update_id,
+        first = self._sequence()
+        messages = encode_update(snapshot, self.model_name, first, self._update_id,
                                  self._max_bytes, {i: w for i, w in self._ids.tables.values()}, self.stream_id)
-        self._send(list(zip(range(self.next_sequence, self.next_sequence + len(messages)), messages)))
+        self._send(list(zip(range(first, first + len(messages)), messages)))
         counts = snapshot.counts()
         return self._advance(len(messages), sum(len(m) for m in messages), snapshot.step, snapshot.create_time,
                              counts, False)
@@ -274,9 +276,10 @@ class UpdatePublisher:
         sent = size = 0
         batch: List[Tuple[int, bytes]] = []
         batch_bytes = 0
+        first = self._sequence()
         try:
-            for data in encode_stream(pieces, head, self.next_sequence, self._max_bytes):
-                batch.append((self.next_sequence + sent + len(batch), data))
+            for data in encode_stream(pieces, head, first, self._max_bytes):
+                batch.append((first + sent + len(batch), data))
                 batch_bytes += len(data)
                 if batch_bytes >= self._send_bytes:
                     self._send(batch)
@@ -287,19 +290,26 @@ class UpdatePublisher:
                 sent, size = sent + len(batch), size + batch_bytes
         except BaseException:
             if sent:  # the messages sent are on the stream (their numbers are used), a sync without an end
-                self.next_sequence += sent
+                self.next_sequence = first + sent
                 self._update_id += 1
             raise
         if not sent:
             return None
         return self._advance(sent, size, job.step, job.create_time, counts, True)
 
+    def _sequence(self) -> int:
+        """The next sequence number (``start`` sets it, before the sender thread runs)."""
+        if self.next_sequence is None:
+            raise RuntimeError("UpdatePublisher: start() was not called")
+        return self.next_sequence
+
     def _advance(self, messages: int, size: int, step: int, create_time: float, counts: Dict[str, int],
                  full_sync: bool) -> PublishResult:
-        result = PublishResult(self.next_sequence, self.next_sequence + messages - 1, step, create_time,
+        first = self._sequence()
+        result = PublishResult(first, first + messages - 1, step, create_time,
                                time.time(), size, counts.get("dense", 0), counts.get("rows", 0),
                                counts.get("deletes", 0), full_sync)
-        self.next_sequence += messages
+        self.next_sequence = first + messages
         self._update_id += 1
         self._stream_step = step
         return result

@@ -16,7 +16,8 @@ def head(batch: ParsedBatch, count: int) -> ParsedBatch:
     """The first ``count`` samples of a batch."""
     features = {name: value[:count] for name, value in batch.features.items()}
     lines = batch.lines[:count] if batch.lines is not None else None
-    return ParsedBatch(features, batch.labels[:count], count, batch.rejected, lines)
+    label_dict = {name: value[:count] for name, value in batch.label_dict.items()} if batch.label_dict else None
+    return ParsedBatch(features, batch.labels[:count], count, batch.rejected, lines, label_dict=label_dict)
 
 
 def parsed_batches(source: BatchSource, parser, bad_input: BadInputMonitor, max_samples: int = 0,

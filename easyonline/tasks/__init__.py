@@ -1,2 +1,3 @@
 """Tasks: what a model is trained to do, as a loss plus the metrics that judge it (TFRS's tasks layer)."""
 from easyonline.tasks.ranking import RankingTask
+from easyonline.tasks.task import Task, Tasks

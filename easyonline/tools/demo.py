@@ -93,7 +93,7 @@ class DriftMonitor(Callback):
             self.frozen_metrics.update(parsed_batch.labels.numpy(), frozen)
             self.frozen_scores.append(np.asarray(frozen).reshape(-1))
         if trained >= self.stop_after:
-            trainer.stop_signal.request(f"the demo stream's {self.stop_after} samples were trained")
+            trainer.stop(f"the demo stream's {self.stop_after} samples were trained")
 
 
     def plot(self, path: str, window: int) -> None:
@@ -160,7 +160,7 @@ def main(argv) -> int:
             validate_pipeline_config(config, online=True)
             monitor = DriftMonitor(FLAGS.drift_at, FLAGS.samples, os.path.join(work, "frozen"), FLAGS.partitions)
             trainer = build_trainer(config, online=True, callbacks=[monitor])
-            timer = threading.Timer(FLAGS.max_seconds, lambda: trainer.stop_signal.request("demo time limit"))
+            timer = threading.Timer(FLAGS.max_seconds, lambda: trainer.stop("demo time limit"))
             timer.daemon = True
             timer.start()
             summary = trainer.run()

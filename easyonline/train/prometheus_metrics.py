@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, Optional
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from easyonline.core.callbacks import Callback
+from easyonline.core.callbacks import Callback, TrainerView
 from easyonline.utils.metrics_server import MetricsServer
 
 PREFIX = "easyonline_trainer_"
@@ -38,11 +38,11 @@ class PrometheusMetrics(Callback):
         self._endpoint = MetricsServer(self, port, host)
         self.port = self._endpoint.port
 
-    def on_metrics(self, trainer, logs: Dict[str, Any]) -> None:
+    def on_metrics(self, trainer: TrainerView, logs: Dict[str, Any]) -> None:
         with self._lock:
             self._logs = dict(logs)
 
-    def on_train_end(self, trainer, summary: Any) -> None:
+    def on_train_end(self, trainer: TrainerView, summary: Any) -> None:
         self._endpoint.close()
 
     def collect(self) -> Iterator[Metric]:
@@ -68,8 +68,9 @@ class PrometheusMetrics(Callback):
         yield CounterMetricFamily(PREFIX + "rejected", "input lines or messages rejected", value=logs["rejected"])
         bad = CounterMetricFamily(PREFIX + "bad_input", "rejected input by kind", labels=["kind"])
         for key, value in logs.items():
-            if key.startswith("bad.") and _number(value) is not None:
-                bad.add_metric([key[len("bad."):]], _number(value))
+            number = _number(value) if key.startswith("bad.") else None
+            if number is not None:
+                bad.add_metric([key[len("bad."):]], number)
         yield bad
         keys = GaugeMetricFamily(PREFIX + "table_keys", "ids in each embedding table", labels=["table"])
         for table, size in sorted(logs.get("table_sizes", {}).items()):

@@ -3,7 +3,7 @@ import datetime
 import logging
 import time
 
-from easyonline.core.callbacks import Callback
+from easyonline.core.callbacks import Callback, TrainerView
 from easyonline.core.daily_schedule import DailySchedule
 from easyonline.core.step_time_schedule import StepTimeSchedule
 from easyonline.core.stop_signal import STOP_SIGNAL_FILE
@@ -18,16 +18,16 @@ class CheckpointEvery(Callback):
     def __init__(self, steps: int = 0, secs: float = 0):
         self._schedule = StepTimeSchedule(steps, secs)
 
-    def on_train_begin(self, trainer) -> None:
+    def on_train_begin(self, trainer: TrainerView) -> None:
         self._schedule.mark(trainer.step)
 
-    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
+    def on_batch_end(self, trainer: TrainerView, raw_batch, parsed_batch, probs) -> None:
         self._maybe_save(trainer)
 
-    def on_tick(self, trainer) -> None:
+    def on_tick(self, trainer: TrainerView) -> None:
         self._maybe_save(trainer)
 
-    def _maybe_save(self, trainer) -> None:
+    def _maybe_save(self, trainer: TrainerView) -> None:
         if trainer.step != trainer.last_saved_step and self._schedule.due(trainer.step):
             trainer.save_checkpoint()
             self._schedule.mark(trainer.step)
@@ -39,7 +39,7 @@ class ShrinkOnSchedule(Callback):
     def __init__(self, every_secs: float = 0, at_hour: int = -1):
         self._schedule = DailySchedule(every_secs, at_hour)
 
-    def on_tick(self, trainer) -> None:
+    def on_tick(self, trainer: TrainerView) -> None:
         if self._schedule.due(trainer.clock()):
             trainer.shrink()
 
@@ -52,7 +52,7 @@ class StopFile(Callback):
         self._poll_secs = poll_secs
         self._next = 0.0
 
-    def on_tick(self, trainer) -> None:
+    def on_tick(self, trainer: TrainerView) -> None:
         now = time.time()
         if now < self._next:
             return
@@ -73,9 +73,9 @@ class StopAtDeadLine(Callback):
         self.dead_line = dead_line.strip()
         self._at = datetime.datetime.strptime(self.dead_line, "%Y%m%d %H:%M:%S").timestamp()
 
-    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
+    def on_batch_end(self, trainer: TrainerView, raw_batch, parsed_batch, probs) -> None:
         self.on_tick(trainer)
 
-    def on_tick(self, trainer) -> None:
+    def on_tick(self, trainer: TrainerView) -> None:
         if time.time() >= self._at:
             trainer.stop(f"reached dead_line {self.dead_line}")

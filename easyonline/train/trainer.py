@@ -21,6 +21,7 @@ from easyonline.config.secrets import apply_oss_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.callbacks import Callback
 from easyonline.core.errors import ConfigError
+from easyonline.core.metrics import WindowMetrics
 from easyonline.core.stop_signal import StopSignal
 from easyonline.embedding.change_tracker import ChangeTracker
 from easyonline.embedding.dynamic_tables import STATS_EPOCH, checkpoint_shards
@@ -33,7 +34,6 @@ from easyonline.inputs.build_source import build_dead_letter, build_parser, buil
 from easyonline.inputs.raw_batch import BatchSource
 from easyonline.protos import pipeline_pb2
 from easyonline.publish.snapshot import EagerTableRows, TableRows
-from easyonline.tasks import RankingTask
 from easyonline.train.optimizers import build_train_optimizer
 from easyonline.train.status import StatusReporter
 from easyonline.train.threading_config import apply_thread_config
@@ -78,6 +78,15 @@ class TrainSummary:
                 f"offsets skipped  {self.offsets_skipped} (positions out of range while reading)"]
 
 
+def check_task_labels(task_labels: Sequence[str], label_fields: Sequence[str]) -> Tuple[str, ...]:
+    """The labels the model's tasks learn from, each a ``data_config.label_fields`` entry (else ConfigError)."""
+    missing = [name for name in task_labels if name not in label_fields]
+    if missing:
+        raise ConfigError("data_config.label_fields", f"the model's tasks learn from {missing}, which are not "
+                          f"label fields (label_fields: {list(label_fields)})")
+    return tuple(task_labels)
+
+
 def cpu_seconds() -> float:
     """CPU time of this process and of its children that have ended (the input reader, once closed)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -92,39 +101,37 @@ class OnlineTrainer:
     """
 
     writer_lock: Optional[WriterLock] = None  # model_dir's lease while ``run`` holds it
+    last_checkpoint: Optional[str]  # the newest checkpoint's path (written or restored), or None
+    restored_from: Optional[str] = None  # the checkpoint this run started from (set by the restore), or None
     # Kafka offsets skipped by positions out of range while reading (RawBatch.offsets_skipped); a class
     # default too, for subclasses with their own __init__ (distributed/cluster_trainer.py).
     offsets_skipped: int = 0
 
     def __init__(self, config: pipeline_pb2.PipelineConfig, online: bool = True,
                  source: Optional[BatchSource] = None, callbacks: Sequence[Callback] = ()):
-        self.config = config
-        self.online = online
-        apply_oss_config(config)
         apply_thread_config(config.train_config)
-        self.specs = build_feature_specs(config)
-        self.parser = build_parser(config, self.specs)
-        tf.keras.utils.set_random_seed(config.train_config.seed)
+        self._init_loop(config, online, source, callbacks)
         latest = self._latest_local_checkpoint()
         saved_shards = checkpoint_shards(latest) if latest else None
         self.model = model_with_shards(config, self.specs, saved_shards or 1, scope=self._variable_scope())
         with self._variable_scope():
             self.optimizer = build_train_optimizer(config.train_config)
-        self.task = RankingTask(config.train_config.metrics_window_samples)
-        shards = len(self.model.tables.devices or [None])
+        self.task = self.model.tasks.primary
+        self._label_names = check_task_labels(self.model.tasks.label_names, self.specs.label_names)
+        # a batch the reader parsed into arrays carries the first label field only
+        self._vectors_fit = self._label_names == self.specs.label_names[:1]
+        shards = len(self.model.tables.devices or [""])
         if saved_shards and shards != saved_shards:
             raise ConfigError("TF_CONFIG.cluster.ps", f"the checkpoint in {config.model_dir} has {saved_shards} "
                               f"shard(s) per table (written by {saved_shards} ps), this cluster has {shards} ps: "
                               "restart with as many ps as wrote it")
-        self.callbacks: List[Callback] = list(callbacks)
         train = config.train_config
         fileio.makedirs(config.model_dir)
         self.checkpointer = Checkpointer(config.model_dir, self.model, self.optimizer, train.keep_checkpoint_max)
-        self.metrics = self.task.metrics
+        self.metrics: WindowMetrics = self.task.metrics
         self.changes = ChangeTracker(self.specs)  # fed once per batch; publishing and saves subscribe
-        self.stop_signal = StopSignal()
         signature = feature_signature(self.specs)
-        label_spec = tf.TensorSpec([None], tf.float32)
+        label_spec = {name: tf.TensorSpec([None], tf.float32) for name in self._label_names}
         # autograph=False: the step has no tensor-dependent Python control flow, and autograph
         # converting TFRA's optimizer code takes ~2 s per table at every trace.
         self._train_step = tf.function(self._distribute(self._train_step_impl),
@@ -135,16 +142,29 @@ class OnlineTrainer:
         self._concrete_steps: Dict[int, Any] = {}
         self._vector_steps: Dict[Tuple[Tuple[str, ...], Tuple[str, ...]], Any] = {}
         self._table_rows: Optional[TableRows] = None
-        self.clock = time.time
         self._build_variables()
         self.restored_from = self._restore()
         self.last_checkpoint = self.restored_from
-        self._source = source
-        self.source: Optional[BatchSource] = None
         # Counted in Python and written to the checkpoint's variables when it is saved: two variable
         # assignments per step were ~5% of the training thread's time at 90 steps/s.
         self.step = int(self.checkpointer.step.numpy())
         self._samples = int(self.checkpointer.samples.numpy())
+
+    def _init_loop(self, config: pipeline_pb2.PipelineConfig, online: bool, source: Optional[BatchSource],
+                   callbacks: Sequence[Callback]) -> None:
+        """The training loop's own state, the same whichever way steps run (a cluster trainer's too, which
+        builds its model in a graph instead of calling ``__init__``)."""
+        self.config = config
+        self.online = online
+        apply_oss_config(config)
+        self.specs = build_feature_specs(config)
+        self.parser = build_parser(config, self.specs)
+        tf.keras.utils.set_random_seed(config.train_config.seed)
+        self.callbacks: List[Callback] = list(callbacks)
+        self.stop_signal = StopSignal()
+        self.clock = time.time  # the clock of the id statistics and schedules; tests may replace it
+        self._source = source
+        self.source: Optional[BatchSource] = None
         self.positions: Dict[int, int] = {}
         self.lag: Optional[int] = None
         self.bad_input = BadInputMonitor(config.data_config, build_dead_letter(config))
@@ -152,6 +172,7 @@ class OnlineTrainer:
         self.offsets_skipped = 0
         self.can_checkpoint = True  # False once the parameters are lost (a parameter server died)
         self.evicted: Dict[str, np.ndarray] = {}  # keys evicted since start, per table (for publishing deletes)
+        self.last_checkpoint = None
 
     # --- where the step runs (hooks for trainers that place variables elsewhere) ---
     def _latest_local_checkpoint(self) -> Optional[str]:
@@ -183,8 +204,7 @@ class OnlineTrainer:
     # --- the step -----------------------------------------------------------------
     def _train_step_impl(self, features, labels, now):
         with tf.GradientTape() as tape:
-            logits = self.model(features, training=True, labels=labels, now=now)
-            loss = self.task.loss(labels, logits, self.model.losses)
+            loss, logits = self.model.compute_loss(features, labels, training=True, now=now)
         variables = self.model.trainable_variables
         gradients = tape.gradient(loss, variables)
         self.optimizer.apply_gradients(zip(gradients, variables))
@@ -195,7 +215,8 @@ class OnlineTrainer:
 
     def _build_variables(self) -> None:
         """Creates every variable and optimizer slot (an empty batch changes nothing) so restore is exact."""
-        self._train_step_impl(empty_features(self.specs), tf.zeros([0], tf.float32), self._now())
+        self._train_step_impl(empty_features(self.specs), {name: tf.zeros([0], tf.float32) for name in self._label_names},
+                              self._now())
         # (eagerly: the traced step is then traced once)
         self.model.tables.release_names()  # the optimizer's slot tables now exist
 
@@ -280,7 +301,12 @@ class OnlineTrainer:
         return self.model.tables.sizes()
 
     def train_batch(self, features, labels) -> np.ndarray:
-        """Scores then trains one parsed batch; returns the pre-update probabilities."""
+        """Scores then trains one parsed batch; returns the pre-update probabilities.
+
+        ``labels``: {label name: [B]} with each label the model's tasks learn from, or the [B] of the first.
+        """
+        if not isinstance(labels, dict):
+            labels = {self._label_names[0]: labels}
         if self.model.scores_differ_in_training:
             logits = self._run(self._score_step, features)
             self._run(self._train_step, features, labels, self._now())
@@ -300,7 +326,7 @@ class OnlineTrainer:
         def step(ids, dense, labels, now):
             features = dict(zip(id_names, tf.unstack(ids, len(id_names), axis=1)))
             features.update(zip(dense_names, tf.unstack(dense, len(dense_names), axis=1)))
-            return self._train_step_impl(features, labels, now)
+            return self._train_step_impl(features, {self._label_names[0]: labels}, now)
 
         signature = [tf.TensorSpec([None, len(id_names)], tf.int64), tf.TensorSpec([None, len(dense_names)], tf.float32),
                      tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float64)]
@@ -311,12 +337,13 @@ class OnlineTrainer:
 
     def _train_and_count(self, raw, parsed) -> np.ndarray:
         """Scores and trains a non-empty batch, adds it to the metrics and counts; returns its probabilities."""
-        if parsed.vectors is not None and not self.model.scores_differ_in_training:
+        if parsed.vectors is not None and self._vectors_fit and not self.model.scores_differ_in_training:
             probs = self.train_vectors(parsed.vectors)
             labels = parsed.vectors.labels
         else:
-            probs = self.train_batch(parsed.features, parsed.labels)
-            labels = parsed.labels.numpy()
+            by_name = parsed.labels_by_name(self.specs.label_names[0])
+            probs = self.train_batch(parsed.features, {name: by_name[name] for name in self._label_names})
+            labels = by_name[self.task.label_name].numpy()
         self.task.update_metrics(labels, probs)
         self._count(parsed.size)
         return probs
@@ -326,7 +353,7 @@ class OnlineTrainer:
         self.step += 1
         self._samples += samples
 
-    def save_checkpoint(self) -> str:
+    def save_checkpoint(self) -> Optional[str]:
         """Checkpoints the model with the positions after the last trained batch, then commits them."""
         self._check_writer_lock()
         self.checkpointer.step.assign(self.step)
@@ -398,7 +425,7 @@ class OnlineTrainer:
         status = StatusReporter(train.log_step_count_secs, self._status_dir())
         start_time, start_cpu = time.time(), cpu_seconds()
         start_samples = self._samples_at_start()
-        self.positions = dict(getattr(source, "start_offsets", {}) or {})
+        self.positions = dict(source.start_offsets)
         self.step = self._step_at_start()
         self.lag = None
         last = {"wait": 0.0, "time": time.perf_counter()}
@@ -443,7 +470,7 @@ class OnlineTrainer:
         summary = TrainSummary(self.step, samples, seconds, samples / max(seconds, 1e-9), self.metrics.auc(),
                                self.metrics.logloss(), self.rejected, self.table_sizes(), self.positions,
                                self.last_checkpoint, stop_reason, cpu_seconds() - start_cpu,
-                               getattr(source, "start_mode", ""), self.offsets_skipped)
+                               source.start_mode, self.offsets_skipped)
         self.dispatch("on_train_end", summary)
         return summary
 

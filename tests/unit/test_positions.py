@@ -24,3 +24,34 @@ def test_positions_are_restored_with_their_checkpoint(tmp_path):
 
 def test_empty_positions():
     assert StreamPositions().value() == {}
+
+
+def test_the_same_positions_variable_serves_a_session_step_engine(tmp_path):
+    """In a graph (between-graph replication) the one StreamPositions runs through the session it is bound
+    to, and a checkpoint it wrote restores into the single process's, topic included."""
+    graph = tf.Graph()
+    with graph.as_default():
+        positions = StreamPositions()
+        checkpoint = tf.train.Checkpoint(positions=positions.variable)
+        session = tf.compat.v1.Session(graph=graph)
+        session.run(positions.variable.initializer)
+        positions.bind(session.run)
+        positions.assign({2: 40, 0: 5}, "clicks")
+        assert positions.value() == {0: 5, 2: 40} and positions.topic() == "clicks"
+        with session.as_default():
+            path = checkpoint.write(str(tmp_path / "graph"))
+        session.close()
+    eager = StreamPositions()
+    tf.train.Checkpoint(positions=eager.variable).restore(path).expect_partial()
+    assert eager.value() == {0: 5, 2: 40} and eager.topic() == "clicks"
+
+
+def test_a_graph_positions_variable_needs_its_session():
+    with tf.Graph().as_default():
+        positions = StreamPositions()
+        try:
+            positions.value()
+        except RuntimeError as e:
+            assert "bind" in str(e)
+        else:
+            raise AssertionError("read without a session")

@@ -11,7 +11,6 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.distributed.cluster_config import ClusterConfig
 from easyonline.distributed.train_graph import TrainGraph, op_task
 from easyonline.features import build_feature_specs
-from easyonline.tasks import RankingTask
 from tests.conftest import online_config
 
 tf = ensure_legacy_keras()
@@ -21,7 +20,7 @@ def _graph(tmp_path, **edits) -> TrainGraph:
     config = online_config(tmp_path, **edits)
     cluster = ClusterConfig({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2", "127.0.0.1:3"],
                              "worker": ["127.0.0.1:4"]}, "chief", 0)
-    return TrainGraph(config, build_feature_specs(config), cluster, RankingTask(1000))
+    return TrainGraph(config, build_feature_specs(config), cluster)
 
 
 def _ancestors(tensors) -> set:
