@@ -10,6 +10,7 @@ built (request_limits.py); a message over --max_request_bytes is refused by
 gRPC itself.
 """
 import concurrent.futures
+import contextlib
 import time
 
 import grpc
@@ -43,30 +44,30 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         spec.name = self.state.model_name
         spec.version.value = int(self.state.export.version)
 
-    def Predict(self, request, context):  # pylint: disable=invalid-name
-        started = time.perf_counter()
-        self._check_spec(request.model_spec, context)
-        try:  # the declared sizes, before make_ndarray fills them (a shape [2**31] with one value: 2**31 values)
-            check_tensor_inputs(request.inputs, self.state.max_rows_per_request, self.state.export.inputs)
+    @contextlib.contextmanager
+    def _refusals(self, context):
+        """A refused request (too many rows, a bad input) as its gRPC status, counted as REST counts it."""
+        try:
+            yield
         except TooManyRows as e:
             self.state.count("too_large")
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         except BadRequest as e:
             self.state.count("bad_request")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+
+    def Predict(self, request, context):  # pylint: disable=invalid-name
+        started = time.perf_counter()
+        self._check_spec(request.model_spec, context)
+        with self._refusals(context):  # the declared sizes, before make_ndarray fills them ([2**31] with one value)
+            check_tensor_inputs(request.inputs, self.state.max_rows_per_request, self.state.export.inputs)
         try:
             inputs = {name: tf.make_ndarray(proto).reshape(-1).tolist() for name, proto in request.inputs.items()}
         except (TypeError, ValueError) as e:
             self.state.count("bad_request")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"an input is not a valid TensorProto: {e}")
-        try:
+        with self._refusals(context):
             rows = self.state.predict_rows(request.model_spec.signature_name, inputs)
-        except TooManyRows as e:
-            self.state.count("too_large")
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
-        except BadRequest as e:
-            self.state.count("bad_request")
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         try:
             outputs = self.state.export.predict(inputs)
         except ValueError as e:
