@@ -15,6 +15,7 @@ from easyonline.features.feature_spec import is_id_feature
 from easyonline.features.parse_fn import load_parse_fn
 from easyonline.models import registry
 from easyonline.protos import pipeline_pb2
+from easyonline.tasks.from_config import single_task
 from easyonline.utils import timeparse
 
 log = logging.getLogger(__name__)
@@ -233,11 +234,8 @@ def _validate_model(config: pipeline_pb2.PipelineConfig) -> None:
                  f"must be in [1, 1024], got {sub.wide_output_dim}")
         if sub.HasField("final_dnn"):
             _validate_dnn(sub.final_dnn, f"{path}.{chosen}.final_dnn")
-    _require(model.loss_type == pipeline_pb2.LossType.CLASSIFICATION, f"{path}.loss_type",
-             f"only CLASSIFICATION (a click model: 0/1 labels, log loss) is supported here, got "
-             f"{pipeline_pb2.LossType.Name(model.loss_type)}")
-    _require(model.num_class == 1, f"{path}.num_class",
-             f"only 1 (one probability per sample) is supported here, got {model.num_class}")
+    if not (entry.model_class.task_towers(getattr(model, chosen)) if chosen else []):
+        single_task(model, config.data_config.label_fields, 1)  # raises ConfigError on an unsupported loss
     _validate_feature_groups(config)
     _require(model.embedding_regularization >= 0, f"{path}.embedding_regularization", "must be >= 0")
     _require(model.l2_regularization >= 0, f"{path}.l2_regularization", "must be >= 0")

@@ -6,7 +6,7 @@ per batch and O(buckets) per report, independent of the window length.
 """
 import collections
 import dataclasses
-from typing import Deque, Optional, Protocol
+from typing import Deque, Dict, Optional, Protocol, Tuple
 
 import numpy as np
 
@@ -42,6 +42,18 @@ class WindowMetrics(Protocol):
 
     def ctr(self) -> Optional[float]:
         """Share of positive labels over the window, None when empty."""
+
+
+class TaskMetrics(Protocol):
+    """A task's windowed metrics, by name, for the status line, the summary, /metrics and TensorBoard."""
+
+    window_samples: int
+
+    def update(self, labels: np.ndarray, predictions: np.ndarray) -> None:
+        """Adds a batch scored before it was trained on."""
+
+    def figures(self) -> Dict[str, Optional[float]]:
+        """Its figures over the window by name (``auc``, ``logloss``, ``ctr``; ``mse``, ``label_mean``)."""
 
 
 class PrequentialMetrics:
@@ -94,3 +106,48 @@ class PrequentialMetrics:
 
     def ctr(self) -> Optional[float]:
         return self._labels / self._count if self._count else None
+
+    def figures(self) -> Dict[str, Optional[float]]:
+        return {"auc": self.auc(), "logloss": self.logloss(), "ctr": self.ctr()}
+
+
+class RegressionMetrics:
+    """Windowed mean squared error and mean label of a regression task (score-then-train)."""
+
+    def __init__(self, window_samples: int = 100000):
+        self.window_samples = window_samples
+        self._ring: Deque[Tuple[int, float, float]] = collections.deque()  # (count, squared error sum, label sum)
+        self._count = 0
+        self._squared = 0.0
+        self._labels = 0.0
+        self.total_samples = 0
+        self.total_squared_error = 0.0
+
+    def update(self, labels: np.ndarray, predictions: np.ndarray) -> None:
+        labels = np.asarray(labels, np.float64).reshape(-1)
+        errors = np.asarray(predictions, np.float64).reshape(-1) - labels
+        stats = (len(labels), float(np.square(errors).sum()), float(labels.sum()))
+        self._ring.append(stats)
+        self._add(stats, 1)
+        while self._count - self._ring[0][0] >= self.window_samples:
+            self._add(self._ring.popleft(), -1)
+        self.total_samples += stats[0]
+        self.total_squared_error += stats[1]
+
+    def _add(self, stats: Tuple[int, float, float], sign: int) -> None:
+        self._count += sign * stats[0]
+        self._squared += sign * stats[1]
+        self._labels += sign * stats[2]
+
+    @property
+    def window_count(self) -> int:
+        return self._count
+
+    def mse(self) -> Optional[float]:
+        return self._squared / self._count if self._count else None
+
+    def label_mean(self) -> Optional[float]:
+        return self._labels / self._count if self._count else None
+
+    def figures(self) -> Dict[str, Optional[float]]:
+        return {"mse": self.mse(), "label_mean": self.label_mean()}

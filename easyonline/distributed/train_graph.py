@@ -147,8 +147,10 @@ class TrainGraph:
             loss, logits = self.model.compute_loss(features, self.label_feeds, training=True, now=self.now)
             score_logits = logits
             if self.model.scores_differ_in_training:  # dropout or batch norm: score as in serving, first
-                score_logits = self.model(features, training=False)
-            self.probabilities = tf.sigmoid(score_logits)
+                score_logits = self.model.task_logits(self.model(features, training=False))
+            primary = self.model.tasks.primary
+            self.probabilities = tf.sigmoid(score_logits[primary.name]) if primary.kind == "binary" \
+                else score_logits[primary.name]
             variables = self.model.trainable_variables
             gradients = tf.gradients(loss, variables)
             # TFRA names a table's slot buffers ("m/m", ...) from the variable scope; on a ps, this

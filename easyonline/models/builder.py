@@ -3,7 +3,8 @@ from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.models.ranking_model import RankingModel
 from easyonline.models.registry import lookup
 from easyonline.protos import pipeline_pb2
-from easyonline.tasks import RankingTask, Tasks
+from easyonline.tasks import Tasks
+from easyonline.tasks.from_config import single_task, tasks_from_towers
 
 
 def build_model(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> RankingModel:
@@ -16,10 +17,13 @@ def build_model(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> Ran
     sub = getattr(model_config, field) if model_config.HasField(field) else None
     dnn = sub.dnn if sub is not None else pipeline_pb2.DNN()
     return entry.model_class(specs, model_config, dnn, seed=config.train_config.seed, name=field,
-                             tasks=build_tasks(config, specs))
+                             tasks=build_tasks(config, specs, entry.model_class.task_towers(sub), field))
 
 
-def build_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> Tasks:
-    """The model's tasks: one binary ranking task on the first label field (what every model now learns)."""
-    label = specs.label_names[0] if specs.label_names else "label"
-    return Tasks([RankingTask(config.train_config.metrics_window_samples, label_name=label)])
+def build_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, towers=None, field: str = "") -> Tasks:
+    """The model's tasks: one per task tower (``towers``, from the model's settings), or else the one task of
+    ``model_config.loss_type`` on the first label field."""
+    window = config.train_config.metrics_window_samples
+    if towers:
+        return Tasks(tasks_from_towers(towers, specs.label_names, window, f"model_config.{field}.task_towers"))
+    return Tasks([single_task(config.model_config, specs.label_names, window)])

@@ -37,6 +37,12 @@ class RankingModel(tf.keras.Model):
     uses_first_order = False
     one_embedding_dim = False
 
+    @classmethod
+    def task_towers(cls, settings) -> list:  # pylint: disable=unused-argument
+        """The task towers in the model's settings (``model_config.<field>``, or None); a multi-task model
+        returns them (tasks/from_config.py builds one task per tower), a single-task model none."""
+        return []
+
     def __init__(self, specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN,
                  seed: int = 0, tasks: Optional[Tasks] = None, **kwargs):
         super().__init__(**kwargs)
@@ -138,28 +144,41 @@ class RankingModel(tf.keras.Model):
         raise NotImplementedError
 
     def compute_loss(self, features: Dict[str, tf.Tensor], labels: Dict[str, tf.Tensor], training: bool = True,
-                     now=None) -> Tuple[tf.Tensor, tf.Tensor]:
-        """(loss, logits) of a batch: every task's weighted loss on its label, plus the regularization losses.
+                     now=None, sample_weight: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
+        """(loss, logits by task name) of a batch: every task's weighted loss on its label, plus the
+        regularization losses.
 
         ``labels`` maps label names to [B] tensors (each task's ``label_name`` must be there); the primary
-        task's label also feeds the id statistics (clicks) when training.
+        task's label also feeds the id statistics (clicks) when training. ``sample_weight`` [B] weighs
+        each sample in the loss of every task that uses it.
         """
         outputs = self(features, training=training, labels=labels[self.tasks.primary.label_name], now=now)
         by_task = self.task_logits(outputs)
         losses = []
         for task in self.tasks:
-            loss = task.loss(labels[task.label_name], by_task[task.name])
+            loss = task.loss(labels[task.label_name], by_task[task.name], sample_weight)
             losses.append(loss if task.weight == 1.0 else task.weight * loss)
         regularization = self.losses
         total = losses[0] if len(losses) == 1 else tf.add_n(losses)
         if regularization:
             total += tf.add_n(list(regularization))
-        return total, by_task[self.tasks.primary.name]
+        return total, by_task
 
     def task_logits(self, outputs) -> Dict[str, tf.Tensor]:
-        """Each task's logits, by task name, from what ``call`` returned: here its one logit serves every
-        task; a multi-task model (towers) returns its towers' instead."""
+        """Each task's logits, by task name, from what ``call`` returned: a single-task model's one logit,
+        or a multi-task model's dict of them by task name."""
+        if isinstance(outputs, dict):
+            return outputs
         return {task.name: outputs for task in self.tasks}
+
+    def task_outputs(self, outputs) -> Dict[str, tf.Tensor]:
+        """Every task's prediction outputs under EasyRec's names (``probs``/``logits``/``y`` for one task,
+        ``probs_<tower>``/``logits_<tower>``/``y_<tower>`` for several): what serving returns."""
+        by_task = self.task_logits(outputs)
+        named: Dict[str, tf.Tensor] = {}
+        for task in self.tasks:
+            named.update(task.outputs(by_task[task.name], self.tasks.output_suffix(task)))
+        return named
 
     def call(self, features, training=False, labels=None, now=None):
         embeddings, first_order, dense = self.embed(features, training, labels, now)

@@ -8,7 +8,7 @@ the model modules (which do), so the registry is complete whoever asks first.
 """
 import dataclasses
 import importlib
-from typing import Callable, Dict, List, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 
 # The modules whose classes register themselves; a new model adds its module here.
 MODEL_MODULES = ("easyonline.models.deepfm", "easyonline.models.wide_and_deep", "easyonline.models.dnn")
@@ -19,7 +19,7 @@ T = TypeVar("T")
 @dataclasses.dataclass(frozen=True)
 class ModelEntry:
     """A registered model: its class, its names, and the model_config field of its settings."""
-    model_class: type
+    model_class: Any  # a RankingModel subclass (not imported here: this module loads no TensorFlow)
     names: tuple
 
     @property

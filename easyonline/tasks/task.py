@@ -7,32 +7,49 @@ none of them by kind. Each task names the label it learns from (a
 by name), its loss, its weight in the model's loss, its prequential metrics
 (scored before each update) and its prediction outputs.
 """
-from typing import Any, Dict, Iterator, Protocol, Sequence, Tuple
+from typing import Any, Dict, Iterator, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
-from easyonline.core.metrics import PrequentialMetrics
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.core.metrics import TaskMetrics
+
+tf = ensure_legacy_keras()
 
 
 class Task(Protocol):
     """One objective of a model."""
 
-    name: str  # names its outputs (``probs_<name>`` for a second task on; the first's are ``probs``/``logits``)
+    kind: str  # "binary" (tasks/ranking.py) or "regression" (tasks/regression.py)
+    name: str  # EasyRec's tower_name: names its outputs (``probs_<name>``, ``y_<name>``) in a multi-task model
     label_name: str  # the label field it learns from
     weight: float  # its share of the model's loss
-    metrics: PrequentialMetrics  # windowed, scored before each update
+    use_sample_weight: bool  # whether data_config.sample_weight weighs its loss
 
-    def loss(self, labels: Any, logits: Any) -> Any:
-        """The batch's mean loss (a scalar tensor), without regularization (the model adds that once)."""
+    @property
+    def metrics(self) -> TaskMetrics:
+        """Windowed, scored before each update."""
 
-    def outputs(self, logits: Any) -> Dict[str, Any]:
-        """Its prediction outputs by name, as tensors (in the graph: serving and scoring read them)."""
+    def loss(self, labels: Any, logits: Any, sample_weight: Optional[Any] = None) -> Any:
+        """The batch's (weighted) mean loss, a scalar tensor, without regularization (the model adds that once)."""
 
-    def probabilities(self, logits: Any) -> np.ndarray:
-        """The scores its metrics take, as numpy."""
+    def outputs(self, logits: Any, suffix: str = "") -> Dict[str, Any]:
+        """Its prediction outputs by name (``suffix`` is ``_<name>`` in a multi-task model), as tensors."""
 
-    def update_metrics(self, labels: np.ndarray, probabilities: np.ndarray) -> None:
+    def predictions(self, logits: Any) -> np.ndarray:
+        """What its metrics take (a probability, or the predicted value), as numpy."""
+
+    def update_metrics(self, labels: np.ndarray, predictions: np.ndarray) -> None:
         """Adds a batch scored before it was trained on."""
+
+
+def weighted_mean(losses: Any, sample_weight: Optional[Any]) -> Any:
+    """The batch's mean of per-sample ``losses``; with weights, sum(w * loss) over the number of samples
+    whose weight is not 0 (TensorFlow's SUM_BY_NONZERO_WEIGHTS, EasyRec's reduction)."""
+    if sample_weight is None:
+        return tf.reduce_mean(losses)
+    weighted = tf.reduce_sum(losses * sample_weight)
+    return weighted / tf.maximum(tf.reduce_sum(tf.cast(tf.not_equal(sample_weight, 0.0), losses.dtype)), 1.0)
 
 
 class Tasks:
@@ -60,6 +77,15 @@ class Tasks:
     @property
     def primary(self) -> Task:
         return self._tasks[0]
+
+    @property
+    def single(self) -> bool:
+        """One task: its outputs carry no suffix (``probs``, ``y``), as EasyRec's single-task models'."""
+        return len(self._tasks) == 1
+
+    def output_suffix(self, task: Task) -> str:
+        """``""`` for a single task, else ``_<tower name>``."""
+        return "" if self.single else f"_{task.name}"
 
     @property
     def label_names(self) -> Tuple[str, ...]:

@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import resource
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -128,7 +128,7 @@ class OnlineTrainer:
         train = config.train_config
         fileio.makedirs(config.model_dir)
         self.checkpointer = Checkpointer(config.model_dir, self.model, self.optimizer, train.keep_checkpoint_max)
-        self.metrics: WindowMetrics = self.task.metrics
+        self.metrics = cast(WindowMetrics, self.task.metrics)  # the primary task's, for the status line
         self.changes = ChangeTracker(self.specs)  # fed once per batch; publishing and saves subscribe
         signature = feature_signature(self.specs)
         label_spec = {name: tf.TensorSpec([None], tf.float32) for name in self._label_names}
@@ -189,7 +189,7 @@ class OnlineTrainer:
         """Wraps a step function for how steps run (here: as it is, in this process)."""
         return step_fn
 
-    def _run(self, step, *args) -> np.ndarray:
+    def _run(self, step, *args) -> Any:
         """Runs a traced step; returns its output as numpy.
 
         Through the step's concrete function: its input signature is fixed, so tf.function's matching of
@@ -199,7 +199,8 @@ class OnlineTrainer:
         concrete = self._concrete_steps.get(id(step))
         if concrete is None:
             concrete = self._concrete_steps[id(step)] = step.get_concrete_function()
-        return concrete(*args).numpy()
+        out = concrete(*args)
+        return {name: value.numpy() for name, value in out.items()} if isinstance(out, dict) else out.numpy()
 
     # --- the step -----------------------------------------------------------------
     def _train_step_impl(self, features, labels, now):
@@ -211,7 +212,7 @@ class OnlineTrainer:
         return logits
 
     def _score_impl(self, features):
-        return self.model(features, training=False)
+        return self.model.task_logits(self.model(features, training=False))
 
     def _build_variables(self) -> None:
         """Creates every variable and optimizer slot (an empty batch changes nothing) so restore is exact."""
@@ -300,8 +301,8 @@ class OnlineTrainer:
     def table_sizes(self) -> Dict[str, int]:
         return self.model.tables.sizes()
 
-    def train_batch(self, features, labels) -> np.ndarray:
-        """Scores then trains one parsed batch; returns the pre-update probabilities.
+    def train_batch(self, features, labels) -> Dict[str, np.ndarray]:
+        """Scores then trains one parsed batch; returns each task's pre-update predictions, by task name.
 
         ``labels``: {label name: [B]} with each label the model's tasks learn from, or the [B] of the first.
         """
@@ -312,15 +313,16 @@ class OnlineTrainer:
             self._run(self._train_step, features, labels, self._now())
         else:
             logits = self._run(self._train_step, features, labels, self._now())
-        return self.task.probabilities(logits)
+        return {task.name: task.predictions(logits[task.name]) for task in self.model.tasks}
 
-    def train_vectors(self, vectors) -> np.ndarray:
+    def train_vectors(self, vectors) -> Dict[str, np.ndarray]:
         """``train_batch`` of a batch parsed into arrays (``vector_csv.VectorBatch``): they go into the step
         whole and are split into features inside it."""
         step = self._vector_steps.get((vectors.id_names, vectors.dense_names))
         if step is None:
             step = self._trace_vector_step(vectors.id_names, vectors.dense_names)
-        return self.task.probabilities(step(vectors.ids, vectors.dense, vectors.labels, self._now()).numpy())
+        logits = step(vectors.ids, vectors.dense, vectors.labels, self._now())
+        return {task.name: task.predictions(logits[task.name].numpy()) for task in self.model.tasks}
 
     def _trace_vector_step(self, id_names: Tuple[str, ...], dense_names: Tuple[str, ...]):
         def step(ids, dense, labels, now):
@@ -337,16 +339,18 @@ class OnlineTrainer:
 
     def _train_and_count(self, raw, parsed) -> np.ndarray:
         """Scores and trains a non-empty batch, adds it to the metrics and counts; returns its probabilities."""
+        predictions: Dict[str, np.ndarray]
         if parsed.vectors is not None and self._vectors_fit and not self.model.scores_differ_in_training:
-            probs = self.train_vectors(parsed.vectors)
-            labels = parsed.vectors.labels
+            predictions = self.train_vectors(parsed.vectors)
+            labels = {self._label_names[0]: parsed.vectors.labels}
         else:
             by_name = parsed.labels_by_name(self.specs.label_names[0])
-            probs = self.train_batch(parsed.features, {name: by_name[name] for name in self._label_names})
-            labels = by_name[self.task.label_name].numpy()
-        self.task.update_metrics(labels, probs)
+            labels = {name: np.asarray(by_name[name]) for name in self._label_names}
+            predictions = self.train_batch(parsed.features, labels)
+        for task in self.model.tasks:
+            task.update_metrics(labels[task.label_name], predictions[task.name])
         self._count(parsed.size)
-        return probs
+        return predictions[self.task.name]
 
     def _count(self, samples: int) -> None:
         """One more step (a batch, even an empty one) of ``samples`` samples."""

@@ -197,7 +197,7 @@ model_config { model_class: "DeepFM" deepfm { wide_regularization: 1e-4 dense_re
     assert [m.WhichOneof("metric") for m in config.eval_config.metrics_set] == ["auc", "gauc"]
     before = config.SerializeToString(deterministic=True)
     assert normalize(config) == [] and config.SerializeToString(deterministic=True) == before
-    for field, value, message in (("loss_type", "L2_LOSS", "only CLASSIFICATION"), ("num_class", "2", "only 1")):
+    for field, value, message in (("loss_type", "PAIR_WISE_LOSS", "PAIR_WISE_LOSS is not supported"), ("num_class", "2", "only 1")):
         with pytest.raises(ConfigError) as e:
             validate_pipeline_config(_load(tmp_path, BASE + f'model_config {{ model_class: "DeepFM" {field}: {value} }}'))
         assert e.value.path == f"model_config.{field}" and message in str(e.value)

@@ -76,7 +76,9 @@ def test_compute_loss_sums_each_tasks_weighted_loss_on_its_own_label():
     model = DNN(specs, config.model_config, config.model_config.dnn.dnn, seed=1, name="dnn", tasks=tasks)
     features = {"a": tf.constant([7, 8], tf.int64)}
     click, buy = tf.constant([1.0, 0.0]), tf.constant([0.0, 1.0])
-    loss, logits = model.compute_loss(features, {"click": click, "buy": buy}, training=False)
+    loss, by_task = model.compute_loss(features, {"click": click, "buy": buy}, training=False)
+    assert set(by_task) == {"ctr", "cvr"}
+    logits = by_task["ctr"]  # this single-logit model serves both tasks with it
     expected = _xent(click, logits) + 0.5 * _xent(buy, logits)
     assert float(loss) == pytest.approx(expected, rel=1e-5)
     assert not math.isclose(expected, _xent(click, logits) + _xent(buy, logits))  # the weight counts

@@ -22,11 +22,16 @@ def test_loss_is_the_mean_sigmoid_cross_entropy():
     assert loss.shape == () and float(loss) == pytest.approx(1.5 * LN2, rel=1e-6)
 
 
-def test_loss_adds_the_regularization_losses():
-    # 1.5 ln 2 + 0.25 + 0.5
-    loss = RankingTask().loss(tf.constant([1.0, 0.0]), tf.constant([0.0, math.log(3.0)]),
-                              regularization_losses=[tf.constant(0.25), tf.constant(0.5)])
-    assert float(loss) == pytest.approx(1.5 * LN2 + 0.75, rel=1e-6)
+def test_sample_weights_weigh_the_loss_over_the_samples_that_count():
+    # per sample: label 1, logit 0: ln 2; label 0, logit ln 3: ln(1 + 3) = 2 ln 2
+    labels, logits = tf.constant([1.0, 0.0]), tf.constant([0.0, math.log(3.0)])
+    # weights 1 and 3: (ln 2 + 3 * 2 ln 2) / 2 samples = 3.5 ln 2
+    assert float(RankingTask().loss(labels, logits, tf.constant([1.0, 3.0]))) == pytest.approx(3.5 * LN2, rel=1e-6)
+    # weight 0 drops a sample from the mean too (TensorFlow's SUM_BY_NONZERO_WEIGHTS): 2 * ln 2 / 1
+    assert float(RankingTask().loss(labels, logits, tf.constant([2.0, 0.0]))) == pytest.approx(2 * LN2, rel=1e-6)
+    # a task that does not use sample weights ignores them: (ln 2 + 2 ln 2) / 2
+    unweighted = RankingTask(use_sample_weight=False).loss(labels, logits, tf.constant([2.0, 0.0]))
+    assert float(unweighted) == pytest.approx(1.5 * LN2, rel=1e-6)
 
 
 def test_loss_of_confident_right_and_wrong_logits():
@@ -36,9 +41,9 @@ def test_loss_of_confident_right_and_wrong_logits():
     assert float(loss) == pytest.approx(10.0, rel=1e-6)
 
 
-def test_probabilities_are_the_sigmoid_of_the_logits():
+def test_predictions_are_the_sigmoid_of_the_logits():
     # sigmoid(0) = 1/2, sigmoid(ln 3) = 3 / (3 + 1) = 3/4, sigmoid(-ln 3) = 1/4
-    probs = RankingTask.probabilities(tf.constant([0.0, math.log(3.0), -math.log(3.0)]))
+    probs = RankingTask.predictions(tf.constant([0.0, math.log(3.0), -math.log(3.0)]))
     assert isinstance(probs, np.ndarray)
     np.testing.assert_allclose(probs, [0.5, 0.75, 0.25], rtol=1e-6)
 
@@ -83,5 +88,5 @@ def test_loss_and_logloss_agree():
     # The logloss of the probabilities is the loss of the logits: both 1.5 ln 2 here.
     task = RankingTask()
     labels, logits = tf.constant([1.0, 0.0]), tf.constant([0.0, math.log(3.0)])
-    task.update_metrics(labels.numpy(), task.probabilities(logits))
+    task.update_metrics(labels.numpy(), task.predictions(logits))
     assert task.metrics.logloss() == pytest.approx(float(task.loss(labels, logits)), rel=1e-5)
