@@ -45,6 +45,19 @@ MMOE = """
   }
 """
 
+DBMTL = """
+  model_class: "DBMTL"
+  dbmtl {
+    bottom_dnn { hidden_units: [16] }
+    expert_dnn { hidden_units: [8] }
+    num_expert: 2
+    task_towers { tower_name: "ctr" label_name: "clk" dnn { hidden_units: [8] } relation_dnn { hidden_units: [4] } }
+    task_towers { tower_name: "cvr" label_name: "buy" dnn { hidden_units: [8] } relation_tower_names: ["ctr"]
+                  relation_dnn { hidden_units: [4] } }
+    l2_regularization: 1e-6
+  }
+"""
+
 
 def lines(start: int, count: int):
     """clk,buy,I1,I2,I3,C1..C6: clk is the synthetic stream's label; buy follows clk on a third of C1's ids."""
@@ -145,6 +158,32 @@ def test_mmoe_config_errors_name_the_field(tmp_path, edit, path):
               'tower_name: "cvr" label_name: "buy"': 'tower_name: "cvr" label_name: "sold"'}[edit]
     with pytest.raises(ConfigError) as raised:
         config_for(MMOE.replace(edit, broken), tmp_path)
+    assert raised.value.path == path, raised.value
+
+
+def test_dbmtl_trains_through_the_broker_and_its_updates_replay_exactly(broker, topic, tmp_path):
+    trainer, _ = train_and_replay(broker, topic, tmp_path, DBMTL)
+    model = trainer.model
+    assert [(t.name, t.label_name) for t in model.tasks] == [("ctr", "clk"), ("cvr", "buy")]
+    # cvr's relation_dnn reads its own dnn output (8) and ctr's relation output (4); ctr's only its own
+    assert [r._layers[0].kernel.shape[0] for r in model.relation_dnns] == [8, 8 + 4]  # pylint: disable=protected-access
+    assert model.bottom._layers[0].kernel.shape[1] == 16 and len(model.mixture.experts) == 2  # pylint: disable=protected-access
+    outputs, labels = outputs_of(trainer)
+    assert_binary_outputs(outputs, ["ctr", "cvr"])
+    assert auc(labels["clk"], outputs["probs_ctr"]) > 0.65 and auc(labels["buy"], outputs["probs_cvr"]) > 0.65
+
+
+@pytest.mark.parametrize("edit, broken, path", [
+    ('relation_tower_names: ["ctr"]', 'relation_tower_names: ["ctr", "cvr"]',
+     "model_config.dbmtl.task_towers[1].relation_tower_names[1]"),  # itself: not an earlier tower
+    ("num_expert: 2", "num_expert: 0", "model_config.dbmtl.num_expert"),
+    ("relation_dnn { hidden_units: [4] } }\n", "relation_dnn { dropout_ratio: 1.5 } }\n",
+     "model_config.dbmtl.task_towers[0].relation_dnn.dropout_ratio"),
+])
+def test_dbmtl_config_errors_name_the_field(tmp_path, edit, broken, path):
+    assert edit in DBMTL
+    with pytest.raises(ConfigError) as raised:
+        config_for(DBMTL.replace(edit, broken, 1), tmp_path)
     assert raised.value.path == path, raised.value
 
 
