@@ -37,21 +37,27 @@ def make_task(loss_type: int, num_class: int, path: str, window_samples: int, la
 def tasks_from_towers(towers: Sequence[Tower], label_fields: Sequence[str], window_samples: int,
                       path: str) -> list:
     """One task per tower, in order (``path``: the towers' config field, e.g. ``model_config.dbmtl.task_towers``)."""
-    tasks = []
-    for i, tower in enumerate(towers):
-        where = f"{path}[{i}]"
-        if not tower.tower_name:
-            raise ConfigError(f"{where}.tower_name", "every task tower needs a name (it names the task's outputs)")
-        label = tower.label_name or (label_fields[i] if i < len(label_fields) else "")
-        if not label:
-            raise ConfigError(f"{where}.label_name", f"tower {tower.tower_name!r} names no label and "
-                              f"data_config.label_fields has no entry {i} to default to")
-        if label not in label_fields:
-            raise ConfigError(f"{where}.label_name", f"{label!r} is not a data_config.label_fields entry "
-                              f"(label_fields: {list(label_fields)})")
-        tasks.append(make_task(tower.loss_type, tower.num_class, where, window_samples, label, tower.tower_name,
-                               tower.weight, tower.use_sample_weight))
-    return tasks
+    return [tower_task(tower, i, label_fields, window_samples, f"{path}[{i}]") for i, tower in enumerate(towers)]
+
+
+def tower_task(tower: Tower, position: int, label_fields: Sequence[str], window_samples: int, where: str,
+               **overrides) -> Task:
+    """The task of one tower (``where``: its config field; ``position``: its place among the model's towers,
+    whose label field it learns from when it names none). ``overrides``: make_task's arguments to change
+    (name, weight, times_label)."""
+    if not tower.tower_name:
+        raise ConfigError(f"{where}.tower_name", "every task tower needs a name (it names the task's outputs)")
+    label = tower.label_name or (label_fields[position] if position < len(label_fields) else "")
+    if not label:
+        raise ConfigError(f"{where}.label_name", f"tower {tower.tower_name!r} names no label and "
+                          f"data_config.label_fields has no entry {position} to default to")
+    if label not in label_fields:
+        raise ConfigError(f"{where}.label_name", f"{label!r} is not a data_config.label_fields entry "
+                          f"(label_fields: {list(label_fields)})")
+    settings = dict(label_name=label, name=tower.tower_name, weight=tower.weight,
+                    use_sample_weight=tower.use_sample_weight)
+    settings.update(overrides)
+    return make_task(tower.loss_type, tower.num_class, where, window_samples, **settings)
 
 
 def single_task(model_config: pipeline_pb2.ModelConfig, label_fields: Sequence[str], window_samples: int) -> Task:

@@ -6,6 +6,7 @@ features and six id features in two feature groups (user, item).
 """
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from easyonline.config import ConfigError, apply_edit_config_json, parse_pipeline_config
 from easyonline.config.loader import to_text
@@ -54,6 +55,17 @@ DBMTL = """
     task_towers { tower_name: "ctr" label_name: "clk" dnn { hidden_units: [8] } relation_dnn { hidden_units: [4] } }
     task_towers { tower_name: "cvr" label_name: "buy" dnn { hidden_units: [8] } relation_tower_names: ["ctr"]
                   relation_dnn { hidden_units: [4] } }
+    l2_regularization: 1e-6
+  }
+"""
+
+ESMM = """
+  model_class: "ESMM"
+  esmm {
+    groups { input: "user" dnn { hidden_units: [8] } }
+    groups { input: "item" dnn { hidden_units: [8] } }
+    ctr_tower { tower_name: "ctr" label_name: "clk" dnn { hidden_units: [8] } }
+    cvr_tower { tower_name: "cvr" label_name: "buy" dnn { hidden_units: [8] } }
     l2_regularization: 1e-6
   }
 """
@@ -184,6 +196,63 @@ def test_dbmtl_config_errors_name_the_field(tmp_path, edit, broken, path):
     assert edit in DBMTL
     with pytest.raises(ConfigError) as raised:
         config_for(DBMTL.replace(edit, broken, 1), tmp_path)
+    assert raised.value.path == path, raised.value
+
+
+def bce(labels, probs):
+    return -np.mean(labels * np.log(probs) + (1 - labels) * np.log(1 - probs))
+
+
+def test_esmm_trains_through_the_broker_learns_ctcvr_over_every_impression_and_replays_exactly(broker, topic, tmp_path):
+    trainer, _ = train_and_replay(broker, topic, tmp_path, ESMM, GROUPS)
+    model = trainer.model
+    assert [(t.name, t.label_name, t.times_label, t.weight) for t in model.tasks] == [
+        ("ctr", "clk", "", 1.0), ("cvr", "buy", "", 0.0), ("ctcvr", "buy", "clk", 1.0)]
+    assert model.tasks.label_names == ("clk", "buy")
+    outputs, labels = outputs_of(trainer)
+    assert_binary_outputs(outputs, ["ctr", "cvr", "ctcvr"])
+    np.testing.assert_allclose(outputs["probs_ctcvr"], outputs["probs_ctr"] * outputs["probs_cvr"], rtol=1e-5)
+    assert auc(labels["clk"], outputs["probs_ctr"]) > 0.65
+    assert auc(labels["clk"] * labels["buy"], outputs["probs_ctcvr"]) > 0.65
+    # the loss is EasyRec's: CTR's on clk, CTCVR's on clk * buy over every impression (a buy without a click
+    # here, which the product ignores), none for CVR; plus the L2 penalties once
+    parsed = trainer.parser.parse(lines(60000, 300))
+    clk = parsed.label_dict["clk"].numpy()
+    loss, logits = model.compute_loss(parsed.features, {"clk": clk, "buy": np.ones_like(clk)}, training=False)
+    p_ctr, p_cvr = (1 / (1 + np.exp(-logits[name].numpy().astype(np.float64))) for name in ("ctr", "cvr"))
+    by_hand = bce(clk, p_ctr) + bce(clk, p_ctr * p_cvr) + sum(float(x) for x in model.losses)
+    assert abs(float(loss) - by_hand) < 1e-4 * by_hand
+
+
+def test_the_ctcvr_logit_is_the_logit_of_the_product_and_finite_at_any_logits():
+    from easyonline.models.esmm import product_logit  # pylint: disable=import-outside-toplevel
+    # by hand: a = b = 0: p = 1/2 * 1/2 = 1/4, logit = log(1/4 / (3/4)) = -log 3
+    assert abs(float(product_logit(tf.constant(0.0), tf.constant(0.0))) + np.log(3)) < 1e-6
+    a = tf.constant([-60.0, -5.0, 0.3, 4.0, 60.0, 60.0, -60.0])
+    b = tf.constant([-60.0, 2.0, -1.2, 4.0, 60.0, -60.0, 60.0])
+    with tf.GradientTape() as tape:
+        tape.watch([a, b])
+        logit = product_logit(a, b)
+        loss = tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.ones_like(a), logits=logit))
+    assert np.all(np.isfinite(logit.numpy())) and all(np.all(np.isfinite(g.numpy())) for g in tape.gradient(loss, [a, b]))
+    product = tf.sigmoid(tf.cast(a, tf.float64)) * tf.sigmoid(tf.cast(b, tf.float64))
+    np.testing.assert_allclose(tf.sigmoid(logit).numpy(), product.numpy(), rtol=1e-5, atol=1e-30)
+    # both large: logit(p) ~ -log(e^-a + e^-b) = 60 - log 2
+    assert abs(float(logit[4]) - (60 - np.log(2))) < 1e-4
+
+
+@pytest.mark.parametrize("edit, broken, path", [
+    ('ctr_tower { tower_name: "ctr" label_name: "clk" dnn { hidden_units: [8] } }', "",
+     "model_config.esmm.ctr_tower"),
+    ('groups { input: "item"', 'groups { input: "items"', "model_config.esmm.groups[1].input"),
+    ('tower_name: "cvr"', 'tower_name: "ctcvr"', "model_config.esmm.cvr_tower.tower_name"),
+    ('cvr_tower { tower_name: "cvr" label_name: "buy"', 'cvr_tower { tower_name: "cvr" label_name: "sold"',
+     "model_config.esmm.cvr_tower.label_name"),
+])
+def test_esmm_config_errors_name_the_field(tmp_path, edit, broken, path):
+    assert edit in ESMM
+    with pytest.raises(ConfigError) as raised:
+        config_for(ESMM.replace(edit, broken, 1), tmp_path, GROUPS)
     assert raised.value.path == path, raised.value
 
 
