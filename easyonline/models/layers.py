@@ -6,6 +6,17 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 tf = ensure_legacy_keras()
 
 
+class BatchNorm(tf.keras.layers.BatchNormalization):
+    """Batch normalization whose moving moments skip an empty batch: the trainer builds every variable with a
+    step on an empty batch, whose moments (a mean over no samples) are NaN and would poison the moving
+    moments that scoring and serving use."""
+
+    def call(self, inputs, training=None):  # pylint: disable=arguments-differ
+        if training is True:
+            training = tf.shape(inputs)[0] > 0
+        return super().call(inputs, training=training)
+
+
 class MLP(tf.keras.layers.Layer):
     """Dense layers with optional batch norm and dropout."""
 
@@ -19,7 +30,7 @@ class MLP(tf.keras.layers.Layer):
                 units, activation=None if use_bn else activation, kernel_regularizer=regularizer,
                 kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed + i)))
             if use_bn:
-                self._layers.append(tf.keras.layers.BatchNormalization())
+                self._layers.append(BatchNorm())
                 self._layers.append(tf.keras.layers.Activation(activation))
             if dropout_ratio > 0:
                 self._layers.append(tf.keras.layers.Dropout(dropout_ratio, seed=seed + i))

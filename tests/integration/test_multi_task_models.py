@@ -70,6 +70,16 @@ ESMM = """
   }
 """
 
+MULTI_TOWER = """
+  model_class: "MultiTower"
+  multi_tower {
+    towers { input: "user" dnn { hidden_units: [8] } }
+    towers { input: "item" dnn { hidden_units: [8] } }
+    final_dnn { hidden_units: [8] }
+    l2_regularization: 1e-6
+  }
+"""
+
 
 def lines(start: int, count: int):
     """clk,buy,I1,I2,I3,C1..C6: clk is the synthetic stream's label; buy follows clk on a third of C1's ids."""
@@ -254,6 +264,46 @@ def test_esmm_config_errors_name_the_field(tmp_path, edit, broken, path):
     with pytest.raises(ConfigError) as raised:
         config_for(ESMM.replace(edit, broken, 1), tmp_path, GROUPS)
     assert raised.value.path == path, raised.value
+
+
+def test_multi_tower_trains_through_the_broker_and_its_updates_replay_exactly(broker, topic, tmp_path):
+    trainer, _ = train_and_replay(broker, topic, tmp_path, MULTI_TOWER, GROUPS)
+    model = trainer.model
+    assert [(t.name, t.label_name) for t in model.tasks] == [("ctr", "clk")]  # one task: model_config.loss_type
+    # user: C1..C3 (3 x 4) + I1; item: C4..C6 (3 x 4) + I2, I3; each batch-normalized, then its own DNN
+    assert [d._layers[0].kernel.shape[0] for d in model.tower_dnns] == [13, 14]  # pylint: disable=protected-access
+    assert model.final._layers[0].kernel.shape[0] == 16  # pylint: disable=protected-access
+    moments = [n for n in read_parameter_ids(str(tmp_path / "model")).dense if "moving_mean" in n]
+    assert len(moments) == 2  # the input norms' moments are dense parameters too (published, replayed)
+    outputs, labels = outputs_of(trainer)
+    assert sorted(outputs) == ["logits", "probs"]  # a single task's outputs carry no suffix
+    assert auc(labels["clk"], outputs["probs"]) > 0.65
+
+
+def test_multi_tower_config_errors_name_the_field(tmp_path):
+    with pytest.raises(ConfigError) as raised:
+        config_for(MULTI_TOWER.replace('input: "item"', 'input: "items"'), tmp_path, GROUPS)
+    assert raised.value.path == "model_config.multi_tower.towers[1].input" and "'items'" in str(raised.value)
+    wide = GROUPS.replace('feature_names: ["C1", "C2", "C3", "I1"]', 'feature_names: ["C1", "C2", "C3", "I1"] '
+                          'wide_deep: WIDE')
+    with pytest.raises(ConfigError) as raised:
+        config_for(MULTI_TOWER, tmp_path, wide)
+    assert raised.value.path == "model_config.multi_tower.towers[0].input" and "WIDE" in str(raised.value)
+    with pytest.raises(ConfigError) as raised:
+        config_for('model_class: "MultiTower" multi_tower { final_dnn { hidden_units: [8] } }', tmp_path, GROUPS)
+    assert raised.value.path == "model_config.multi_tower.towers"
+
+
+def test_batch_norm_moments_stay_finite_through_the_empty_build_step(tmp_path):
+    """The trainer creates its variables with a step on an empty batch; its moments (means over no sample)
+    were NaN and went into the moving moments, so every score of a use_bn DNN was NaN."""
+    config = file_config(tmp_path, 'model_class: "dnn" dnn { dnn { hidden_units: [8] use_bn: true } }', 400)
+    trainer = build_trainer(config, online=False)
+    moments = [v for v in trainer.model.variables if "moving" in v.name]
+    assert len(moments) == 2 and [float(np.sum(v.numpy())) for v in moments] == [0.0, 8.0]  # as initialized
+    trainer.run()
+    assert all(np.all(np.isfinite(v.numpy())) for v in trainer.model.variables)
+    assert trainer.metrics.auc() is not None
 
 
 def file_config(tmp_path, model: str, samples: int, groups: str = "", **train):
