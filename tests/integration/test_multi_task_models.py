@@ -80,6 +80,16 @@ MULTI_TOWER = """
   }
 """
 
+DCN = """
+  model_class: "DCN"
+  dcn {
+    deep_tower { input: "all" dnn { hidden_units: [16, 8] } }
+    cross_tower { input: "user" cross_num: 2 }
+    final_dnn { hidden_units: [8] }
+    l2_regularization: 1e-6
+  }
+"""
+
 
 def lines(start: int, count: int):
     """clk,buy,I1,I2,I3,C1..C6: clk is the synthetic stream's label; buy follows clk on a third of C1's ids."""
@@ -292,6 +302,44 @@ def test_multi_tower_config_errors_name_the_field(tmp_path):
     with pytest.raises(ConfigError) as raised:
         config_for('model_class: "MultiTower" multi_tower { final_dnn { hidden_units: [8] } }', tmp_path, GROUPS)
     assert raised.value.path == "model_config.multi_tower.towers"
+
+
+def test_dcn_trains_through_the_broker_and_its_updates_replay_exactly(broker, topic, tmp_path):
+    trainer, _ = train_and_replay(broker, topic, tmp_path, DCN, GROUPS)
+    model = trainer.model
+    assert [(t.name, t.label_name) for t in model.tasks] == [("ctr", "clk")]
+    # deep: 'all' (no group of that name: every feature, 6 x 4 + 3); cross: 'user' (3 x 4 + 1), 2 layers
+    assert model.deep_dnn._layers[0].kernel.shape[0] == 27  # pylint: disable=protected-access
+    assert [tuple(w.shape) for w in model.cross.kernels + model.cross.biases] == [(13,)] * 4
+    assert model.final._layers[0].kernel.shape[0] == 8 + 13  # pylint: disable=protected-access
+    outputs, labels = outputs_of(trainer)
+    assert sorted(outputs) == ["logits", "probs"]
+    assert auc(labels["clk"], outputs["probs"]) > 0.65
+
+
+def test_the_cross_network_by_hand():
+    from easyonline.models.dcn import CrossNet  # pylint: disable=import-outside-toplevel
+    cross = CrossNet(2)
+    x0 = tf.constant([[1.0, 2.0]])
+    cross(x0)
+    for variable, value in zip(cross.kernels + cross.biases, ([0.5, -1.0], [1.0, 1.0], [0.1, 0.2], [0.0, 0.0])):
+        variable.assign(value)
+    # x1 = x0 (x0 . w0) + b0 + x0 = [1, 2] * (0.5 - 2) + [0.1, 0.2] + [1, 2] = [-0.4, -0.8]
+    # x2 = x0 (x1 . w1) + b1 + x1 = [1, 2] * (-1.2) + [-0.4, -0.8] = [-1.6, -3.2]
+    np.testing.assert_allclose(cross(x0).numpy(), [[-1.6, -3.2]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("edit, broken, path", [
+    ("cross_num: 2", "cross_num: 0", "model_config.dcn.cross_tower.cross_num"),
+    ('cross_tower { input: "user"', 'cross_tower { input: "users"', "model_config.dcn.cross_tower.input"),
+    ('deep_tower { input: "all" dnn { hidden_units: [16, 8] } }', "", "model_config.dcn.deep_tower"),
+    ("final_dnn { hidden_units: [8] }", 'final_dnn { activation: "relu6" }', "model_config.dcn.final_dnn.activation"),
+])
+def test_dcn_config_errors_name_the_field(tmp_path, edit, broken, path):
+    assert edit in DCN
+    with pytest.raises(ConfigError) as raised:
+        config_for(DCN.replace(edit, broken, 1), tmp_path, GROUPS)
+    assert raised.value.path == path, raised.value
 
 
 def test_batch_norm_moments_stay_finite_through_the_empty_build_step(tmp_path):
