@@ -17,6 +17,9 @@ from easyonline.jobs.online_train import build_trainer
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.updates.model_diff import differences_from_model
 from easyonline.updates.param_ids import read_parameter_ids
+from easyonline.distributed.cluster_config import ClusterConfig
+from easyonline.distributed.train_graph import TrainGraph
+from easyonline.features import build_feature_specs
 from easyonline.features.signature import empty_features
 from easyonline.models.builder import build_model
 from easyonline.publish.base_delta import BASE, DELTA, list_complete_saves, load_inference_model
@@ -340,6 +343,21 @@ def test_dcn_config_errors_name_the_field(tmp_path, edit, broken, path):
     with pytest.raises(ConfigError) as raised:
         config_for(DCN.replace(edit, broken, 1), tmp_path, GROUPS)
     assert raised.value.path == path, raised.value
+
+
+@pytest.mark.parametrize("model, labels", [("MMOE", ["buy", "clk"]), ("DBMTL", ["buy", "clk"]),
+                                           ("ESMM", ["buy", "clk"]), ("MULTI_TOWER", ["clk"]), ("DCN", ["clk"])])
+def test_every_model_builds_the_cluster_training_graph(tmp_path, model, labels):
+    """The ps cluster's graph (built here without servers): a label feed per label the tasks learn from, and
+    MultiTower's batch-norm moment updates run with the step."""
+    config = config_for(globals()[model], tmp_path, GROUPS)
+    cluster = ClusterConfig({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2", "127.0.0.1:3"],
+                             "worker": ["127.0.0.1:4"]}, "chief", 0)
+    graph = TrainGraph(config, build_feature_specs(config), cluster)
+    assert sorted(graph.label_feeds) == labels
+    moments = [v for v in graph.model.variables if "moving" in v.name]
+    assert len(moments) == (4 if model == "MULTI_TOWER" else 0)
+    assert len(graph.parameter_updates) == 1 + len(moments)  # the optimizer's apply, and each moment's update
 
 
 def test_batch_norm_moments_stay_finite_through_the_empty_build_step(tmp_path):
