@@ -30,6 +30,7 @@ from easyonline.updates.readers import DirectoryUpdateReader, KafkaUpdateReader
 from easyonline.updates.replica import ParameterReplica
 from tests.conftest import python_env
 from tests.integration.test_cluster import _summary
+from tests.integration.test_export_serve import export
 from tests.integration.test_incremental_updates import ShrinkEvery, _replay
 
 ID_FEATURES = ("C1", "C2", "C3", "C4", "C5", "C6")
@@ -358,6 +359,22 @@ def test_every_model_builds_the_cluster_training_graph(tmp_path, model, labels):
     moments = [v for v in graph.model.variables if "moving" in v.name]
     assert len(moments) == (4 if model == "MULTI_TOWER" else 0)
     assert len(graph.parameter_updates) == 1 + len(moments)  # the optimizer's apply, and each moment's update
+
+
+@pytest.mark.parametrize("model", ["DCN", "MULTI_TOWER"])
+def test_single_task_tower_models_export_and_serve_what_the_trainer_scores(tmp_path, model):
+    """The export (a subprocess, as users run it) of a trained DCN / MultiTower serves the trainer's scores."""
+    config = file_config(tmp_path, globals()[model], 1000, GROUPS)
+    trainer = build_trainer(config, online=False)
+    trainer.run()
+    expected, _ = outputs_of(trainer, 50)
+    version = export(tmp_path / "model", tmp_path / "export")
+    columns = list(zip(*[line.decode().split(",") for line in lines(50000, 50)]))[2:]  # (no labels)
+    inputs = {name: tf.constant([float(v) for v in values]) if name in RAW_FEATURES else tf.constant(list(values))
+              for name, values in zip(RAW_FEATURES + ID_FEATURES, columns)}
+    served = tf.saved_model.load(version).signatures["serving_default"](**inputs)
+    assert sorted(served) == ["logits", "probs"]
+    np.testing.assert_allclose(served["probs"].numpy(), expected["probs"], rtol=1e-6)
 
 
 def test_batch_norm_moments_stay_finite_through_the_empty_build_step(tmp_path):
