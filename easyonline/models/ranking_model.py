@@ -16,6 +16,13 @@ over (TFRS's ``Model.compute_loss``).
 wide part (first-order weights, the dense features' linear weights) and
 which the deep part (embeddings, and the dense features in the DNN);
 without groups every feature feeds both.
+
+Models of towers over feature groups (MMoE, DBMTL, ESMM, MultiTower, DCN:
+docs/models.md) read a group's input with ``group_input``, build their
+layers with ``mlp`` / ``logit_layer``, check their own settings in the
+classmethod ``validate_settings`` and give their tasks through
+``task_towers`` / ``tasks_from_settings``; a multi-task one's
+``logits_from`` returns its logits by task name.
 """
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
