@@ -1,7 +1,8 @@
 """The trainer's figures for Prometheus, on ``/metrics`` of ``--metrics_port``.
 
 The same numbers as the status line (rate, consumer lag, prequential AUC,
-logloss, CTR, table sizes, rejected input, input wait, publishing lag and
+logloss, CTR of the primary task and every task's figures with a ``task``
+label, table sizes, rejected input, input wait, publishing lag and
 sequence), with Prometheus' types: counters end in ``_total``. They are
 taken at each status line (every ``log_step_count_secs``) on the training
 thread; a scrape reads that snapshot, so it never touches the model or the
@@ -27,6 +28,26 @@ def _number(text: Any) -> Optional[float]:
         return float(head)
     except ValueError:
         return None
+
+
+#: each task's figures as gauges with a ``task`` label (tasks/task_figures.py names them)
+_TASK_FIGURES = (("auc", "prequential AUC of a binary task over metrics_window_samples"),
+                 ("logloss", "prequential logloss of a binary task over metrics_window_samples"),
+                 ("ctr", "share of positive labels of a binary task over metrics_window_samples"),
+                 ("mse", "prequential mean squared error of a regression task over metrics_window_samples"),
+                 ("label_mean", "mean label of a regression task over metrics_window_samples"))
+
+
+def _task_gauges(tasks: Dict[str, Dict[str, Optional[float]]]) -> Iterator[Metric]:
+    """``task_<figure>{task="<name>"}`` of every task that has the figure (a value, not None yet)."""
+    for figure, help_text in _TASK_FIGURES:
+        family = GaugeMetricFamily(PREFIX + "task_" + figure, help_text, labels=["task"])
+        for task, figures in tasks.items():
+            value = figures.get(figure)
+            if value is not None:
+                family.add_metric([task], value)
+        if family.samples:
+            yield family
 
 
 class PrometheusMetrics(Callback):
@@ -64,6 +85,7 @@ class PrometheusMetrics(Callback):
         yield from gauge("auc", "prequential AUC over metrics_window_samples", logs.get("auc"))
         yield from gauge("logloss", "prequential logloss over metrics_window_samples", logs.get("logloss"))
         yield from gauge("ctr", "share of positive labels over metrics_window_samples", logs.get("ctr"))
+        yield from _task_gauges(logs.get("tasks") or {})
         yield from gauge("input_wait_share", "share of time the loop waited for input", logs.get("input_wait"))
         yield CounterMetricFamily(PREFIX + "rejected", "input lines or messages rejected", value=logs["rejected"])
         bad = CounterMetricFamily(PREFIX + "bad_input", "rejected input by kind", labels=["kind"])
