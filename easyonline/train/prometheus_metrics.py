@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, Optional
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from easyonline.core.callbacks import Callback, TrainerView
-from easyonline.utils.metrics_server import MetricsServer
+from easyonline.utils.metrics_server import MetricsServer, task_gauges
 
 PREFIX = "easyonline_trainer_"
 
@@ -28,26 +28,6 @@ def _number(text: Any) -> Optional[float]:
         return float(head)
     except ValueError:
         return None
-
-
-#: each task's figures as gauges with a ``task`` label (tasks/task_figures.py names them)
-_TASK_FIGURES = (("auc", "prequential AUC of a binary task over metrics_window_samples"),
-                 ("logloss", "prequential logloss of a binary task over metrics_window_samples"),
-                 ("ctr", "share of positive labels of a binary task over metrics_window_samples"),
-                 ("mse", "prequential mean squared error of a regression task over metrics_window_samples"),
-                 ("label_mean", "mean label of a regression task over metrics_window_samples"))
-
-
-def _task_gauges(tasks: Dict[str, Dict[str, Optional[float]]]) -> Iterator[Metric]:
-    """``task_<figure>{task="<name>"}`` of every task that has the figure (a value, not None yet)."""
-    for figure, help_text in _TASK_FIGURES:
-        family = GaugeMetricFamily(PREFIX + "task_" + figure, help_text, labels=["task"])
-        for task, figures in tasks.items():
-            value = figures.get(figure)
-            if value is not None:
-                family.add_metric([task], value)
-        if family.samples:
-            yield family
 
 
 class PrometheusMetrics(Callback):
@@ -85,7 +65,7 @@ class PrometheusMetrics(Callback):
         yield from gauge("auc", "prequential AUC over metrics_window_samples", logs.get("auc"))
         yield from gauge("logloss", "prequential logloss over metrics_window_samples", logs.get("logloss"))
         yield from gauge("ctr", "share of positive labels over metrics_window_samples", logs.get("ctr"))
-        yield from _task_gauges(logs.get("tasks") or {})
+        yield from task_gauges(PREFIX, logs.get("tasks") or {})
         yield from gauge("input_wait_share", "share of time the loop waited for input", logs.get("input_wait"))
         yield CounterMetricFamily(PREFIX + "rejected", "input lines or messages rejected", value=logs["rejected"])
         bad = CounterMetricFamily(PREFIX + "bad_input", "rejected input by kind", labels=["kind"])

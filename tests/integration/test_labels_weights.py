@@ -15,7 +15,7 @@ from easyonline.config import parse_pipeline_config
 from easyonline.config.validate import validate_pipeline_config
 from easyonline.core.callbacks import Callback
 from easyonline.core.rejections import rejection_kind
-from easyonline.features import build_feature_specs
+from easyonline.features import CsvParser, build_feature_specs
 from easyonline.jobs.online_train import build_trainer
 from easyonline.models.builder import build_model
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
@@ -168,3 +168,51 @@ def test_bad_labels_and_weights_are_counted_and_dead_lettered_and_the_rest_train
             break
     consumer.close()
     assert dict(dead) == {"bad_label": 40, "bad_weight": 40}
+
+
+def test_the_eval_job_reports_a_regression_tasks_mse_and_a_binary_tasks_auc_and_gauc(tmp_path):
+    from easyonline.eval.evaluator import Evaluator
+    from easyonline.eval.prometheus_metrics import EvalMetrics
+    from easyonline.scoring.checkpoint_model import CheckpointModel
+    import urllib.request
+    rng = np.random.default_rng(5)
+    xs = rng.normal(0, 1, 300)
+    path = tmp_path / "data.csv"
+    path.write_text("\n".join(f"{2 * x:.3f},1,{i % 5},{x:.3f}" for i, x in enumerate(xs)) + "\n")
+    config = _config(tmp_path, "reg", path=path, loss="loss_type: L2_LOSS")
+    config.file_eval_input.paths.append(str(path))
+    checkpoint = OnlineTrainer(config, online=False).run().checkpoint
+    result = Evaluator(config, str(tmp_path / "eval")).evaluate(checkpoint)
+    scorer = CheckpointModel(config)
+    scorer.restore(checkpoint)
+    batch = CsvParser(build_feature_specs(config)).parse(path.read_bytes().split(b"\n"))
+    predictions = scorer.score_tasks(batch.features)["regression"]
+    mse = float(np.mean((predictions - batch.label_dict["click"].numpy()) ** 2))
+    assert result.samples == 300 and np.isclose(result.tasks["regression"]["mse"], mse, rtol=1e-5)
+    assert result.auc is None and "auc" not in result.tasks["regression"]
+
+    # a binary model: its task's AUC and gauc (by the ids of a) are the top-level figures too
+    binary_path = tmp_path / "binary.csv"
+    binary_path.write_text("\n".join(f"{int(x > 0)},1,{i % 5},{x:.3f}" for i, x in enumerate(xs)) + "\n")
+    binary = _config(tmp_path, "bin", path=binary_path)
+    binary.file_eval_input.paths.append(str(binary_path))
+    binary.eval_config.metrics_set.add().gauc.uid_field = "a"
+    checkpoint = OnlineTrainer(binary, online=False).run().checkpoint
+    result = Evaluator(binary, str(tmp_path / "eval_bin")).evaluate(checkpoint)
+    assert result.tasks["ctr"]["auc"] == result.auc and result.tasks["ctr"]["gauc"] == result.gauc
+    scorer = CheckpointModel(binary)
+    scorer.restore(checkpoint)
+    batch = CsvParser(build_feature_specs(binary)).parse(binary_path.read_bytes().split(b"\n"))
+    probs, labels = scorer.score_tasks(batch.features)["ctr"], batch.label_dict["click"].numpy()
+    pos, neg = probs[labels == 1][:, None], probs[labels == 0][None, :]
+    auc = float(np.mean((pos > neg) + 0.5 * (pos == neg)))  # every (positive, negative) pair, ties half
+    assert abs(result.auc - auc) < 1e-3  # (the AUC of 10000 score buckets)
+    assert result.gauc is not None
+    endpoint = EvalMetrics(0)
+    try:
+        endpoint.update(result)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{endpoint.port}/metrics", timeout=10).read().decode()
+    finally:
+        endpoint.close()
+    assert f'easyonline_eval_task_auc{{task="ctr"}} {result.auc}' in text
+    assert f'easyonline_eval_task_gauc{{task="ctr"}} {result.gauc}' in text
