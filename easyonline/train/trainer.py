@@ -21,7 +21,7 @@ from easyonline.config.secrets import apply_oss_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.callbacks import Callback
 from easyonline.core.errors import ConfigError
-from easyonline.core.metrics import TaskMetrics
+from easyonline.core.metrics import WindowFigures
 from easyonline.core.stop_signal import StopSignal
 from easyonline.embedding.change_tracker import ChangeTracker
 from easyonline.embedding.dynamic_tables import STATS_EPOCH, checkpoint_shards
@@ -134,7 +134,7 @@ class OnlineTrainer:
         train = config.train_config
         fileio.makedirs(config.model_dir)
         self.checkpointer = Checkpointer(config.model_dir, self.model, self.optimizer, train.keep_checkpoint_max)
-        self.metrics: TaskMetrics = self.task.metrics  # the primary task's (callers read it; figures() by name)
+        self.metrics: WindowFigures = self.task.metrics  # the primary task's (callers read it; figures() by name)
         self.changes = ChangeTracker(self.specs)  # fed once per batch; publishing and saves subscribe
         signature = feature_signature(self.specs)
         label_spec = {name: tf.TensorSpec([None], tf.float32) for name in self._label_names}
