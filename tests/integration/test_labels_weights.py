@@ -216,3 +216,33 @@ def test_the_eval_job_reports_a_regression_tasks_mse_and_a_binary_tasks_auc_and_
         endpoint.close()
     assert f'easyonline_eval_task_auc{{task="ctr"}} {result.auc}' in text
     assert f'easyonline_eval_task_gauc{{task="ctr"}} {result.gauc}' in text
+
+
+def test_a_cluster_trains_a_regression_task_with_sample_weights_and_reports_its_mse(tmp_path):
+    """The smallest cluster (one ps, the chief alone) on a file: the weights reach its graph's loss, a bad
+    weight is rejected, and the summary and status line show the shared MSE, as one process's."""
+    import re
+    from easyonline.config.loader import to_text
+    from easyonline.tools.local_cluster import LocalCluster
+    from tests.conftest import python_env
+    rng = np.random.default_rng(11)
+    rows = [f"{2.5 * x + 1:.3f},{1 + i % 2},{i % 7},{x:.3f}" for i, x in enumerate(rng.normal(0, 1, 1000))]
+    rows[7] = "1,-1,3,0.5"  # a weight must be >= 0
+    path = tmp_path / "data.csv"
+    path.write_text("\n".join(rows) + "\n")
+    config = _config(tmp_path, "cluster", path=path, loss="loss_type: L2_LOSS")
+    config.train_config.log_step_count_secs = 0.5
+    config_path = tmp_path / "cluster.config"
+    config_path.write_text(to_text(config))
+    with LocalCluster(1, 1, [f"--config={config_path}"], env=python_env()) as cluster:
+        assert cluster.wait(300) == 0, cluster.chief_output()[-4000:]
+    output = cluster.chief_output()
+    summary = output.split("training summary", 1)[1]
+    assert re.search(r"samples\s+999\b", summary) and re.search(r"rejected lines\s+1\b", summary), summary
+    assert "window AUC" not in summary
+    mse = float(re.search(r"window MSE\s+(\S+)", summary).group(1))
+    assert re.search(r"step=\d+ .* mse=\d+\.\d{4} keys=", output), output[-3000:]
+    # one process on the same lines: the same model and steps, so about the same pre-update MSE
+    config.model_dir = str(tmp_path / "single")
+    single = OnlineTrainer(config, online=False).run()
+    assert single.samples == 999 and abs(mse - single.tasks["regression"]["mse"]) < 0.1 * mse, (mse, single.tasks)
