@@ -118,7 +118,3 @@ def test_predict_writes_the_regression_column_named(regression_served):
     early = [line.split(b"\t") for line in (tmp_path / "early.tsv").read_bytes().splitlines()]
     assert len(early) == 5 and all(len(parts) == 2 for parts in early)  # y, then the sample
     assert not np.allclose([float(p[0]) for p in early], [float(line.split(b"\t")[0]) for line in scored], atol=1e-4)
-    proc = subprocess.run([PYTHON, "-m", "easyonline.predict", f"--export_dir={version}", "--output_header",
-                           f"--input_path={tmp_path / 'score.csv'}", "--output_topic=t"],
-                          env=python_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "--output_header needs --output_path" in proc.stderr
