@@ -20,16 +20,16 @@ REGRESSION_LOSSES = (LossType.L2_LOSS,)
 
 
 def make_task(loss_type: int, num_class: int, path: str, window_samples: int, label_name: str, name: str,
-              weight: float = 1.0, use_sample_weight: bool = True) -> Task:
+              weight: float = 1.0, use_sample_weight: bool = True, times_label: str = "") -> Task:
     """The task of ``loss_type`` (``path`` names the config field in errors)."""
     if num_class != 1:
         raise ConfigError(f"{path}.num_class", f"only 1 (one output per sample and task) is supported, got {num_class}")
     if loss_type in BINARY_LOSSES:
         return RankingTask(window_samples, label_name=label_name, name=name, weight=weight,
-                           use_sample_weight=use_sample_weight)
+                           use_sample_weight=use_sample_weight, times_label=times_label)
     if loss_type in REGRESSION_LOSSES:
         return RegressionTask(window_samples, label_name=label_name, name=name, weight=weight,
-                              use_sample_weight=use_sample_weight)
+                              use_sample_weight=use_sample_weight, times_label=times_label)
     supported = [LossType.Name(t) for t in BINARY_LOSSES + REGRESSION_LOSSES]
     raise ConfigError(f"{path}.loss_type", f"{LossType.Name(loss_type)} is not supported; use one of {supported}")
 
@@ -46,6 +46,9 @@ def tasks_from_towers(towers: Sequence[Tower], label_fields: Sequence[str], wind
         if not label:
             raise ConfigError(f"{where}.label_name", f"tower {tower.tower_name!r} names no label and "
                               f"data_config.label_fields has no entry {i} to default to")
+        if label not in label_fields:
+            raise ConfigError(f"{where}.label_name", f"{label!r} is not a data_config.label_fields entry "
+                              f"(label_fields: {list(label_fields)})")
         tasks.append(make_task(tower.loss_type, tower.num_class, where, window_samples, label, tower.tower_name,
                                tower.weight, tower.use_sample_weight))
     return tasks
