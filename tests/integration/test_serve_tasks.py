@@ -13,9 +13,14 @@ import subprocess
 import numpy as np
 import pytest
 
+from easyonline.checkpoint.checkpointer import latest_checkpoint
+from easyonline.config import apply_edit_config_json
 from easyonline.jobs.online_train import build_trainer
+from easyonline.predict.sinks import prediction_lines
+from easyonline.scoring.checkpoint_model import CheckpointModel
 from easyonline.tools.stream_producer import SyntheticCtrStream
 from tests.conftest import PYTHON, online_config, python_env
+from tests.integration import test_multi_task_models as multi_task
 from tests.integration.test_export_serve import Server, _file_numbers, export, instances
 
 
@@ -43,15 +48,17 @@ def grpc_outputs(server, rows):
     return {name: tf.make_ndarray(proto) for name, proto in response.outputs.items()}
 
 
-def train_publish_and_export_early(tmp_path, **edits):
-    """A model trained on 3000 file samples (6 steps of 500) that publishes every 2 steps to a directory,
-    with an export of its step-2 checkpoint: a server of it must replay steps 3-6 from the updates."""
+def train_publish_and_export_early(tmp_path, config, lines):
+    """``config`` trained on ``lines`` (six steps: batch size len(lines) / 6) from a file, publishing every 2
+    steps to a directory, with an export of its step-2 checkpoint: a server of it must replay steps 3-6 from
+    the updates. Returns (trainer, the export's version directory, the update directory)."""
     data = tmp_path / "train.csv"
-    data.write_bytes(b"\n".join(SyntheticCtrStream().lines(0, 3000)) + b"\n")
+    data.write_bytes(b"\n".join(lines) + b"\n")
     updates = tmp_path / "updates"
-    config = online_config(tmp_path / "m", **{
-        "data_config.batch_size": 500, "train_config.save_checkpoints_secs": 0,
-        "train_config.save_checkpoints_steps": 2, **edits,
+    config.model_dir = str(tmp_path / "m")
+    apply_edit_config_json(config, {
+        "data_config.batch_size": len(lines) // 6, "train_config.save_checkpoints_secs": 0,
+        "train_config.save_checkpoints_steps": 2,
         "train_config.incr_save_config": {"sparse_save_steps": 2, "dense_save_steps": 2,
                                           "fs": {"incr_save_dir": str(updates)}}})
     config.ClearField("kafka_train_input")
@@ -63,10 +70,19 @@ def train_publish_and_export_early(tmp_path, **edits):
     return trainer, version, updates
 
 
+def replayed(server, updates):
+    """Waits until the server applied every update in ``updates`` (the trainer's steps 3-6)."""
+    last = max(sequence for _, sequence in _file_numbers(updates))
+    status = server.wait_for(lambda s: s["last_applied_sequence"] == last, timeout=120)
+    assert status["last_applied_step"] == 6 and status["refused_updates"] == {}
+
+
 @pytest.fixture(scope="module")
 def regression_served(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("regression")
-    trainer, version, updates = train_publish_and_export_early(tmp_path, **{"model_config.loss_type": "L2_LOSS"})
+    config = online_config(tmp_path / "m", **{"model_config.loss_type": "L2_LOSS"})
+    trainer, version, updates = train_publish_and_export_early(tmp_path, config,
+                                                               SyntheticCtrStream().lines(0, 3000))
     server = Server(tmp_path / "export", tmp_path / "serve.log", "--grpc_port=0")
     yield trainer, server, version, updates, tmp_path
     server.stop()
@@ -74,9 +90,7 @@ def regression_served(tmp_path_factory):
 
 def test_a_regression_export_serves_y_over_rest_and_grpc_equal_to_the_trained_model(regression_served):
     trainer, server, _, updates, _ = regression_served
-    last = max(sequence for _, sequence in _file_numbers(updates))
-    status = server.wait_for(lambda s: s["last_applied_sequence"] == last, timeout=120)
-    assert status["last_applied_step"] == 6 and status["refused_updates"] == {}  # replayed steps 3-6
+    replayed(server, updates)
     lines = list(SyntheticCtrStream().lines(50000, 7))  # never trained on; many of their ids are known
     expected = trained_outputs(trainer, lines)
     assert sorted(expected) == ["y"]  # one regression task: EasyRec's name, no sigmoid, no logits
@@ -118,3 +132,49 @@ def test_predict_writes_the_regression_column_named(regression_served):
     early = [line.split(b"\t") for line in (tmp_path / "early.tsv").read_bytes().splitlines()]
     assert len(early) == 5 and all(len(parts) == 2 for parts in early)  # y, then the sample
     assert not np.allclose([float(p[0]) for p in early], [float(line.split(b"\t")[0]) for line in scored], atol=1e-4)
+
+
+# MMoE of test_multi_task_models with a third, regression tower (on clk): binary and regression outputs at once
+MMOE = multi_task.MMOE.replace('    l2_regularization', '    task_towers { tower_name: "score" label_name: "clk" '
+                               'loss_type: L2_LOSS dnn { hidden_units: [4] } }\n    l2_regularization')
+
+
+def mmoe_instances(lines):
+    """REST rows of test_multi_task_models' samples (clk,buy,I1..I3,C1..C6): numbers as numbers, ids as strings."""
+    names = ["clk", "buy", *multi_task.RAW_FEATURES, *multi_task.ID_FEATURES]
+    return [{n: (float(v) if n.startswith("I") else v) for n, v in zip(names, line.decode().split(","))
+             if n not in ("clk", "buy")} for line in lines]
+
+
+def test_an_mmoe_export_serves_every_towers_outputs_over_rest_and_grpc_equal_to_the_trained_model(tmp_path):
+    config = multi_task.config_for(MMOE, tmp_path / "m")
+    trainer, _, updates = train_publish_and_export_early(tmp_path, config, multi_task.lines(0, 1200))
+    lines = multi_task.lines(50000, 6)  # never trained on
+    expected = trained_outputs(trainer, lines)
+    names = ["logits_ctr", "logits_cvr", "probs_ctr", "probs_cvr", "y_score"]  # EasyRec's names, per tower
+    assert sorted(expected) == names
+    server = Server(tmp_path / "export", tmp_path / "serve.log", "--grpc_port=0")
+    try:
+        replayed(server, updates)  # the live model: steps 3-6 of every tower came as updates
+        rows = mmoe_instances(lines)
+        for served in (server.predict_outputs(rows), grpc_outputs(server, rows)):
+            assert sorted(served) == names
+            for name in names:
+                np.testing.assert_allclose(served[name], expected[name], atol=1e-5, err_msg=name)
+        code, body = server.post(json.dumps({"inputs": {n: [rows[0][n]] for n in rows[0]}}).encode())
+        assert code == 200 and sorted(body["outputs"]) == names
+        np.testing.assert_allclose(body["outputs"]["y_score"], expected["y_score"][:1], atol=1e-5)
+        with pytest.raises(KeyError, match="probs_ctr"):
+            server.predict(rows)  # no single "probs": the output must be named
+        np.testing.assert_allclose(server.predict(rows, output="probs_cvr"), expected["probs_cvr"], atol=1e-5)
+    finally:
+        assert server.stop() == 0
+    # the predict job's columns: each tower's prediction, in tower order (a checkpoint scores as the export)
+    model = CheckpointModel(config)
+    model.restore(latest_checkpoint(config.model_dir))
+    columns = model.predictions(trainer.parser.parse(lines).features)
+    assert list(columns) == ["probs_ctr", "probs_cvr", "y_score"]
+    for name, values in columns.items():
+        np.testing.assert_allclose(values, expected[name], atol=1e-5, err_msg=name)
+    first = prediction_lines(list(columns.values()), lines)[0].split(b"\t")
+    assert first[3] == lines[0] and [float(v) for v in first[:3]] == [round(float(columns[n][0]), 6) for n in columns]
