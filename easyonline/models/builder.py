@@ -24,7 +24,7 @@ def model_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> Tas
 
 
 def _model_entry(model_config: pipeline_pb2.ModelConfig):
-    """(registry entry, its settings' field name, the settings) of ``model_config.model_class``."""
+    """(registry entry, its settings' field name, its settings) of ``model_config.model_class``."""
     entry = lookup(model_config.model_class)
     if entry is None:
         raise KeyError(f"model_config.model_class {model_config.model_class!r} is not registered")

@@ -131,6 +131,7 @@ def test_predict_scores_a_file_with_a_checkpoint_and_a_topic_with_an_export(brok
     proc = _cli("predict", f"--config={config_path}", f"--input_path={scored}", f"--output_path={out_file}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "scored 1500 samples" in proc.stdout and "rejected 2" in proc.stdout, proc.stdout
+    assert "(columns: probs, sample)" in proc.stdout  # one binary task: the one column, named as serving names it
     rows = [line.split(b"\t", 1) for line in out_file.read_bytes().splitlines()]
     assert [row[1] for row in rows] == lines
     file_probs = np.array([float(row[0]) for row in rows])
@@ -166,6 +167,9 @@ def test_predict_and_eval_name_what_is_missing(tmp_path):
     assert proc.returncode == 3 and "no checkpoint at" in proc.stderr
     proc = _cli("predict", f"--config={config_path}", f"--output_path={tmp_path}/o")
     assert proc.returncode == 2 and "--input_path" in proc.stderr
+    proc = _cli("predict", f"--config={config_path}", f"--input_path={tmp_path}/none.csv", "--output_topic=t",
+                "--output_header")
+    assert proc.returncode == 2 and "--output_header needs --output_path" in proc.stderr
     proc = _cli("eval", f"--config={config_path}", "--once")
     assert proc.returncode == 2 and "kafka_eval_input" in proc.stderr
 
