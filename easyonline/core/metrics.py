@@ -151,3 +151,14 @@ class RegressionMetrics:
 
     def figures(self) -> Dict[str, Optional[float]]:
         return {"mse": self.mse(), "label_mean": self.label_mean()}
+
+    # A binary task's figures (WindowMetrics), which the status line and summary read of the primary task:
+    # a regression has none, so a regression model trains with them empty (per-task figures: issue 35 part 4).
+    def auc(self) -> Optional[float]:
+        return None
+
+    def logloss(self) -> Optional[float]:
+        return None
+
+    def ctr(self) -> Optional[float]:
+        return None

@@ -1,9 +1,13 @@
-"""The tf.Module that is exported: raw features in, probabilities out; updates applied in place.
+"""The tf.Module that is exported: raw features in, every task's outputs out; updates applied in place.
 
 ``serve`` takes one tensor per raw input field (strings, ints or floats as the
 config declares them), turns them into ids exactly as the trainer's parser
 does (the same ``feature_ids``), and runs the model in inference mode, where an
-unknown id looks up as zeros and creates nothing.
+unknown id looks up as zeros and creates nothing. It returns every task's
+outputs under EasyRec's names (``RankingModel.task_outputs``): ``probs`` and
+``logits`` for one binary task, ``y`` for one regression, ``probs_<tower>``,
+``logits_<tower>`` and ``y_<tower>`` for a multi-task model's towers;
+``score_features`` (parsed features in) returns the same.
 
 ``incr_update`` applies one decoded update message: for every embedding table
 its deleted keys, then its upserted rows; for dense parameters, slices of
@@ -144,12 +148,10 @@ class ServingModule(tf.Module):
         return features
 
     def _serve(self, inputs):
-        logits = self.model(self.features_of(self._specs, inputs), training=False)
-        return {"probs": tf.sigmoid(logits), "logits": logits}
+        return self._score_features(self.features_of(self._specs, inputs))
 
     def _score_features(self, features):
-        logits = self.model(features, training=False)
-        return {"probs": tf.sigmoid(logits), "logits": logits}
+        return self.model.task_outputs(self.model(features, training=False))
 
     def _incr_update(self, inputs):
         applied = []

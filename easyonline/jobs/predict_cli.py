@@ -2,7 +2,11 @@
 
 Input lines are parsed with the config's data_config (CSV, JSON or a parse
 function), the same as training; bad lines are counted and skipped. Output:
-one line (file) or message (topic) per sample, ``<probability>\\t<sample>``.
+one line (file) or message (topic) per sample, ``<prediction>\\t<sample>``: one
+prediction column per task, in task order (``probs`` of one binary task, ``y``
+of a regression, ``probs_<tower>`` / ``y_<tower>`` per tower of a multi-task
+model; the summary line names them, and ``--output_header`` writes them as a
+file's first line).
 Exit codes: 0 done, 2 bad config or flags, 3 no checkpoint / export, an
 input file or the broker unreachable, 4 too much bad input.
 """
@@ -48,6 +52,8 @@ def define_flags() -> None:
     flags.DEFINE_integer("max_samples", 0, "Score at most this many samples (0: all).")
     flags.DEFINE_string("output_path", "", "Write predictions to this file (local or oss://).")
     flags.DEFINE_string("output_topic", "", "Send predictions to this Kafka topic, one message per sample.")
+    flags.DEFINE_bool("output_header", False, "With --output_path: write a first line naming the columns, tab-"
+                      "separated (each task's prediction output, e.g. probs_ctr, y_watch, then sample).")
     flags.DEFINE_multi_string("kafka_config", [], "key=value, repeatable: a kafka-python setting for --input_topic "
                               "and --output_topic, e.g. sasl_plain_password=${KAFKA_PASSWORD} (${NAME}: from the "
                               "environment). The SASL/SSL settings of the config's kafka_train_input are used "
@@ -64,6 +70,9 @@ def main(argv) -> int:
     if bool(FLAGS.output_path) == bool(FLAGS.output_topic):
         print("error: give exactly one of --output_path and --output_topic", file=sys.stderr)
         return 2
+    if FLAGS.output_header and not FLAGS.output_path:
+        print("error: --output_header needs --output_path (a topic's messages are samples only)", file=sys.stderr)
+        return 2
     return run_job(_predict)
 
 
@@ -73,13 +82,13 @@ def _predict() -> int:
         FLAGS.config = os.path.join(newest_version(FLAGS.export_dir), ASSETS_DIR, PIPELINE_FILE)
     config = config_from_flags(online=False)
     if FLAGS.export_dir:
-        score = predictor.export_scorer(FLAGS.export_dir)
+        score, columns = predictor.export_scorer(FLAGS.export_dir)
     else:
         where = FLAGS.checkpoint_path or config.model_dir
         path = latest_checkpoint(where)
         if path is None:
             raise FileNotFoundError(f"no checkpoint at {where}")
-        score = predictor.checkpoint_scorer(config, path)
+        score, columns = predictor.checkpoint_scorer(config, path)
     data = config.data_config
     server = FLAGS.kafka_server or config.kafka_train_input.server
     # The input's SASL/SSL settings (not its tuning), then the flags': for the input and the output topic.
@@ -98,6 +107,8 @@ def _predict() -> int:
                                          security_settings(extra_consumer_config(connection, "--kafka_config")))
     else:
         sink = FileSink(FLAGS.output_path)
+        if FLAGS.output_header:
+            sink.write(["\t".join(columns + ["sample"]).encode()])
     bad_input = BadInputMonitor(data)
     stop = StopSignal()
     stop.install_signal_handlers()
@@ -109,7 +120,8 @@ def _predict() -> int:
         source.close()
         bad_input.close()
     print(f"scored {summary.samples} samples in {summary.seconds:.1f}s, rejected {bad_input.total} "
-          f"{ {k: v for k, v in bad_input.counts.items() if v} if bad_input.total else ''}-> {FLAGS.output_topic or FLAGS.output_path}")
+          f"{ {k: v for k, v in bad_input.counts.items() if v} if bad_input.total else ''}-> {FLAGS.output_topic or FLAGS.output_path} "
+          f"(columns: {', '.join(columns)}, sample)")
     return 0
 
 

@@ -10,14 +10,25 @@ from easyonline.tasks.from_config import single_task, tasks_from_towers
 def build_model(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> RankingModel:
     """Assumes a validated config (the model name and DeepFM's single embedding_dim are checked there)."""
     model_config = config.model_config
+    entry, field, sub = _model_entry(model_config)
+    dnn = sub.dnn if sub is not None else pipeline_pb2.DNN()
+    return entry.model_class(specs, model_config, dnn, seed=config.train_config.seed, name=field,
+                             tasks=build_tasks(config, specs, entry.model_class.task_towers(sub), field))
+
+
+def model_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> Tasks:
+    """The tasks ``build_model`` gives the model, without building it (e.g. an export's output names)."""
+    entry, field, sub = _model_entry(config.model_config)
+    return build_tasks(config, specs, entry.model_class.task_towers(sub), field)
+
+
+def _model_entry(model_config: pipeline_pb2.ModelConfig):
+    """(registry entry, its settings' field name, the settings or None) of ``model_config.model_class``."""
     entry = lookup(model_config.model_class)
     if entry is None:
         raise KeyError(f"model_config.model_class {model_config.model_class!r} is not registered")
     field = entry.config_field
-    sub = getattr(model_config, field) if model_config.HasField(field) else None
-    dnn = sub.dnn if sub is not None else pipeline_pb2.DNN()
-    return entry.model_class(specs, model_config, dnn, seed=config.train_config.seed, name=field,
-                             tasks=build_tasks(config, specs, entry.model_class.task_towers(sub), field))
+    return entry, field, (getattr(model_config, field) if model_config.HasField(field) else None)
 
 
 def build_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, towers=None, field: str = "") -> Tasks:

@@ -1,4 +1,5 @@
-"""Where predictions go: a file, or a Kafka topic. One line per scored sample: ``<probability>\\t<sample>``.
+"""Where predictions go: a file, or a Kafka topic. One line per scored sample: ``<prediction>\\t<sample>``,
+with one prediction column per task (``<probs_ctr>\\t<y_watch>\\t<sample>``, in task order).
 
 The sample is the input line as the parser read it (CSV in input_fields
 order; a JSON or custom record is shown in that CSV form), so a prediction
@@ -7,7 +8,7 @@ can be joined back to its input.
 import abc
 import os
 import tempfile
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 from kafka import KafkaProducer
@@ -16,10 +17,12 @@ from easyonline.config.kafka_settings import bootstrap_servers, connect_timeout
 from easyonline.utils import fileio
 
 
-def prediction_lines(probs: np.ndarray, lines: Optional[List[bytes]]) -> List[bytes]:
+def prediction_lines(columns: Sequence[np.ndarray], lines: Optional[List[bytes]]) -> List[bytes]:
+    """One line per sample: each column's value (``%.6f``), tab-separated, then the sample when given."""
+    values = [b"\t".join(b"%.6f" % v for v in row) for row in zip(*columns)]
     if lines is None:
-        return [b"%.6f" % p for p in probs]
-    return [b"%.6f\t%s" % (p, line) for p, line in zip(probs, lines)]
+        return values
+    return [b"%s\t%s" % (v, line) for v, line in zip(values, lines)]
 
 
 class PredictionSink(abc.ABC):

@@ -8,7 +8,7 @@ cluster's checkpoint (tables sharded over its ps) is loaded with as many
 shards in this process.
 """
 import logging
-from typing import Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from easyonline.embedding.dynamic_tables import checkpoint_shards
 from easyonline.features import build_feature_specs
 from easyonline.features.signature import feature_signature
 from easyonline.protos import pipeline_pb2
+from easyonline.tasks.output_names import prediction_names
 
 tf = ensure_legacy_keras()
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class CheckpointModel:
         self.shards = 0
         self.checkpoint: Optional[str] = None
         self.step = -1
+        self.prediction_names: List[str] = []  # tasks/output_names.py, once restored
 
     def restore(self, path: str) -> int:
         """Loads the checkpoint prefix ``path``; returns its training step (-1 for a model-only checkpoint)."""
@@ -46,11 +48,17 @@ class CheckpointModel:
             restored = restore_model(self.config, path, self.specs, shards)
             self.model, self.shards, self.step = restored.model, restored.shards, restored.step
             model = self.model
-            self._score = tf.function(lambda features: model(features, training=False),
+            self._score = tf.function(lambda features: model.task_outputs(model(features, training=False)),
                                       input_signature=[feature_signature(self.specs)], autograph=False)
+            self.prediction_names = prediction_names(model.tasks)
         self.checkpoint = path
         return self.step
 
     def score(self, features) -> np.ndarray:
-        """Probabilities [B] for parsed features."""
-        return tf.sigmoid(self._score(features)).numpy()
+        """The primary task's predictions [B] for parsed features: probabilities (or a regression's values)."""
+        return self._score(features)[self.prediction_names[0]].numpy()
+
+    def predictions(self, features) -> Dict[str, np.ndarray]:
+        """Every task's predictions [B] for parsed features, by output name (``prediction_names``' order)."""
+        out = self._score(features)
+        return {name: out[name].numpy() for name in self.prediction_names}

@@ -5,7 +5,8 @@ written for TF Serving's gRPC API (``tensorflow_serving.apis``) works
 unchanged, with this model's name, ``serving_default`` (or no signature
 name) and the served version or none. Bad requests get INVALID_ARGUMENT
 naming the input, too many rows RESOURCE_EXHAUSTED, another model or
-version NOT_FOUND. The tensors' declared sizes are checked before any is
+version NOT_FOUND. Predict answers every output tensor of the export (every
+task's, as REST does). The tensors' declared sizes are checked before any is
 built (request_limits.py); a message over --max_request_bytes is refused by
 gRPC itself.
 """

@@ -2,7 +2,9 @@
 
 - ``POST /v1/models/<name>:predict`` with ``{"instances": [{input: value}, ...]}`` (answers
   ``{"predictions": [{"probs": p, "logits": l}, ...]}``) or ``{"inputs": {input: [values]}}``
-  (answers ``{"outputs": {"probs": [...], "logits": [...]}}``);
+  (answers ``{"outputs": {"probs": [...], "logits": [...]}}``); every output of the export is there, each
+  task's under EasyRec's names (``y`` for a regression, ``probs_<tower>``, ``logits_<tower>``, ``y_<tower>``
+  for a multi-task model's towers);
 - ``GET /v1/models/<name>``: version, last applied step and sequence, update lag;
 - ``GET /v1/models/<name>/metadata``: the signature defs, as TF Serving's GetModelMetadata;
 - each also under ``/v1/models/<name>/versions/<version>`` (the loaded version; another is 404), and a

@@ -1,5 +1,10 @@
 """One exported SavedModel version, loaded: predict from raw inputs, apply decoded update messages.
 
+``predict`` returns every output of the export (every task's, under EasyRec's
+names); ``prediction_names`` are the tasks' prediction outputs (``probs`` /
+``y``, suffixed ``_<tower>`` in a multi-task model), the primary task's first,
+as the export's pipeline.config builds them.
+
 A reader of the SavedModel must import tensorflow_recommenders_addons first:
 the tables are TFRA ops that stock TensorFlow does not know.
 """
@@ -13,7 +18,10 @@ import numpy as np
 from easyonline.config.loader import parse_pipeline_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.export.layout import ASSETS_DIR, DENSE_SHAPES_FILE, INCR_UPDATE_FILE, PIPELINE_FILE, SAVED_MODEL_FILE
+from easyonline.features import build_feature_specs
+from easyonline.models.builder import model_tasks
 from easyonline.protos import update_pb2
+from easyonline.tasks.output_names import prediction_names
 from easyonline.updates.apply_rules import message_changes
 from easyonline.updates.param_ids import read_parameter_ids
 
@@ -49,6 +57,8 @@ class LoadedExport:
         with open(os.path.join(assets, PIPELINE_FILE)) as f:
             self.pipeline_config = f.read()
         self.config = parse_pipeline_config(self.pipeline_config, PIPELINE_FILE)
+        # each task's prediction output, the primary task's first (what score_features and predict write)
+        self.prediction_names: List[str] = prediction_names(model_tasks(self.config, build_feature_specs(self.config)))
         # Predict calls the one concrete function directly: the restored tf.function would first match the
         # request's tensors against its traces (~0.3 ms of a batch-1 request with five inputs, more with more).
         self._serve_concrete = self._module.serve.concrete_functions[0]
@@ -105,9 +115,20 @@ class LoadedExport:
             out = self._serve_concrete(tensors)
         return {name: value.numpy() for name, value in out.items()}
 
+    @property
+    def primary_output(self) -> str:
+        """The primary task's prediction output (``probs``, ``y``, ``probs_<tower>`` or ``y_<tower>``)."""
+        return self.prediction_names[0]
+
     def score_features(self, features) -> np.ndarray:
-        """Probabilities for already parsed features (the export's pipeline.config parser's output)."""
-        return self._module.score_features(features)["probs"].numpy()
+        """The primary task's predictions (a probability, or a regression's value) for already parsed features
+        (the export's pipeline.config parser's output)."""
+        return self._module.score_features(features)[self.primary_output].numpy()
+
+    def predictions(self, features) -> Dict[str, np.ndarray]:
+        """Every task's predictions for parsed features, by output name in ``prediction_names`` order."""
+        out = self._module.score_features(features)
+        return {name: out[name].numpy() for name in self.prediction_names}
 
     def apply(self, message: update_pb2.UpdateMessage) -> int:
         """Applies one decoded message by the rules of updates/apply_rules.py; returns the entries applied.

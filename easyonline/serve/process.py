@@ -66,12 +66,22 @@ class ServingProcess:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())
 
-    def predict(self, rows: List[dict]) -> np.ndarray:
-        """Probabilities for TF Serving "instances" rows; raises on any error."""
+    def predict_outputs(self, rows: List[dict]) -> Dict[str, np.ndarray]:
+        """Every output the server answers for TF Serving "instances" rows, by name; raises on any error."""
         code, body = self.post(json.dumps({"instances": rows}).encode())
         if code != 200:
             raise RuntimeError(f"predict answered {code}: {body}")
-        return np.array([p["probs"] for p in body["predictions"]])
+        predictions = body["predictions"]
+        return {name: np.array([p[name] for p in predictions]) for name in predictions[0]}
+
+    def predict(self, rows: List[dict], output: str = "") -> np.ndarray:
+        """One output for "instances" rows: ``output``, or else the single task's ``probs`` (or ``y`` of a
+        regression); a multi-task model's answer needs the output named (``probs_<tower>``...)."""
+        outputs = self.predict_outputs(rows)
+        name = output or next((n for n in ("probs", "y") if n in outputs), "")
+        if name not in outputs:
+            raise KeyError(f"the server answers outputs {sorted(outputs)}; name one (output=...)")
+        return outputs[name]
 
     def wait_for(self, condition: Callable[[dict], bool], timeout: float = 90) -> dict:
         """Polls the status until ``condition(status)``; the status that met it."""

@@ -1,0 +1,124 @@
+"""Every task's outputs through export, REST, gRPC and the predict job, under EasyRec's names.
+
+A regression model (``loss_type: L2_LOSS``) answers ``y`` (no ``probs``); the
+server starts from an export of an early checkpoint and replays the updates
+the trainer published after it, so its answers equal the trained model's.
+Uses test_export_serve's helpers (export, Server, instances): subprocesses,
+real TF/TFRA, real HTTP and gRPC on 127.0.0.1.
+"""
+import json
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from easyonline.jobs.online_train import build_trainer
+from easyonline.tools.stream_producer import SyntheticCtrStream
+from tests.conftest import PYTHON, online_config, python_env
+from tests.integration.test_export_serve import Server, _file_numbers, export, instances
+
+
+def trained_outputs(trainer, lines):
+    """The trained model's ``task_outputs`` (every output name -> numpy [B]) for CSV sample lines."""
+    model = trainer.model
+    parsed = trainer.parser.parse(lines)
+    return {name: value.numpy() for name, value in
+            model.task_outputs(model(parsed.features, training=False)).items()}
+
+
+def grpc_outputs(server, rows):
+    """Every output tensor a TF Serving gRPC client gets for ``rows``, by name."""
+    import grpc  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc  # pylint: disable=g-import-not-at-top
+    port = int(re.search(r"over gRPC on [\d.]+:(\d+)", server.log_tail(100000))[1])
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = server.model_name
+    for name in rows[0]:
+        request.inputs[name].CopyFrom(tf.make_tensor_proto([row[name] for row in rows],
+                                                           dtype=tf.float32 if name.startswith("I") else tf.string))
+    response = stub.Predict(request, timeout=30)
+    return {name: tf.make_ndarray(proto) for name, proto in response.outputs.items()}
+
+
+def train_publish_and_export_early(tmp_path, **edits):
+    """A model trained on 3000 file samples (6 steps of 500) that publishes every 2 steps to a directory,
+    with an export of its step-2 checkpoint: a server of it must replay steps 3-6 from the updates."""
+    data = tmp_path / "train.csv"
+    data.write_bytes(b"\n".join(SyntheticCtrStream().lines(0, 3000)) + b"\n")
+    updates = tmp_path / "updates"
+    config = online_config(tmp_path / "m", **{
+        "data_config.batch_size": 500, "train_config.save_checkpoints_secs": 0,
+        "train_config.save_checkpoints_steps": 2, **edits,
+        "train_config.incr_save_config": {"sparse_save_steps": 2, "dense_save_steps": 2,
+                                          "fs": {"incr_save_dir": str(updates)}}})
+    config.ClearField("kafka_train_input")
+    config.file_train_input.paths.append(str(data))
+    trainer = build_trainer(config, online=False)
+    trainer.run()
+    assert trainer.step == 6
+    version = export(tmp_path / "m", tmp_path / "export", f"--checkpoint_path={tmp_path / 'm' / 'model.ckpt-2'}")
+    return trainer, version, updates
+
+
+@pytest.fixture(scope="module")
+def regression_served(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("regression")
+    trainer, version, updates = train_publish_and_export_early(tmp_path, **{"model_config.loss_type": "L2_LOSS"})
+    server = Server(tmp_path / "export", tmp_path / "serve.log", "--grpc_port=0")
+    yield trainer, server, version, updates, tmp_path
+    server.stop()
+
+
+def test_a_regression_export_serves_y_over_rest_and_grpc_equal_to_the_trained_model(regression_served):
+    trainer, server, _, updates, _ = regression_served
+    last = max(sequence for _, sequence in _file_numbers(updates))
+    status = server.wait_for(lambda s: s["last_applied_sequence"] == last, timeout=120)
+    assert status["last_applied_step"] == 6 and status["refused_updates"] == {}  # replayed steps 3-6
+    lines = list(SyntheticCtrStream().lines(50000, 7))  # never trained on; many of their ids are known
+    expected = trained_outputs(trainer, lines)
+    assert sorted(expected) == ["y"]  # one regression task: EasyRec's name, no sigmoid, no logits
+    rows = instances(lines)
+    served = server.predict_outputs(rows)
+    assert sorted(served) == ["y"]
+    np.testing.assert_allclose(served["y"], expected["y"], atol=1e-5)
+    np.testing.assert_allclose(server.predict(rows), expected["y"], atol=1e-5)  # the single task's output
+    code, body = server.post(json.dumps({"inputs": {name: [rows[0][name]] for name in rows[0]}}).encode())
+    assert code == 200 and sorted(body["outputs"]) == ["y"]
+    np.testing.assert_allclose(body["outputs"]["y"], expected["y"][:1], atol=1e-5)
+    by_grpc = grpc_outputs(server, rows)
+    assert sorted(by_grpc) == ["y"]
+    np.testing.assert_allclose(by_grpc["y"], expected["y"], atol=1e-5)
+    with pytest.raises(KeyError, match="y"):
+        server.predict(rows, output="probs")  # a regression has no probs: named, not a silent 0
+
+
+def test_predict_writes_the_regression_column_named(regression_served):
+    trainer, _, version, _, tmp_path = regression_served
+    lines = list(SyntheticCtrStream().lines(60000, 5))
+    (tmp_path / "score.csv").write_bytes(b"\n".join(lines) + b"\n")
+    out = tmp_path / "scores.tsv"
+    proc = subprocess.run([PYTHON, "-m", "easyonline.predict", f"--config={tmp_path / 'm' / 'pipeline.config'}",
+                           f"--input_path={tmp_path / 'score.csv'}", f"--output_path={out}", "--output_header"],
+                          env=python_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "(columns: y, sample)" in proc.stdout, proc.stdout
+    header, *scored = out.read_bytes().splitlines()
+    assert header == b"y\tsample" and len(scored) == 5
+    assert [line.split(b"\t", 1)[1] for line in scored] == lines
+    np.testing.assert_allclose([float(line.split(b"\t")[0]) for line in scored],
+                               trained_outputs(trainer, lines)["y"], atol=2e-6)  # six decimals
+    # the export of step 2 writes the same column, with that checkpoint's values
+    proc = subprocess.run([PYTHON, "-m", "easyonline.predict", f"--export_dir={version}",
+                           f"--input_path={tmp_path / 'score.csv'}", f"--output_path={tmp_path / 'early.tsv'}"],
+                          env=python_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    early = [line.split(b"\t") for line in (tmp_path / "early.tsv").read_bytes().splitlines()]
+    assert len(early) == 5 and all(len(parts) == 2 for parts in early)  # y, then the sample
+    assert not np.allclose([float(p[0]) for p in early], [float(line.split(b"\t")[0]) for line in scored], atol=1e-4)
+    proc = subprocess.run([PYTHON, "-m", "easyonline.predict", f"--export_dir={version}", "--output_header",
+                           f"--input_path={tmp_path / 'score.csv'}", "--output_topic=t"],
+                          env=python_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "--output_header needs --output_path" in proc.stderr
