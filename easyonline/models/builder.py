@@ -38,14 +38,3 @@ def build_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, towers
     if towers:
         return Tasks(tasks_from_towers(towers, specs.label_names, window, f"model_config.{field}.task_towers"))
     return Tasks([single_task(config.model_config, specs.label_names, window)])
-
-
-def model_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> Tasks:
-    """The tasks the config's model trains (their labels, kinds and output names), without building the model:
-    what a client of its export must send and may read (tools/bench/easyrec_samples.py)."""
-    entry = lookup(config.model_config.model_class)
-    if entry is None:
-        raise KeyError(f"model_config.model_class {config.model_config.model_class!r} is not registered")
-    field = entry.config_field
-    sub = getattr(config.model_config, field) if config.model_config.HasField(field) else None
-    return build_tasks(config, specs, entry.model_class.task_towers(sub), field)

@@ -141,10 +141,9 @@ def model_tasks(config: pipeline_pb2.PipelineConfig):
 
 
 def expected_outputs(config: pipeline_pb2.PipelineConfig) -> List[str]:
-    """Every output name the export serves for the config's tasks (``probs_ctr``, ``y_price``, ``probs``...)."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    tasks = model_tasks(config)
-    return sorted(name for t in tasks for name in t.outputs(tf.zeros([1]), tasks.output_suffix(t)))
+    """Each task's prediction output the export serves (``probs_ctr``, ``y_price``; ``probs`` for one task)."""
+    from easyonline.tasks.output_names import prediction_names  # pylint: disable=g-import-not-at-top
+    return prediction_names(model_tasks(config))
 
 
 def _feature_of_input(config: pipeline_pb2.PipelineConfig) -> Dict[str, pipeline_pb2.FeatureConfig]:
