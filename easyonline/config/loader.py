@@ -4,6 +4,7 @@ Parse errors are turned into :class:`ConfigError` naming the dotted path of
 the offending field, which protobuf's own message (a line and column) lacks.
 """
 import json
+import logging
 import re
 from typing import Any, Dict, List, Union
 
@@ -15,6 +16,7 @@ from easyonline.config.secrets import redacted
 from easyonline.protos import pipeline_pb2
 from easyonline.utils import fileio
 
+log = logging.getLogger(__name__)
 _TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|#[^\n]*|[A-Za-z_][\w]*|[{}<>\[\]:,]|\S')
 
 
@@ -36,11 +38,29 @@ def _enclosing_path(text: str, line: int, column: int) -> List[str]:
     return stack
 
 
+_REPEATED_SINGULAR = re.compile(r'should not have multiple "(\w+)" fields')
+
+
 def parse_pipeline_config(text: str, source: str = "<string>") -> pipeline_pb2.PipelineConfig:
-    """Parses protobuf text format into a PipelineConfig, with path-naming errors."""
+    """Parses protobuf text format into a PipelineConfig, with path-naming errors.
+
+    A singular field given twice takes its last value, as EasyRec reads its configs (``text_format.Merge``),
+    with a warning naming it; anything else protobuf refuses is a ConfigError naming the field."""
     config = pipeline_pb2.PipelineConfig()
+    easyrec_text = read_easyrec_text(text)
     try:
-        text_format.Parse(read_easyrec_text(text), config)
+        try:
+            text_format.Parse(easyrec_text, config)
+        except text_format.ParseError as e:
+            repeated = _REPEATED_SINGULAR.search(str(e))
+            if repeated is None:
+                raise
+            config.Clear()
+            text_format.Merge(easyrec_text, config)
+            line, column = e.GetLine() or 0, e.GetColumn() or 0
+            field = ".".join(_enclosing_path(text, line, column) + [repeated.group(1)])
+            log.warning("config field %s is given more than once (%s:%d): the last value is used, as EasyRec "
+                        "does", field, source, line)
     except text_format.ParseError as e:
         line, column = getattr(e, "GetLine", lambda: 0)() or 0, getattr(e, "GetColumn", lambda: 0)() or 0
         message = str(e)

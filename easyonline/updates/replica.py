@@ -7,12 +7,13 @@ apply_rules.py, which the serving processor follows too. Tests and the demo
 use it to prove the stream reproduces the trainer; base/delta loading uses it
 to rebuild a saved model.
 """
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
 from easyonline.protos import update_pb2
 from easyonline.updates.apply_rules import DUPLICATE, GAP, NEXT, OTHER_MODEL, StreamCursor, message_changes
+from easyonline.updates.codec import decode_update
 from easyonline.updates.full_sync import FullSyncTracker, rows_to_remove
 
 
@@ -102,3 +103,12 @@ class ParameterReplica:
         width = len(next(iter(table.values()))) if table else 0
         rows = np.stack([table[k] for k in keys.tolist()]) if len(keys) else np.zeros((0, width), np.float32)
         return keys, rows
+
+
+def replay(records: Iterable[Tuple[int, bytes]], model_name: Optional[str] = None) -> ParameterReplica:
+    """A fresh replica with every (position, encoded message) of ``records`` applied in order (as a reader's
+    ``read_available`` returns them): what a server that read the stream from its start holds."""
+    replica = ParameterReplica(model_name)
+    for _, data in records:
+        replica.apply(decode_update(data))
+    return replica

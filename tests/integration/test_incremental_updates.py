@@ -9,6 +9,7 @@ from easyonline.updates.param_ids import DENSE_IDS_FILE, TABLE_IDS_FILE, read_pa
 from easyonline.publish.publish_callback import IncrementalPublish
 from easyonline.updates.model_diff import differences_from_model
 from easyonline.updates.replica import ParameterReplica
+from easyonline.updates.replica import replay as _replay
 from easyonline.updates.codec import decode_update
 from easyonline.updates.readers import DirectoryUpdateReader, KafkaUpdateReader
 from easyonline.updates.transport import KAFKA, StreamLocation, open_reader
@@ -47,13 +48,6 @@ def _file_config(tmp_path, samples, start=0, **edits):
     config.ClearField("kafka_train_input")
     config.file_train_input.paths.append(str(path))
     return config
-
-
-def _replay(records, model_name):
-    replica = ParameterReplica(model_name)
-    for _, data in records:
-        replica.apply(decode_update(data))
-    return replica
 
 
 def assert_replica_equals_trainer(replica, trainer, model_dir):

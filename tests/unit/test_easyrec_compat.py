@@ -284,3 +284,32 @@ def test_the_converter_writes_a_config_in_this_projects_form(tmp_path):
     proc = subprocess.run([PYTHON, "-m", "easyonline.tools.from_easyrec", str(bad), str(tmp_path / "x")], cwd=ROOT,
                           env=python_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "feature_groups[1].feature_names" in proc.stderr
+
+
+def test_a_field_given_twice_takes_its_last_value_as_easyrec_with_a_warning_naming_it(tmp_path, caplog):
+    """EasyRec reads configs with text_format.Merge (its multi_tower_on_taobao_sok sample sets
+    log_step_count_steps twice); an unknown field stays an error naming it."""
+    text = BASE + "train_config {\n  num_steps: 10\n  num_steps: 30\n}\n"
+    with caplog.at_level(logging.WARNING, logger="easyonline.config.loader"):
+        config = _load(tmp_path, text)
+    assert config.train_config.num_steps == 30
+    assert "config field train_config.num_steps is given more than once" in caplog.text
+    assert "c.config:10)" in caplog.text  # the second one: BASE is 7 lines, then "train_config {" and two more
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, text + "train_config { num_stepz: 1 }\n")
+    assert e.value.path == "train_config.num_stepz"
+
+
+def test_easyrec_export_config_fields_are_accepted_and_named_in_the_one_warning(tmp_path, caplog):
+    """The shapes of EasyRec's multi_tower best-export, early-stop and multi-value export samples."""
+    text = BASE + """export_config {
+  exporter_type: "best" best_exporter_metric: "gauc" exports_to_keep: 2 max_check_steps: 50 enable_early_stop: true
+  multi_value_fields { input_name: 'u' input_name: 'i' }
+  placeholder_named_by_input: true
+}
+"""
+    with caplog.at_level(logging.WARNING, logger="easyonline.config.easyrec_compat"):
+        config = _load(tmp_path, text)
+    assert not config.HasField("export_config")
+    warnings = [r.getMessage() for r in caplog.records if "accepted and ignored" in r.getMessage()]
+    assert len(warnings) == 1 and "export_config (" in warnings[0]

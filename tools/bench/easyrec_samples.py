@@ -1,0 +1,430 @@
+"""Judging harness: EasyRec's multi-task and ranking samples (MultiTower, DBMTL, MMoE, ESMM, DCN) given a Kafka input.
+
+For each config, as a user coming from EasyRec would run it: its file inputs
+(``train_input_path``, ``eval_input_path``) are replaced by a
+``kafka_train_input`` on the local broker and ``input_type: KafkaInput``
+(``with_kafka_input``), and it is loaded by the trainer's own loader
+(``load_pipeline_config``: EasyRec's forms are read by config/easyrec_compat.py)
+and validated. Then, one step after another, each stopping the config at its
+first error:
+
+- trained: a stream generated from the config's own ``input_fields`` and
+  feature configs (``sample_lines``: ids for id features, numbers for raw
+  features, separated ids for tag features, 0/1 labels for binary tasks,
+  numbers for regression ones) goes through the local broker and is trained
+  to its end (offline mode), with incremental publishing to an update topic;
+- exported: ``python -m easyonline.export`` of the final checkpoint;
+- served: ``python -m easyonline.serve`` answers a REST predict of rows built
+  from the same fields with every task's outputs (``probs_<tower>`` /
+  ``y_<tower>``, or ``probs`` / ``y`` for one task), finite numbers;
+- replay-equal: the published updates, replayed into a fresh replica from the
+  topic's start, equal the trained model bit for bit (every table's keys and
+  rows, every dense parameter).
+
+A config that does not load reports the ConfigError (the field and why): that
+is docs/easyrec.md's table. Prints a table and JSON (``--json FILE`` writes it
+too); exits 1 unless every family has at least one sample passing every step.
+
+    .venv/bin/python tools/bench/easyrec_samples.py [--configs DIR | --mirror EASYREC_GIT_DIR] [--samples 3000]
+
+Without ``--configs``, the five families' ``samples/model_config`` files are
+taken from the EasyRec git directory (``git show``) into a temporary
+directory; nothing of EasyRec is kept. tests/integration/test_easyrec_multitask.py
+runs these functions on small configs of its own.
+"""
+import argparse
+import dataclasses
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+import easyonline  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS first)
+from easyonline.config import load_pipeline_config  # noqa: E402
+from easyonline.config.validate import validate_pipeline_config  # noqa: E402
+from easyonline.core.errors import ConfigError  # noqa: E402
+from easyonline.features import build_feature_specs  # noqa: E402
+from easyonline.protos import pipeline_pb2  # noqa: E402
+
+FAMILIES = ("multi_tower", "dbmtl", "mmoe", "esmm", "dcn")
+STEPS = ("loaded", "trained", "exported", "served", "replay_equal")
+FieldType = pipeline_pb2.DataConfig.FieldType
+FeatureType = pipeline_pb2.FeatureConfig.FeatureType
+_INTS = (FieldType.INT32, FieldType.INT64)
+_FLOATS = (FieldType.FLOAT, FieldType.DOUBLE)
+
+
+@dataclasses.dataclass
+class SampleResult:
+    """How far one config got: the steps passed in order, the first error, what it trained and served."""
+    name: str
+    family: str
+    model_class: str = ""
+    passed: List[str] = dataclasses.field(default_factory=list)
+    error: str = ""
+    samples: int = 0
+    outputs: List[str] = dataclasses.field(default_factory=list)
+    published: int = 0
+    seconds: Dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.passed == list(STEPS)
+
+
+def family_of(name: str) -> str:
+    """The family a sample's file name belongs to (its prefix), or ""."""
+    return next((f for f in FAMILIES if os.path.basename(name).startswith(f + "_")), "")
+
+
+def extract_configs(mirror: str, out_dir: str, families: Sequence[str] = FAMILIES) -> List[str]:
+    """The families' ``samples/model_config/*.config`` of an EasyRec git directory, written to ``out_dir``."""
+    listing = subprocess.run(["git", "-C", mirror, "ls-tree", "-r", "--name-only", "HEAD", "samples/model_config"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    paths = []
+    for name in listing:
+        base = os.path.basename(name)
+        if base.endswith(".config") and any(base.startswith(f + "_") for f in families):
+            text = subprocess.run(["git", "-C", mirror, "show", f"HEAD:{name}"], capture_output=True, check=True).stdout
+            path = os.path.join(out_dir, base)
+            with open(path, "wb") as f:
+                f.write(text)
+            paths.append(path)
+    return sorted(paths)
+
+
+_FILE_INPUT = re.compile(r"^\s*(train_input_path|eval_input_path)\s*:.*$", re.M)
+_INPUT_TYPE = re.compile(r"(\binput_type\s*:\s*)(\w+Input\w*)")
+
+
+def with_kafka_input(text: str, server: str, topic: str) -> str:
+    """The user's edit of a file-input sample: its input paths replaced by a ``kafka_train_input`` and its
+    ``data_config.input_type`` by ``KafkaInput`` (an input field's ``input_type: STRING`` is left alone)."""
+    text = _FILE_INPUT.sub("", text)
+    text = _INPUT_TYPE.sub(lambda m: m.group(1) + "KafkaInput", text)
+    return f'kafka_train_input {{ server: "{server}" topic: "{topic}" }}\n' + text
+
+
+def load_sample(path: str, server: str, topic: str, model_dir: str, updates_topic: str,
+                batch_size: int = 256) -> pipeline_pb2.PipelineConfig:
+    """The sample given a Kafka input, loaded and validated as the trainer does, with publishing to
+    ``updates_topic`` on; the sample's batch size is lowered to train a few thousand samples in several steps."""
+    with open(path) as f:
+        text = with_kafka_input(f.read(), server, topic)
+    edited = os.path.join(os.path.dirname(model_dir), os.path.basename(path))
+    with open(edited, "w") as f:
+        f.write(text)
+    edits = {"model_dir": model_dir, "data_config.batch_size": batch_size, "data_config.batch_timeout_ms": 200,
+             "train_config.save_checkpoints_secs": 0, "train_config.log_step_count_secs": 5,
+             "train_config.incr_save_config": {"sparse_save_steps": 2, "dense_save_steps": 3,
+                                               "kafka": {"server": server, "topic": updates_topic}}}
+    config = load_pipeline_config(edited, json.dumps(edits))
+    validate_pipeline_config(config)
+    return config
+
+
+def model_tasks(config: pipeline_pb2.PipelineConfig):
+    """The config's tasks (models/builder.py), each with its label and kind."""
+    from easyonline.models.builder import model_tasks as tasks_of  # pylint: disable=g-import-not-at-top
+    return tasks_of(config, build_feature_specs(config))
+
+
+def expected_outputs(config: pipeline_pb2.PipelineConfig) -> List[str]:
+    """Each task's prediction output the export serves (``probs_ctr``, ``y_price``; ``probs`` for one task)."""
+    from easyonline.tasks.output_names import prediction_names  # pylint: disable=g-import-not-at-top
+    return prediction_names(model_tasks(config))
+
+
+def _feature_of_input(config: pipeline_pb2.PipelineConfig) -> Dict[str, pipeline_pb2.FeatureConfig]:
+    """The feature config reading each input field (a combo's parts are read as themselves elsewhere)."""
+    found: Dict[str, pipeline_pb2.FeatureConfig] = {}
+    for feature in config.feature_configs:
+        if feature.feature_type != FeatureType.ComboFeature and feature.input_names:
+            found.setdefault(feature.input_names[0], feature)
+    return found
+
+
+class SampleGenerator:
+    """CSV lines of a config's ``input_fields``, and the same samples as REST rows.
+
+    Each id feature draws from a small skewed vocabulary (so ids repeat and
+    are trained); raw features are numbers (spanning their boundaries or
+    min_val..max_val); tag features 1-3 ids joined by their separator.
+    Binary labels are 0/1 from a hidden logistic model of the first id
+    feature, a later binary label only where the first is 1 (as a purchase
+    needs a click); regression labels are numbers.
+    """
+
+    def __init__(self, config: pipeline_pb2.PipelineConfig, seed: int = 5, vocab: int = 60):
+        self.config = config
+        self.fields = list(config.data_config.input_fields)
+        self.separator = config.data_config.separator
+        self.features = _feature_of_input(config)
+        tasks = model_tasks(config)
+        self.label_kind = {t.label_name: t.kind for t in tasks}
+        self.labels = set(config.data_config.label_fields) | set(self.label_kind)
+        self.rng = np.random.default_rng(seed)
+        self.vocab = vocab
+        self.weights = self.rng.normal(0, 1.5, vocab)
+        self._probs = 1.0 / np.arange(1, vocab + 1) ** 1.1
+        self._probs /= self._probs.sum()
+
+    def _id(self, field: pipeline_pb2.DataConfig.Field, index: int):
+        return index if field.input_type in _INTS else f"{field.input_name}_{index}"
+
+    def _value(self, field: pipeline_pb2.DataConfig.Field, hidden: int):
+        feature = self.features.get(field.input_name)
+        if feature is not None and feature.feature_type == FeatureType.RawFeature:
+            if feature.boundaries:
+                low, high = feature.boundaries[0] - 1, feature.boundaries[-1] + 1
+            elif feature.max_val > feature.min_val:
+                low, high = feature.min_val, feature.max_val
+            else:
+                low, high = 0.0, 10.0
+            number = self.rng.uniform(low, high)
+            return int(number) if field.input_type in _INTS else round(float(number), 4)
+        if feature is not None and feature.feature_type == FeatureType.TagFeature:
+            count = int(self.rng.integers(1, 4))
+            ids = self.rng.choice(self.vocab, count, p=self._probs)
+            return feature.separator.join(str(self._id(field, int(i))) for i in ids)
+        if field.input_type in _FLOATS:
+            return round(float(self.rng.uniform(0, 10)), 4)
+        if field.input_type == FieldType.BOOL:
+            return int(self.rng.integers(0, 2))
+        return self._id(field, hidden if feature is not None else int(self.rng.integers(0, self.vocab)))
+
+    def samples(self, count: int) -> List[Dict[str, object]]:
+        """``count`` samples as dicts by input name (labels included)."""
+        rows = []
+        for _ in range(count):
+            draws = iter(self.rng.choice(self.vocab, len(self.fields), p=self._probs).tolist())
+            row: Dict[str, object] = {}
+            for field in self.fields:
+                hidden = next(draws)
+                if field.input_name not in self.labels:
+                    row[field.input_name] = self._value(field, hidden)
+            first = next((v for f, v in row.items() if f in self.features and isinstance(v, (int, str))), 0)
+            score = self.weights[zlib.crc32(str(first).encode()) % self.vocab]
+            clicked = None
+            for field in self.fields:
+                name = field.input_name
+                if name not in self.labels:
+                    continue
+                if self.label_kind.get(name, "binary") == "regression":
+                    row[name] = round(float(score + self.rng.normal(0, 0.5)), 4)
+                elif clicked is None:
+                    clicked = int(self.rng.random() < 1 / (1 + math.exp(-score)))
+                    row[name] = clicked
+                else:
+                    row[name] = int(clicked and self.rng.random() < 0.4)
+            rows.append(row)
+        return rows
+
+    def line(self, row: Dict[str, object]) -> bytes:
+        return self.separator.join(str(row.get(f.input_name, "")) for f in self.fields).encode()
+
+    def instance(self, row: Dict[str, object]) -> Dict[str, object]:
+        """A TF Serving "instances" row: every field but the labels, ids and tags as strings, numbers as numbers."""
+        out: Dict[str, object] = {}
+        for field in self.fields:
+            name = field.input_name
+            if name in self.labels or name == self.config.data_config.sample_weight:
+                continue
+            value = row[name]
+            out[name] = value if field.input_type in _INTS + _FLOATS + (FieldType.BOOL,) else str(value)
+        return out
+
+
+def python_env() -> Dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def export_model(model_dir: str, export_dir: str) -> str:
+    """``python -m easyonline.export`` of the model's latest checkpoint (a subprocess: TFRA's inference mode is
+    process-wide); the version directory it wrote."""
+    proc = subprocess.run([sys.executable, "-m", "easyonline.export", f"--config={model_dir}/pipeline.config",
+                           f"--export_dir={export_dir}"], env=python_env(), capture_output=True, text=True,
+                          timeout=600, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"export exited {proc.returncode}: {proc.stderr[-1500:]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def serve_and_predict(export_dir: str, log_path: str, rows: List[dict]) -> List[dict]:
+    """The REST predictions of ``rows`` by ``python -m easyonline.serve`` on the export."""
+    from easyonline.serve.process import ServingProcess  # pylint: disable=g-import-not-at-top
+    server = ServingProcess(export_dir, log_path, "--status_secs=5", env=python_env())
+    try:
+        code, body = server.post(json.dumps({"instances": rows}).encode())
+    finally:
+        server.stop()
+    if code != 200:
+        raise RuntimeError(f"predict answered {code}: {body}")
+    return body["predictions"]
+
+
+def check_outputs(predictions: List[dict], expected: Sequence[str], count: int) -> None:
+    """Every expected output present in every prediction, a finite number (a probability in [0, 1])."""
+    if len(predictions) != count:
+        raise AssertionError(f"{len(predictions)} predictions for {count} rows")
+    for name in expected:
+        values = [p.get(name) for p in predictions]
+        if any(v is None for v in values):
+            raise AssertionError(f"output {name!r} missing (the predictions have {sorted(predictions[0])})")
+        array = np.asarray(values, np.float64)
+        if not np.all(np.isfinite(array)):
+            raise AssertionError(f"output {name!r} is not finite: {values[:5]}")
+        if name.startswith("probs") and not np.all((array >= 0) & (array <= 1)):
+            raise AssertionError(f"output {name!r} is not a probability: {values[:5]}")
+
+
+def replay_differences(server: str, updates_topic: str, trainer, model_dir: str) -> tuple:
+    """(messages read, what differs between the trainer's model and the topic's updates replayed into a fresh
+    replica: empty when equal bit for bit)."""
+    from easyonline.updates.model_diff import differences_from_model  # pylint: disable=g-import-not-at-top
+    from easyonline.updates.param_ids import read_parameter_ids  # pylint: disable=g-import-not-at-top
+    from easyonline.updates.readers import KafkaUpdateReader  # pylint: disable=g-import-not-at-top
+    from easyonline.updates.replica import replay  # pylint: disable=g-import-not-at-top
+    reader = KafkaUpdateReader(server, updates_topic)
+    try:
+        records = reader.read_available()
+    finally:
+        reader.close()
+    replica = replay(records, os.path.basename(model_dir.rstrip("/")))
+    return len(records), differences_from_model(replica, trainer.model, read_parameter_ids(model_dir))
+
+
+def _error(e: BaseException) -> str:
+    return str(e) if isinstance(e, ConfigError) else f"{type(e).__name__}: {e}"
+
+
+def run_sample(path: str, broker, work_dir: str, samples: int = 3000, predict_rows: int = 8,
+               seed: int = 5) -> SampleResult:
+    """One config through every step (see the module's docstring); the first error stops it."""
+    from easyonline.jobs.online_train import build_trainer  # pylint: disable=g-import-not-at-top
+    from easyonline.tools.stream_producer import produce  # pylint: disable=g-import-not-at-top
+    name = os.path.basename(path).rsplit(".", 1)[0]
+    result = SampleResult(name, family_of(path))
+    os.makedirs(work_dir, exist_ok=True)
+    topic, updates = re.sub(r"[^A-Za-z0-9_]", "_", name)[:80], re.sub(r"[^A-Za-z0-9_]", "_", name)[:80] + "_updates"
+    model_dir = os.path.join(work_dir, "model")
+    step = "loaded"
+    started = time.time()
+
+    def passed(name: str) -> None:
+        nonlocal started
+        result.passed.append(name)
+        result.seconds[name] = round(time.time() - started, 1)
+        started = time.time()
+
+    try:
+        config = load_sample(path, broker.bootstrap, topic, model_dir, updates)
+        result.model_class = config.model_config.model_class
+        expected = expected_outputs(config)
+        passed(step)
+
+        step = "trained"
+        generator = SampleGenerator(config, seed)
+        rows = generator.samples(samples + predict_rows)
+        broker.create_topic(topic, 2)
+        produce(broker.bootstrap, topic, [[generator.line(r) for r in rows[:samples]]], partitions=2)
+        trainer = build_trainer(config, online=False)
+        summary = trainer.run()
+        result.samples = summary.samples
+        if summary.samples != samples:
+            raise AssertionError(f"trained {summary.samples} of the {samples} samples produced")
+        passed(step)
+
+        step = "exported"
+        export_dir = os.path.join(work_dir, "export")
+        export_model(model_dir, export_dir)
+        passed(step)
+
+        step = "served"
+        predictions = serve_and_predict(export_dir, os.path.join(work_dir, "serve.log"),
+                                        [generator.instance(r) for r in rows[samples:]])
+        check_outputs(predictions, expected, predict_rows)
+        result.outputs = sorted(predictions[0])
+        passed(step)
+
+        step = "replay_equal"
+        result.published, differences = replay_differences(broker.bootstrap, updates, trainer, model_dir)
+        if not result.published:
+            raise AssertionError("nothing was published")
+        if differences:
+            raise AssertionError(f"the replayed updates differ from the trained model: {differences[:5]}")
+        passed(step)
+    except Exception as e:  # pylint: disable=broad-except  (a sample's failure is its result, the run goes on)
+        result.error = f"{step}: {_error(e)}"
+    return result
+
+
+def table(results: Sequence[SampleResult]) -> str:
+    """A markdown table: each sample, its model, the steps passed, the first error."""
+    lines = ["| sample | model | " + " | ".join(STEPS) + " | first error |", "|---" * (len(STEPS) + 3) + "|"]
+    for r in results:
+        marks = " | ".join("yes" if s in r.passed else "-" for s in STEPS)
+        lines.append(f"| {r.name} | {r.model_class or '?'} | {marks} | {r.error.replace('|', '/')[:300]} |")
+    return "\n".join(lines)
+
+
+def families_passing(results: Sequence[SampleResult]) -> Dict[str, int]:
+    """Per family, how many of its samples passed every step."""
+    return {f: sum(r.ok for r in results if r.family == f) for f in FAMILIES}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--configs", default="", help="a directory of EasyRec configs (default: from --mirror)")
+    parser.add_argument("--mirror", default="", help="EasyRec's git directory (bare or not) to take the samples from")
+    parser.add_argument("--samples", type=int, default=3000, help="samples generated and trained per config")
+    parser.add_argument("--only", default="", help="a regular expression the config names must match")
+    parser.add_argument("--json", default="", help="also write the results as JSON to this file")
+    args = parser.parse_args(argv)
+    from easyonline.tools.local_broker import LocalBroker  # pylint: disable=g-import-not-at-top
+    from easyonline.utils.logs import setup_logging  # pylint: disable=g-import-not-at-top
+    setup_logging()
+    with tempfile.TemporaryDirectory(prefix="easyrec_samples_") as tmp:
+        if args.configs:
+            paths = sorted(os.path.join(args.configs, n) for n in os.listdir(args.configs) if n.endswith(".config"))
+        elif args.mirror:
+            os.makedirs(os.path.join(tmp, "configs"))
+            paths = extract_configs(args.mirror, os.path.join(tmp, "configs"))
+        else:
+            parser.error("give --configs DIR or --mirror EASYREC_GIT_DIR")
+        paths = [p for p in paths if re.search(args.only, os.path.basename(p))]
+        results = []
+        with LocalBroker(log_path=os.path.join(tmp, "broker.log")) as broker:
+            for i, path in enumerate(paths):
+                result = run_sample(path, broker, os.path.join(tmp, f"run{i}"), args.samples)
+                print(f"{result.name}: {'PASS' if result.ok else result.error}", flush=True)
+                results.append(result)
+    report = {"results": [dataclasses.asdict(r) | {"ok": r.ok} for r in results],
+              "families_passing": families_passing(results)}
+    print(table(results))
+    print(json.dumps(report, indent=1))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    missing = [f for f, n in report["families_passing"].items() if n == 0]
+    if missing:
+        print(f"FAIL: no sample of {', '.join(missing)} passed every step")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
