@@ -4,7 +4,7 @@ from easyonline.models.ranking_model import RankingModel
 from easyonline.models.registry import lookup
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import Tasks
-from easyonline.tasks.from_config import single_task, tasks_from_towers
+from easyonline.tasks.from_config import single_task
 
 
 def build_model(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> RankingModel:
@@ -14,16 +14,18 @@ def build_model(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> Ran
     if entry is None:
         raise KeyError(f"model_config.model_class {model_config.model_class!r} is not registered")
     field = entry.config_field
-    sub = getattr(model_config, field) if model_config.HasField(field) else None
-    dnn = sub.dnn if sub is not None else pipeline_pb2.DNN()
+    sub = getattr(model_config, field)  # (its defaults when not set)
+    # the settings' own DNN (DeepFM's, WideAndDeep's, DNN's); a model of towers has none
+    dnn = sub.dnn if "dnn" in sub.DESCRIPTOR.fields_by_name else pipeline_pb2.DNN()
     return entry.model_class(specs, model_config, dnn, seed=config.train_config.seed, name=field,
-                             tasks=build_tasks(config, specs, entry.model_class.task_towers(sub), field))
+                             tasks=build_tasks(config, specs, entry.model_class, sub, field))
 
 
-def build_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, towers=None, field: str = "") -> Tasks:
-    """The model's tasks: one per task tower (``towers``, from the model's settings), or else the one task of
-    ``model_config.loss_type`` on the first label field."""
+def build_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, model_class=None, settings=None,
+                field: str = "") -> Tasks:
+    """The model's tasks: those of its settings (one per task tower, ``RankingModel.tasks_from_settings``),
+    or else the one task of ``model_config.loss_type`` on the first label field."""
     window = config.train_config.metrics_window_samples
-    if towers:
-        return Tasks(tasks_from_towers(towers, specs.label_names, window, f"model_config.{field}.task_towers"))
-    return Tasks([single_task(config.model_config, specs.label_names, window)])
+    tasks = model_class.tasks_from_settings(settings, specs.label_names, window, f"model_config.{field}") \
+        if model_class is not None and settings is not None else []
+    return Tasks(tasks or [single_task(config.model_config, specs.label_names, window)])
