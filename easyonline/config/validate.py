@@ -100,6 +100,11 @@ def _validate_data(data: pipeline_pb2.DataConfig) -> None:
     _require(len(data.label_fields) > 0, f"{path}.label_fields", "at least one label field is required")
     for i, label in enumerate(data.label_fields):
         _require(label in names, f"{path}.label_fields[{i}]", f"{label!r} is not an input field")
+    if data.sample_weight:
+        _require(data.sample_weight in names, f"{path}.sample_weight", f"{data.sample_weight!r} is not an input field")
+        weight_type = next(f.input_type for f in data.input_fields if f.input_name == data.sample_weight)
+        _require(weight_type != pipeline_pb2.DataConfig.STRING, f"{path}.sample_weight",
+                 f"{data.sample_weight!r} is a STRING field; a weight is a number (give it input_type FLOAT)")
     _require(len(data.separator) == 1, f"{path}.separator", f"must be exactly one character, got {data.separator!r}")
     _require(0 < data.batch_size <= 1_000_000, f"{path}.batch_size", f"must be in [1, 1000000], got {data.batch_size}")
     if data.input_format == pipeline_pb2.DataConfig.CUSTOM:

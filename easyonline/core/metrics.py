@@ -44,16 +44,20 @@ class WindowMetrics(Protocol):
         """Share of positive labels over the window, None when empty."""
 
 
-class TaskMetrics(Protocol):
-    """A task's windowed metrics, by name, for the status line, the summary, /metrics and TensorBoard."""
+class WindowFigures(Protocol):
+    """What readers take of a task's windowed metrics (one process's, or a cluster's shared ones)."""
 
     window_samples: int
 
-    def update(self, labels: np.ndarray, predictions: np.ndarray) -> None:
-        """Adds a batch scored before it was trained on."""
-
     def figures(self) -> Dict[str, Optional[float]]:
         """Its figures over the window by name (``auc``, ``logloss``, ``ctr``; ``mse``, ``label_mean``)."""
+
+
+class TaskMetrics(WindowFigures, Protocol):
+    """A task's windowed metrics, by name, for the status line, the summary, /metrics and TensorBoard."""
+
+    def update(self, labels: np.ndarray, predictions: np.ndarray) -> None:
+        """Adds a batch scored before it was trained on."""
 
 
 class PrequentialMetrics:

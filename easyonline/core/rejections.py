@@ -4,9 +4,9 @@ No TensorFlow here: the Kafka reader process uses it too.
 """
 
 # Why a line was rejected: every rejection reason starts with one of these kinds.
-FIELD_COUNT, BAD_VALUE, INVALID_UTF8, BAD_LABEL, BAD_RECORD, OVERSIZED_MESSAGE = (
-    "field_count", "bad_value", "invalid_utf8", "bad_label", "bad_record", "oversized_message")
-REJECTION_KINDS = (FIELD_COUNT, BAD_VALUE, INVALID_UTF8, BAD_LABEL, BAD_RECORD, OVERSIZED_MESSAGE)
+FIELD_COUNT, BAD_VALUE, INVALID_UTF8, BAD_LABEL, BAD_WEIGHT, BAD_RECORD, OVERSIZED_MESSAGE = (
+    "field_count", "bad_value", "invalid_utf8", "bad_label", "bad_weight", "bad_record", "oversized_message")
+REJECTION_KINDS = (FIELD_COUNT, BAD_VALUE, INVALID_UTF8, BAD_LABEL, BAD_WEIGHT, BAD_RECORD, OVERSIZED_MESSAGE)
 
 
 def rejection(kind: str, detail: str) -> str:

@@ -62,6 +62,7 @@ from easyonline.inputs.build_source import build_source, stream_topic
 from easyonline.inputs.raw_batch import BatchSource
 from easyonline.inputs.start_position import usable_checkpoint_positions
 from easyonline.protos import pipeline_pb2
+from easyonline.train.task_figures import TaskFigures
 from easyonline.train.trainer import OnlineTrainer
 from easyonline.utils import fileio
 from easyonline.utils.net import wait_for_port
@@ -267,11 +268,15 @@ class ClusterTrainer(OnlineTrainer):
     def _status_lag(self) -> Optional[int]:
         return self._cluster_lag
 
+    def task_figures(self) -> TaskFigures:
+        """Every task's figures over the whole cluster's batches (the shared sums on the ps)."""
+        return self.cluster_metrics.task_figures()
+
     def _train_and_count(self, raw, parsed) -> np.ndarray:
         """One session.run: score, train, and add to the shared positions, counters and metrics."""
         labels = parsed.labels_by_name(self.specs.label_names[0])
         feed = self.graph.feed(parsed.host_features(), {name: labels[name] for name in self.graph.label_names},
-                               self.clock() - STATS_EPOCH, raw.positions, raw.lag or 0)
+                               self.clock() - STATS_EPOCH, raw.positions, raw.lag or 0, parsed.sample_weights)
         started = time.time()
         out = self._session_run(self.graph.train_op, feed)
         self.step_spans.append((started, time.time()))

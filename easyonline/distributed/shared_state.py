@@ -16,12 +16,14 @@ an offline run is over.
   begin stepping together, as Paddle's ``barrier_worker``.
 - ``finished``: per trainer, 1 once it caught up in an offline run.
 - ``lags``: per trainer, the messages it had not read at its last batch.
-- the prequential metrics: score histograms per label (as Paddle's global
-  AUC), logloss and label sums, summed over every trainer's batches.
+- the prequential metrics of every task, summed over every trainer's
+  batches: a binary task's score histograms per label (as Paddle's global
+  AUC), logloss and label sums; a regression task's squared error and label
+  sums. The primary task's variables keep their names of a single-task model.
 """
 import collections
 import dataclasses
-from typing import Deque, Dict, Optional, Sequence
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -38,7 +40,8 @@ _EPS = 1e-7
 class ClusterState:
     """The shared variables; build inside the trainer's graph and replica device setter."""
 
-    def __init__(self, num_trainers: int):
+    def __init__(self, num_trainers: int, tasks: Sequence[Tuple[str, str]] = (("ctr", "binary"),)):
+        """``tasks``: (name, kind) of the model's tasks, the primary first: each has its shared sums."""
         v1 = tf.compat.v1
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.samples = tf.Variable(0, dtype=tf.int64, trainable=False, name="samples_trained")
@@ -48,10 +51,10 @@ class ClusterState:
         self.started = tf.Variable(tf.zeros([num_trainers], tf.int32), trainable=False, name="trainers_started")
         self.finished = tf.Variable(tf.zeros([num_trainers], tf.int32), trainable=False, name="trainers_finished")
         self.lags = tf.Variable(tf.zeros([num_trainers], tf.int64), trainable=False, name="trainer_lags")
-        self.hist_pos = tf.Variable(tf.zeros([BUCKETS], tf.float64), trainable=False, name="auc_positives")
-        self.hist_neg = tf.Variable(tf.zeros([BUCKETS], tf.float64), trainable=False, name="auc_negatives")
-        self.logloss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="logloss_sum")
-        self.label_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="label_sum")
+        self.tasks = tuple(tasks)
+        # {task name: {sum name: variable}}: "pos", "neg", "logloss", "labels" (binary); "squared", "labels"
+        self.task_sums: Dict[str, Dict[str, tf.Variable]] = {
+            name: _task_variables(kind, "" if i == 0 else f"_{name}") for i, (name, kind) in enumerate(self.tasks)}
         # feeds of the per-step updates and of the chief's writes
         self.partitions_in = v1.placeholder(tf.int64, [None], name="step_partitions")
         self.offsets_in = v1.placeholder(tf.int64, [None], name="step_offsets")
@@ -65,33 +68,57 @@ class ClusterState:
         self.mark_finished = self.finished.scatter_update(one)
         self.reads = {"step": self.global_step, "samples": self.samples, "positions": self.positions,
                       "ready": self.ready, "started": self.started, "finished": self.finished, "lags": self.lags}
-        self.metric_reads = {"pos": self.hist_pos, "neg": self.hist_neg, "logloss": self.logloss_sum,
-                             "labels": self.label_sum, "samples": self.samples}
+        self.metric_reads = {"samples": self.samples, "tasks": self.task_sums}
 
-    def step_updates(self, labels: tf.Tensor, probabilities: tf.Tensor, trainer_index: int,
+    def step_updates(self, labels: Union[tf.Tensor, Dict[str, tf.Tensor]],
+                     predictions: Union[tf.Tensor, Dict[str, tf.Tensor]], trainer_index: int,
                      after: Sequence = ()) -> tf.Operation:
         """The updates of one trained batch, run once the ops in ``after`` (its parameter updates) ran.
+
+        ``labels``, ``predictions``: each task's [B] by task name (a binary task's probabilities), or the
+        primary task's alone.
 
         Only the writes wait for ``after``: every value they write is computed first, without waiting,
         on whichever task the setter put it (the trainer's, for the count of the fed labels). A value
         computed on the trainer after the ps applied the batch would have to travel back to the ps, and a
         trainer killed in that round trip would leave the positions advanced and the samples not counted.
         """
-        count = tf.size(labels, out_type=tf.int64)
-        probs = tf.clip_by_value(tf.cast(probabilities, tf.float64), _EPS, 1 - _EPS)
-        labels64 = tf.cast(labels, tf.float64)
-        bucket = tf.minimum(tf.cast(probs * BUCKETS, tf.int64), BUCKETS - 1)
-        logloss = -tf.reduce_sum(labels64 * tf.math.log(probs) + (1 - labels64) * tf.math.log(1 - probs))
-        negatives, positives = 1 - labels64, tf.reduce_sum(labels64)
+        primary = self.tasks[0][0]
+        labels = labels if isinstance(labels, dict) else {primary: labels}
+        predictions = predictions if isinstance(predictions, dict) else {primary: predictions}
+        count = tf.size(labels[primary], out_type=tf.int64)
+        # (variable, value, bucket or None): added once the step's updates ran; the values computed before
+        writes: List[Tuple[tf.Variable, Any, Any]] = []
+        for name, kind in self.tasks:
+            labels64, sums = tf.cast(labels[name], tf.float64), self.task_sums[name]
+            if kind == "binary":
+                probs = tf.clip_by_value(tf.cast(predictions[name], tf.float64), _EPS, 1 - _EPS)
+                bucket = tf.minimum(tf.cast(probs * BUCKETS, tf.int64), BUCKETS - 1)
+                logloss = -tf.reduce_sum(labels64 * tf.math.log(probs) + (1 - labels64) * tf.math.log(1 - probs))
+                writes += [(sums["pos"], labels64, bucket), (sums["neg"], 1 - labels64, bucket),
+                           (sums["logloss"], logloss, None)]
+            else:
+                writes.append((sums["squared"], tf.reduce_sum(tf.square(tf.cast(predictions[name], tf.float64)
+                                                                         - labels64)), None))
+            writes.append((sums["labels"], tf.reduce_sum(labels64), None))
         lag, index, one = tf.reshape(self.lag_in, [1]), tf.constant([trainer_index]), tf.constant(1, tf.int64)
         with tf.control_dependencies(list(after)):
             return tf.group(
                 self.positions.scatter_update(tf.IndexedSlices(self.offsets_in, self.partitions_in)),
                 self.global_step.assign_add(one), self.samples.assign_add(count),
                 self.lags.scatter_update(tf.IndexedSlices(lag, index)),
-                self.hist_pos.scatter_add(tf.IndexedSlices(labels64, bucket)),
-                self.hist_neg.scatter_add(tf.IndexedSlices(negatives, bucket)),
-                self.logloss_sum.assign_add(logloss), self.label_sum.assign_add(positives))
+                *[variable.assign_add(value) if bucket is None else
+                  variable.scatter_add(tf.IndexedSlices(value, bucket)) for variable, value, bucket in writes])
+
+
+def _task_variables(kind: str, suffix: str) -> Dict[str, tf.Variable]:
+    """A task's shared sums (``suffix``: "" for the primary task, whose names are a single-task model's)."""
+    def variable(name: str, shape=()) -> tf.Variable:
+        return tf.Variable(tf.zeros(shape, tf.float64), trainable=False, name=name + suffix)
+    if kind == "binary":
+        return {"pos": variable("auc_positives", [BUCKETS]), "neg": variable("auc_negatives", [BUCKETS]),
+                "logloss": variable("logloss_sum"), "labels": variable("label_sum")}
+    return {"squared": variable("squared_error_sum"), "labels": variable("label_sum")}
 
 
 def positions_array(positions: Dict[int, int]) -> np.ndarray:
@@ -109,14 +136,25 @@ def positions_dict(array: np.ndarray) -> Dict[int, int]:
 @dataclasses.dataclass
 class _Reading:
     samples: int
-    pos: np.ndarray
-    neg: np.ndarray
-    logloss: float
-    labels: float
+    sums: Dict[str, Dict[str, np.ndarray]]  # {task: {sum name: cumulative value}}
+
+    def minus(self, other: "_Reading") -> "_Reading":
+        return _Reading(self.samples - other.samples,
+                        {task: {k: v - other.sums[task][k] for k, v in sums.items()} for task, sums in self.sums.items()})
+
+
+def _figures(samples: int, sums: Dict[str, np.ndarray]) -> Dict[str, Optional[float]]:
+    """A task's figures from its window's sums (tasks/task_figures.py names them)."""
+    def mean(total: np.ndarray) -> Optional[float]:
+        return float(total) / samples if samples else None
+    if "pos" in sums:
+        return {"auc": auc_from_histograms(sums["pos"], sums["neg"]), "logloss": mean(sums["logloss"]),
+                "ctr": mean(sums["labels"])}
+    return {"mse": mean(sums["squared"]), "label_mean": mean(sums["labels"])}
 
 
 class ClusterMetrics:
-    """The prequential AUC, logloss and CTR of every trainer's batches, over a sliding window.
+    """Every task's prequential figures over every trainer's batches, over a sliding window.
 
     Each ``refresh`` reads the cumulative sums from the ps; the window is the
     difference to the newest earlier reading at least ``window_samples``
@@ -124,7 +162,8 @@ class ClusterMetrics:
     the window has passed (``after_step``) and at every status line, so the
     window spans the last ``window_samples`` to within a tenth, as the single
     process's exact window does (a coarser window would mix in older, worse
-    scores and read lower).
+    scores and read lower). ``auc``, ``logloss`` and ``ctr`` are the primary
+    task's (None when it is a regression).
     """
 
     def __init__(self, session_run, state: ClusterState, window_samples: int):
@@ -141,27 +180,35 @@ class ClusterMetrics:
 
     def refresh(self) -> None:
         value = self._run(self._state.metric_reads)
-        now = _Reading(int(value["samples"]), value["pos"], value["neg"], float(value["logloss"]),
-                       float(value["labels"]))
+        now = _Reading(int(value["samples"]), {task: {k: np.asarray(v, np.float64) for k, v in sums.items()}
+                                               for task, sums in value["tasks"].items()})
         while len(self._readings) > 1 and now.samples - self._readings[1].samples >= self.window_samples:
             self._readings.popleft()
         base = self._readings[0] if self._readings and now.samples - self._readings[0].samples >= \
             self.window_samples else None
-        zero = _Reading(0, np.zeros_like(now.pos), np.zeros_like(now.neg), 0.0, 0.0)
-        base = base or zero
-        self._window = _Reading(now.samples - base.samples, now.pos - base.pos, now.neg - base.neg,
-                                now.logloss - base.logloss, now.labels - base.labels)
+        self._window = now.minus(base) if base is not None else now
         self._readings.append(now)
 
     @property
     def window_count(self) -> int:
         return self._window.samples if self._window else 0
 
+    def task_figures(self) -> Dict[str, Dict[str, Optional[float]]]:
+        """Every task's figures over the window, by task name, the primary first (all None before a reading)."""
+        if self._window is None:
+            return {name: ({"auc": None, "logloss": None, "ctr": None} if kind == "binary"
+                           else {"mse": None, "label_mean": None}) for name, kind in self._state.tasks}
+        return {name: _figures(self._window.samples, self._window.sums[name]) for name, _ in self._state.tasks}
+
+    def figures(self) -> Dict[str, Optional[float]]:
+        """The primary task's figures."""
+        return self.task_figures()[self._state.tasks[0][0]]
+
     def auc(self) -> Optional[float]:
-        return auc_from_histograms(self._window.pos, self._window.neg) if self._window else None
+        return self.figures().get("auc")
 
     def logloss(self) -> Optional[float]:
-        return self._window.logloss / self._window.samples if self._window and self._window.samples else None
+        return self.figures().get("logloss")
 
     def ctr(self) -> Optional[float]:
-        return self._window.labels / self._window.samples if self._window and self._window.samples else None
+        return self.figures().get("ctr")

@@ -30,7 +30,7 @@ from easyonline.distributed.shared_state import ClusterState
 from easyonline.embedding.dynamic_tables import PsPlacement, ps_shards
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.features.signature import feature_signature
-from easyonline.models.builder import build_model
+from easyonline.models.builder import build_model, model_tasks
 from easyonline.protos import pipeline_pb2
 from easyonline.train.optimizers import build_train_optimizer
 
@@ -118,7 +118,8 @@ class TrainGraph:
         spec = tf.train.ClusterSpec({role: tasks for role, tasks in cluster.cluster.items() if tasks})
         setter = v1.train.replica_device_setter(cluster=spec, worker_device=cluster.device)
         with self.graph.as_default(), v1.device(setter):
-            self.state = ClusterState(cluster.num_trainers)
+            tasks = model_tasks(config, specs)
+            self.state = ClusterState(cluster.num_trainers, [(task.name, task.kind) for task in tasks])
             self._feature_feeds: List = []  # (name, values placeholder, row_splits placeholder or None)
             features = {}
             for name, signature in feature_signature(specs).items():
@@ -144,18 +145,24 @@ class TrainGraph:
             self.optimizer = build_train_optimizer(config.train_config, accumulate=accumulate)
             # several trainers apply to the same dense variables and slots on the ps: lock each apply
             self.optimizer._use_locking = accumulate  # pylint: disable=protected-access
-            loss, logits = self.model.compute_loss(features, self.label_feeds, training=True, now=self.now)
+            # data_config.sample_weight: each sample's weight in the loss, fed with the batch
+            self.sample_weight = v1.placeholder(tf.float32, [None], name="sample_weight") \
+                if specs.sample_weight else None
+            loss, logits = self.model.compute_loss(features, self.label_feeds, training=True, now=self.now,
+                                                   sample_weight=self.sample_weight)
             score_logits = logits
             if self.model.scores_differ_in_training:  # dropout or batch norm: score as in serving, first
                 score_logits = self.model.task_logits(self.model(features, training=False))
             primary = self.model.tasks.primary
-            self.probabilities = tf.sigmoid(score_logits[primary.name]) if primary.kind == "binary" \
-                else score_logits[primary.name]
+            # every task's predictions (a binary task's probabilities), for the shared metrics
+            self.predictions = {task.name: tf.sigmoid(score_logits[task.name]) if task.kind == "binary"
+                                else score_logits[task.name] for task in self.model.tasks}
+            self.probabilities = self.predictions[primary.name]
             variables = self.model.trainable_variables
             gradients = tf.gradients(loss, variables)
             # TFRA names a table's slot buffers ("m/m", ...) from the variable scope; on a ps, this
             # trainer's must not be another trainer's
-            with tf.control_dependencies([self.probabilities]), \
+            with tf.control_dependencies(list(self.predictions.values())), \
                     v1.variable_scope(f"trainer{cluster.trainer_index}", auxiliary_name_scope=False):
                 # (no aggregation: between-graph replicas have nothing to aggregate, and its IdentityN
                 # would bring every table's gradient from its ps to this trainer and back)
@@ -172,7 +179,8 @@ class TrainGraph:
                        *[_record_keys(changed, wrapper.ids) for name, changed in self.changed_keys.items()
                          for wrapper in self.model.tables.embeddings[name].wrappers]]
             self.parameter_updates = updates
-            shared = self.state.step_updates(self.labels, self.probabilities, cluster.trainer_index, after=updates)
+            shared = self.state.step_updates({task.name: self.label_feeds[task.label_name] for task in self.model.tasks},
+                                             self.predictions, cluster.trainer_index, after=updates)
             with tf.control_dependencies([shared]):
                 # read after this step's own increments: the cluster's step and samples so far
                 self.train_op = {"probabilities": tf.identity(self.probabilities),
@@ -198,10 +206,12 @@ class TrainGraph:
                  sum(n for task, n in self.transfers.items() if task.startswith("/job:ps")),
                  self.transfers.get(cluster.device, 0))
 
-    def feed(self, features, labels, now: float, positions: Dict[int, int], lag: int) -> dict:
+    def feed(self, features, labels, now: float, positions: Dict[int, int], lag: int,
+             sample_weight=None) -> dict:
         """The feed dict of one parsed batch (eager tensors or numpy) and the positions after it.
 
         ``labels``: {label name: [B]} with every label of ``label_names``, or the [B] of the first.
+        ``sample_weight``: the batch's [B] weights (required when data_config.sample_weight names a field).
         """
         if not isinstance(labels, dict):
             labels = {self.label_names[0]: labels}
@@ -211,6 +221,10 @@ class TrainGraph:
                 self.state.lag_in: lag}
         for name, placeholder in self.label_feeds.items():
             feed[placeholder] = np.asarray(labels[name], np.float32)
+        if self.sample_weight is not None:
+            if sample_weight is None:
+                raise ValueError("data_config.sample_weight is set but the batch has no sample weights")
+            feed[self.sample_weight] = np.asarray(sample_weight, np.float32)
         for name, values, splits in self._feature_feeds:
             value = features[name]
             if splits is not None:

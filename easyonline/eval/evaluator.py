@@ -1,5 +1,9 @@
 """Evaluates checkpoints on the eval input: AUC, logloss and CTR per checkpoint, to TensorBoard and JSON lines.
 
+A model with several tasks is evaluated per task (``EvalResult.tasks``): AUC,
+logloss, CTR (and gauc / session_auc) of each binary task on its own label,
+MSE of each regression task; the top-level figures are the primary task's.
+
 With ``eval_config.metrics_set { gauc { uid_field } }`` (or ``session_auc``)
 also the AUC within each user's (session's) samples, averaged; that keeps the
 pass's ids, labels and scores in memory (about 20 bytes a sample).
@@ -13,7 +17,7 @@ import json
 import logging
 import os
 import time
-from typing import Callable, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -28,7 +32,7 @@ from easyonline.scoring.checkpoint_model import CheckpointModel
 from easyonline.scoring.grouped_auc import grouped_auc, grouped_auc_metrics
 from easyonline.scoring.passes import parsed_batches
 from easyonline.inputs.bad_input import BadInputMonitor
-from easyonline.core.metrics import PrequentialMetrics
+from easyonline.core.metrics import PrequentialMetrics, RegressionMetrics
 from easyonline.core.stop_signal import STOP_SIGNAL_FILE, StopSignal
 from easyonline.utils import fileio
 
@@ -51,6 +55,9 @@ class EvalResult:
     evaluated_at: float
     gauc: Optional[float] = None  # with eval_config's gauc / session_auc, else None
     session_auc: Optional[float] = None
+    #: every task's figures by task name (auc, logloss, ctr, gauc, session_auc of a binary task; mse,
+    #: label_mean of a regression task); the fields above are the primary task's when it is binary
+    tasks: Dict[str, Dict[str, Optional[float]]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -96,37 +103,53 @@ class Evaluator:
     def evaluate(self, checkpoint: str) -> EvalResult:
         started = time.time()
         step = self.model.restore(checkpoint)
-        metrics = PrequentialMetrics(window_samples=2**62)  # one window: the whole pass
+        tasks = list(self.model.model.tasks) if self.model.model is not None else []
+        metrics = {task.name: PrequentialMetrics(window_samples=2**62) if task.kind == "binary"
+                   else RegressionMetrics(window_samples=2**62) for task in tasks}  # one window: the whole pass
+        samples = 0
         bad_input = BadInputMonitor(self.config.data_config)
         source = self._make_source()
         log.info("evaluating %s (step %d)", checkpoint, step)
         next_progress = time.time() + PROGRESS_SECS
-        # for gauc / session_auc: each batch's labels and scores, and the ids that group them
-        kept_labels, kept_probs, kept_keys = [], [], {m.name: [] for m in self.grouped}
+        # for gauc / session_auc: each batch's labels and scores of every binary task, and the ids that group them
+        binary = [task for task in tasks if task.kind == "binary"] if self.grouped else []
+        kept_labels: Dict[str, List[np.ndarray]] = {task.name: [] for task in binary}
+        kept_probs: Dict[str, List[np.ndarray]] = {task.name: [] for task in binary}
+        kept_keys: Dict[str, List[np.ndarray]] = {m.name: [] for m in self.grouped}
         try:
             for batch in parsed_batches(source, self.parser, bad_input, self.max_samples,
                                         should_stop=self.stop_signal.should_stop):
-                labels, probs = batch.labels.numpy(), self.model.score(batch.features)
-                metrics.update(labels, probs)
-                if self.grouped:
-                    kept_labels.append(labels)
-                    kept_probs.append(np.asarray(probs))
+                labels = batch.labels_by_name(self.model.specs.label_names[0])
+                predictions = self.model.score_tasks(batch.features)
+                for task in tasks:
+                    task_labels = np.asarray(labels[task.label_name])
+                    metrics[task.name].update(task_labels, predictions[task.name])
+                    if task.name in kept_labels:
+                        kept_labels[task.name].append(task_labels)
+                        kept_probs[task.name].append(np.asarray(predictions[task.name]))
                 for metric in self.grouped:
                     kept_keys[metric.name].append(np.asarray(batch.features[metric.feature]))
+                samples += batch.size
                 if time.time() >= next_progress:
                     next_progress = time.time() + PROGRESS_SECS
-                    log.info("step %d: scored %d samples (%.0f/s)", step, metrics.total_samples,
-                             metrics.total_samples / max(time.time() - started, 1e-9))
+                    log.info("step %d: scored %d samples (%.0f/s)", step, samples,
+                             samples / max(time.time() - started, 1e-9))
         finally:
             source.close()
             bad_input.close()
-        grouped = {}
-        if kept_labels:
-            labels, probs = np.concatenate(kept_labels), np.concatenate(kept_probs)
-            grouped = {m.name: grouped_auc(np.concatenate(kept_keys[m.name]), labels, probs, m.reduction)
-                       for m in self.grouped}
-        result = EvalResult(checkpoint, step, metrics.total_samples, metrics.auc(), metrics.logloss(), metrics.ctr(),
-                            bad_input.total, time.time() - started, time.time(), **grouped)
+        figures = {task.name: metrics[task.name].figures() for task in tasks}
+        for name in kept_labels:
+            if kept_labels[name]:
+                labels, probs = np.concatenate(kept_labels[name]), np.concatenate(kept_probs[name])
+                figures[name].update({m.name: grouped_auc(np.concatenate(kept_keys[m.name]), labels, probs,
+                                                          m.reduction) for m in self.grouped})
+            else:
+                figures[name].update({m.name: None for m in self.grouped})
+        primary = figures[tasks[0].name] if tasks else {}
+        grouped = {m.name: primary.get(m.name) for m in self.grouped}
+        result = EvalResult(checkpoint, step, samples, primary.get("auc"), primary.get("logloss"),
+                            primary.get("ctr"), bad_input.total, time.time() - started, time.time(), **grouped,
+                            tasks=figures)
         self._write(result)
         return result
 
@@ -136,15 +159,24 @@ class Evaluator:
                 value = getattr(result, name)
                 if value is not None:
                     tf.summary.scalar(f"eval_{name}", value)
+            for task, values in result.tasks.items():  # eval_mse of a regression model, eval_auc/<task> of several
+                for name, value in values.items():
+                    single_binary = len(result.tasks) == 1 and "auc" in values
+                    if value is not None and not single_binary:
+                        tf.summary.scalar(f"eval_{name}" if len(result.tasks) == 1 else f"eval_{name}/{task}", value)
             tf.summary.scalar("eval_samples", result.samples)
         self._writer.flush()
         with open(self.results_path, "a") as f:
             f.write(result.to_json() + "\n")
         fmt = lambda v: "-" if v is None else f"{v:.4f}"
-        grouped = "".join(f" {m.name}={fmt(getattr(result, m.name))}" for m in self.grouped)
-        log.info("evaluated step %d: auc=%s%s logloss=%s ctr=%s samples=%d rejected=%d in %.1fs (%s)", result.step,
-                 fmt(result.auc), grouped, fmt(result.logloss), fmt(result.ctr), result.samples, result.rejected,
-                 result.seconds, result.checkpoint)
+        if len(result.tasks) > 1 or (result.tasks and result.auc is None):
+            figures = " ".join(f"{name}{'' if len(result.tasks) == 1 else '_' + task}={fmt(value)}"
+                               for task, values in result.tasks.items() for name, value in values.items())
+        else:
+            grouped = "".join(f" {m.name}={fmt(getattr(result, m.name))}" for m in self.grouped)
+            figures = f"auc={fmt(result.auc)}{grouped} logloss={fmt(result.logloss)} ctr={fmt(result.ctr)}"
+        log.info("evaluated step %d: %s samples=%d rejected=%d in %.1fs (%s)", result.step, figures,
+                 result.samples, result.rejected, result.seconds, result.checkpoint)
 
     def follow(self, poll_secs: float = 5.0, max_evaluations: int = 0, idle_timeout_secs: float = 0,
                stop_grace_secs: float = 30.0, on_result: Callable[[EvalResult], None] = lambda r: None) -> str:

@@ -2,7 +2,8 @@
 
 Each evaluation's figures (AUC, log loss, CTR, samples, the checkpoint's
 step, rejected lines, how long it took and when it ended), as gauges of the
-latest evaluation, and the evaluations done as a counter: an alert on
+latest evaluation (the primary task's; every task's as ``task_<figure>``
+gauges with a ``task`` label), and the evaluations done as a counter: an alert on
 ``easyonline_eval_auc`` or on the age of ``easyonline_eval_last_timestamp_seconds``
 watches the model the trainer keeps writing.
 """
@@ -12,7 +13,7 @@ from typing import Iterator, Optional
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from easyonline.eval.evaluator import EvalResult
-from easyonline.utils.metrics_server import MetricsServer
+from easyonline.utils.metrics_server import MetricsServer, task_gauges
 
 PREFIX = "easyonline_eval_"
 
@@ -58,3 +59,4 @@ class EvalMetrics:
                 ("last_timestamp_seconds", "unix time the latest evaluation ended", last.evaluated_at)):
             if value is not None:
                 yield GaugeMetricFamily(PREFIX + name, help_text, value=float(value))
+        yield from task_gauges(PREFIX, last.tasks)

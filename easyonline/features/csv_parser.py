@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.core.rejections import BAD_LABEL, BAD_VALUE, FIELD_COUNT, INVALID_UTF8, rejection
+from easyonline.core.rejections import BAD_LABEL, BAD_VALUE, BAD_WEIGHT, FIELD_COUNT, INVALID_UTF8, rejection
 from easyonline.features.cross_ops import bucketize, cross_ids
 from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID, FeatureSpecs, IdFeature
 from easyonline.protos import pipeline_pb2
@@ -23,6 +23,8 @@ from easyonline.protos import pipeline_pb2
 tf = ensure_legacy_keras()
 
 _FT = pipeline_pb2.DataConfig.FieldType
+# The decoded sample weight's key among the labels (not a field name: it has a slash).
+_WEIGHT_KEY = "/sample_weight"
 
 
 @dataclasses.dataclass
@@ -47,6 +49,8 @@ class ParsedBatch:
     #: every label field read, by name (None: only ``labels``, the first; sources that build batches
     #: themselves may leave it out)
     label_dict: Optional[Dict[str, tf.Tensor]] = None
+    #: data_config.sample_weight's [B] float32 (each finite and >= 0), None when the config names none
+    sample_weights: Optional[tf.Tensor] = None
 
     def labels_by_name(self, first_label: str) -> Dict[str, tf.Tensor]:
         """The labels by label field name; ``first_label`` names ``labels`` when the batch has no dict."""
@@ -163,7 +167,8 @@ class CsvParser:
         multi_value_inputs = {name for f in specs.id_features for name in f.split_inputs}
         used = sorted({index[name] for f in specs.id_features for name in f.input_names}
                       | {index[f.input_name] for f in specs.raw_features}
-                      | {index[name] for name in specs.label_names})
+                      | {index[name] for name in specs.label_names}
+                      | ({index[specs.sample_weight]} if specs.sample_weight else set()))
         self._select_cols = used
         defaults = []
         for i in used:
@@ -190,6 +195,8 @@ class CsvParser:
         for name in self._specs.label_names:  # numeric ones as float32 (a string label stays a string)
             value = column(name)
             labels[name] = value if value.dtype == tf.string else tf.cast(value, tf.float32)
+        if self._specs.sample_weight:
+            labels[_WEIGHT_KEY] = tf.cast(column(self._specs.sample_weight), tf.float32)
         return features, labels
 
     def parse(self, lines: Sequence[bytes]) -> ParsedBatch:
@@ -223,15 +230,37 @@ class CsvParser:
         except tf.errors.InvalidArgumentError:
             lines, rejected = self._split_bad(lines)
             features, labels = self._decode(tf.constant(lines, tf.string))
-        first = self._specs.label_names[0]
-        values = labels[first].numpy()
-        bad = (values != 0) & (values != 1)
-        if bad.any():  # rare: decode again without them
-            rejected += [(line, rejection(BAD_LABEL, f"label {value:g} is not 0 or 1"))
-                         for line, value, b in zip(lines, values, bad) if b]
-            lines = [line for line, b in zip(lines, bad) if not b]
+        bad = self._bad_labels_and_weights(labels, len(lines))
+        if bad:  # rare: decode again without them
+            rejected += [(line, bad[i]) for i, line in enumerate(lines) if i in bad]
+            lines = [line for i, line in enumerate(lines) if i not in bad]
             features, labels = self._decode(tf.constant(lines, tf.string))
-        return ParsedBatch(features, labels[first], len(lines), rejected, lines, label_dict=labels)
+        weights = labels.pop(_WEIGHT_KEY, None)
+        first = self._specs.label_names[0]
+        return ParsedBatch(features, labels[first], len(lines), rejected, lines, label_dict=labels,
+                           sample_weights=weights)
+
+    def _bad_labels_and_weights(self, labels: Mapping[str, tf.Tensor], count: int) -> Dict[int, str]:
+        """{line index: rejection reason} of the lines whose label does not fit its task's kind (binary: 0
+        or 1; regression: finite) or whose sample weight is not a finite number >= 0."""
+        bad: Dict[int, str] = {}
+        for name in self._specs.label_names:
+            kind = self._specs.label_kind(name)
+            values = labels[name].numpy()
+            if kind is None or values.dtype.kind not in "fiu":
+                continue  # no task learns from it
+            if kind == "regression":
+                wrong, rule = ~np.isfinite(values), "is not a finite number"
+            else:
+                wrong, rule = (values != 0) & (values != 1), "is not 0 or 1"
+            for i in np.flatnonzero(wrong)[:count]:
+                bad.setdefault(int(i), rejection(BAD_LABEL, f"label {name} {values[i]:g} {rule}"))
+        if _WEIGHT_KEY in labels:
+            weights = labels[_WEIGHT_KEY].numpy()
+            for i in np.flatnonzero(~(np.isfinite(weights) & (weights >= 0))):
+                bad.setdefault(int(i), rejection(
+                    BAD_WEIGHT, f"sample_weight {self._specs.sample_weight} {weights[i]:g} is not a finite number >= 0"))
+        return bad
 
     def _split_bad(self, lines: List[bytes]):
         good, rejected = [], []

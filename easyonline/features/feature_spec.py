@@ -86,6 +86,18 @@ class FeatureSpecs:
     id_features: Tuple[IdFeature, ...]
     raw_features: Tuple[RawFeature, ...]
     tables: Dict[str, TableSpec]
+    #: the kind of each label a task learns from, by name, from the model's tasks ("binary": 0 or 1;
+    #: "regression": any finite number); the parser checks these labels only
+    label_kinds: Dict[str, str] = dataclasses.field(default_factory=dict)
+    #: data_config.sample_weight: the input field weighing each sample in the loss ("": none)
+    sample_weight: str = ""
+
+    def label_kind(self, name: str) -> Optional[str]:
+        """The kind ``name`` is checked as; None when no task learns from it. Specs made without kinds
+        check the first label as binary (a single ranking task's)."""
+        if not self.label_kinds:
+            return "binary" if self.label_names and name == self.label_names[0] else None
+        return self.label_kinds.get(name)
 
     def features_of_table(self, table: str) -> List[IdFeature]:
         return [f for f in self.id_features if f.table == table]
@@ -127,4 +139,10 @@ def build_feature_specs(config: pipeline_pb2.PipelineConfig) -> FeatureSpecs:
             separator=fc.separator, combiner=fc.combiner, padding=tuple(fc.padding), combo=combo,
             hash_buckets=fc.hash_bucket_size, boundaries=tuple(fc.boundaries)))
     return FeatureSpecs(fields, data.separator, tuple(data.label_fields), tuple(id_features),
-                        tuple(raw_features), tables)
+                        tuple(raw_features), tables, label_kinds=_label_kinds(config), sample_weight=data.sample_weight)
+
+
+def _label_kinds(config: pipeline_pb2.PipelineConfig) -> Dict[str, str]:
+    """The kind of each label the model's tasks learn from (the model's tasks decide, not the parser)."""
+    from easyonline.tasks.label_kinds import label_kinds  # pylint: disable=import-outside-toplevel
+    return label_kinds(config)

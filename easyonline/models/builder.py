@@ -10,15 +10,26 @@ from easyonline.tasks.from_config import single_task
 def build_model(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> RankingModel:
     """Assumes a validated config (the model name and DeepFM's single embedding_dim are checked there)."""
     model_config = config.model_config
-    entry = lookup(model_config.model_class)
-    if entry is None:
-        raise KeyError(f"model_config.model_class {model_config.model_class!r} is not registered")
-    field = entry.config_field
-    sub = getattr(model_config, field)  # (its defaults when not set)
+    entry, field, sub = _model_entry(model_config)
     # the settings' own DNN (DeepFM's, WideAndDeep's, DNN's); a model of towers has none
     dnn = sub.dnn if "dnn" in sub.DESCRIPTOR.fields_by_name else pipeline_pb2.DNN()
     return entry.model_class(specs, model_config, dnn, seed=config.train_config.seed, name=field,
                              tasks=build_tasks(config, specs, entry.model_class, sub, field))
+
+
+def model_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> Tasks:
+    """The tasks ``build_model`` gives the model, without building it (e.g. an export's output names)."""
+    entry, field, sub = _model_entry(config.model_config)
+    return build_tasks(config, specs, entry.model_class, sub, field)
+
+
+def _model_entry(model_config: pipeline_pb2.ModelConfig):
+    """(registry entry, its settings' field name, the settings) of ``model_config.model_class``."""
+    entry = lookup(model_config.model_class)
+    if entry is None:
+        raise KeyError(f"model_config.model_class {model_config.model_class!r} is not registered")
+    field = entry.config_field
+    return entry, field, getattr(model_config, field)  # (its defaults when not set)
 
 
 def build_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, model_class=None, settings=None,

@@ -8,7 +8,7 @@ cluster's checkpoint (tables sharded over its ps) is loaded with as many
 shards in this process.
 """
 import logging
-from typing import Optional
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -52,5 +52,10 @@ class CheckpointModel:
         return self.step
 
     def score(self, features) -> np.ndarray:
-        """Probabilities [B] for parsed features."""
-        return tf.sigmoid(self._score(features)).numpy()
+        """The primary task's predictions [B] for parsed features (a binary task's probabilities)."""
+        return self.score_tasks(features)[self.model.tasks.primary.name]
+
+    def score_tasks(self, features) -> Dict[str, np.ndarray]:
+        """Every task's predictions [B] by task name (probabilities of a binary task, values of a regression)."""
+        logits = self.model.task_logits(self._score(features))
+        return {task.name: task.predictions(logits[task.name].numpy()) for task in self.model.tasks}

@@ -1,7 +1,8 @@
 """The trainer's figures for Prometheus, on ``/metrics`` of ``--metrics_port``.
 
 The same numbers as the status line (rate, consumer lag, prequential AUC,
-logloss, CTR, table sizes, rejected input, input wait, publishing lag and
+logloss, CTR of the primary task and every task's figures with a ``task``
+label, table sizes, rejected input, input wait, publishing lag and
 sequence), with Prometheus' types: counters end in ``_total``. They are
 taken at each status line (every ``log_step_count_secs``) on the training
 thread; a scrape reads that snapshot, so it never touches the model or the
@@ -13,7 +14,7 @@ from typing import Any, Dict, Iterator, Optional
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from easyonline.core.callbacks import Callback, TrainerView
-from easyonline.utils.metrics_server import MetricsServer
+from easyonline.utils.metrics_server import MetricsServer, task_gauges
 
 PREFIX = "easyonline_trainer_"
 
@@ -64,6 +65,7 @@ class PrometheusMetrics(Callback):
         yield from gauge("auc", "prequential AUC over metrics_window_samples", logs.get("auc"))
         yield from gauge("logloss", "prequential logloss over metrics_window_samples", logs.get("logloss"))
         yield from gauge("ctr", "share of positive labels over metrics_window_samples", logs.get("ctr"))
+        yield from task_gauges(PREFIX, logs.get("tasks") or {})
         yield from gauge("input_wait_share", "share of time the loop waited for input", logs.get("input_wait"))
         yield CounterMetricFamily(PREFIX + "rejected", "input lines or messages rejected", value=logs["rejected"])
         bad = CounterMetricFamily(PREFIX + "bad_input", "rejected input by kind", labels=["kind"])

@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import resource
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from easyonline.config.secrets import apply_oss_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.callbacks import Callback
 from easyonline.core.errors import ConfigError
-from easyonline.core.metrics import WindowMetrics
+from easyonline.core.metrics import WindowFigures
 from easyonline.core.stop_signal import StopSignal
 from easyonline.embedding.change_tracker import ChangeTracker
 from easyonline.embedding.dynamic_tables import STATS_EPOCH, checkpoint_shards
@@ -37,6 +37,7 @@ from easyonline.publish.snapshot import EagerTableRows, TableRows
 from easyonline.tasks.task import task_label
 from easyonline.train.optimizers import build_train_optimizer
 from easyonline.train.status import StatusReporter
+from easyonline.train.task_figures import TaskFigures, summary_lines
 from easyonline.train.threading_config import apply_thread_config
 from easyonline.utils import fileio
 
@@ -60,15 +61,20 @@ class TrainSummary:
     cpu_seconds: float = 0.0  # of this process and its input reader, over the run
     start: str = ""  # where reading started, and every partition moved at the start (start_position.py)
     offsets_skipped: int = 0  # by Kafka positions out of range while reading (kafka_input.py)
+    #: every task's window figures by task name (train/task_figures.py); ``auc``/``logloss`` are the primary
+    #: task's when it is binary (None when it is a regression)
+    tasks: TaskFigures = dataclasses.field(default_factory=dict)
 
     def lines(self) -> List[str]:
         fmt = lambda v: "-" if v is None else f"{v:.4f}"
+        single_binary = not self.tasks or (len(self.tasks) == 1 and "auc" in next(iter(self.tasks.values())))
+        figures = [f"window AUC       {fmt(self.auc)}",
+                   f"window logloss   {fmt(self.logloss)}"] if single_binary else summary_lines(self.tasks)
         return [f"steps            {self.steps}",
                 f"samples          {self.samples}",
                 f"seconds          {self.seconds:.1f}",
                 f"samples/s        {self.samples_per_sec:.0f}",
-                f"window AUC       {fmt(self.auc)}",
-                f"window logloss   {fmt(self.logloss)}",
+                *figures,
                 f"rejected lines   {self.rejected}",
                 f"table keys       {sum(self.table_sizes.values())}",
                 f"positions        {self.positions}",
@@ -129,14 +135,17 @@ class OnlineTrainer:
         train = config.train_config
         fileio.makedirs(config.model_dir)
         self.checkpointer = Checkpointer(config.model_dir, self.model, self.optimizer, train.keep_checkpoint_max)
-        self.metrics = cast(WindowMetrics, self.task.metrics)  # the primary task's, for the status line
+        self.metrics: WindowFigures = self.task.metrics  # the primary task's (callers read it; figures() by name)
         self.changes = ChangeTracker(self.specs)  # fed once per batch; publishing and saves subscribe
         signature = feature_signature(self.specs)
         label_spec = {name: tf.TensorSpec([None], tf.float32) for name in self._label_names}
+        # data_config.sample_weight: the step takes the batch's weights [B] too
+        weight_spec = [tf.TensorSpec([None], tf.float32)] if self.specs.sample_weight else []
         # autograph=False: the step has no tensor-dependent Python control flow, and autograph
         # converting TFRA's optimizer code takes ~2 s per table at every trace.
         self._train_step = tf.function(self._distribute(self._train_step_impl),
-                                       input_signature=[signature, label_spec, tf.TensorSpec([], tf.float64)],
+                                       input_signature=[signature, label_spec, tf.TensorSpec([], tf.float64),
+                                                        *weight_spec],
                                        autograph=False)
         self._score_step = tf.function(self._distribute(self._score_impl), input_signature=[signature],
                                        autograph=False)
@@ -204,9 +213,10 @@ class OnlineTrainer:
         return {name: value.numpy() for name, value in out.items()} if isinstance(out, dict) else out.numpy()
 
     # --- the step -----------------------------------------------------------------
-    def _train_step_impl(self, features, labels, now):
+    def _train_step_impl(self, features, labels, now, sample_weight=None):
         with tf.GradientTape() as tape:
-            loss, logits = self.model.compute_loss(features, labels, training=True, now=now)
+            loss, logits = self.model.compute_loss(features, labels, training=True, now=now,
+                                                   sample_weight=sample_weight)
         variables = self.model.trainable_variables
         gradients = tape.gradient(loss, variables)
         self.optimizer.apply_gradients(zip(gradients, variables))
@@ -218,7 +228,7 @@ class OnlineTrainer:
     def _build_variables(self) -> None:
         """Creates every variable and optimizer slot (an empty batch changes nothing) so restore is exact."""
         self._train_step_impl(empty_features(self.specs), {name: tf.zeros([0], tf.float32) for name in self._label_names},
-                              self._now())
+                              self._now(), tf.zeros([0], tf.float32) if self.specs.sample_weight else None)
         # (eagerly: the traced step is then traced once)
         self.model.tables.release_names()  # the optimizer's slot tables now exist
 
@@ -265,6 +275,10 @@ class OnlineTrainer:
         """Samples trained since the model began (restored with the checkpoint)."""
         return self._samples
 
+    def task_figures(self) -> TaskFigures:
+        """Every task's window figures by task name, the primary first (a cluster reads its shared ones)."""
+        return {task.name: task.metrics.figures() for task in self.model.tasks}
+
     def _status_lag(self) -> Optional[int]:
         """The lag the status line shows (a cluster shows all its trainers')."""
         return self.lag
@@ -302,18 +316,21 @@ class OnlineTrainer:
     def table_sizes(self) -> Dict[str, int]:
         return self.model.tables.sizes()
 
-    def train_batch(self, features, labels) -> Dict[str, np.ndarray]:
+    def train_batch(self, features, labels, sample_weight=None) -> Dict[str, np.ndarray]:
         """Scores then trains one parsed batch; returns each task's pre-update predictions, by task name.
 
         ``labels``: {label name: [B]} with each label the model's tasks learn from, or the [B] of the first.
+        ``sample_weight``: the batch's [B] weights when data_config.sample_weight names a field (required
+        then), else None.
         """
         if not isinstance(labels, dict):
             labels = {self._label_names[0]: labels}
+        weights = () if not self.specs.sample_weight else (np.asarray(sample_weight, np.float32),)
         if self.model.scores_differ_in_training:
             logits = self._run(self._score_step, features)
-            self._run(self._train_step, features, labels, self._now())
+            self._run(self._train_step, features, labels, self._now(), *weights)
         else:
-            logits = self._run(self._train_step, features, labels, self._now())
+            logits = self._run(self._train_step, features, labels, self._now(), *weights)
         return {task.name: task.predictions(logits[task.name]) for task in self.model.tasks}
 
     def train_vectors(self, vectors) -> Dict[str, np.ndarray]:
@@ -347,7 +364,7 @@ class OnlineTrainer:
         else:
             by_name = parsed.labels_by_name(self.specs.label_names[0])
             labels = {name: np.asarray(by_name[name]) for name in self._label_names}
-            predictions = self.train_batch(parsed.features, labels)
+            predictions = self.train_batch(parsed.features, labels, parsed.sample_weights)
         for task in self.model.tasks:
             task.update_metrics(task_label(task, labels), predictions[task.name])
         self._count(parsed.size)
@@ -390,9 +407,11 @@ class OnlineTrainer:
             fields["offsets_skipped"] = str(self.offsets_skipped)
         for callback in self.callbacks:
             fields.update(callback.status_fields())
-        logs = status.report(self.step, self.samples_trained(), self._status_lag(), self.metrics.auc(),
-                             self.metrics.logloss(), self.metrics.ctr(), self.table_sizes(), self.rejected,
-                             extra=" ".join(f"{k}={v}" for k, v in fields.items()))
+        tasks = self.task_figures()
+        primary = next(iter(tasks.values()))
+        logs = status.report(self.step, self.samples_trained(), self._status_lag(), primary.get("auc"),
+                             primary.get("logloss"), primary.get("ctr"), self.table_sizes(), self.rejected,
+                             extra=" ".join(f"{k}={v}" for k, v in fields.items()), tasks=tasks)
         logs.update(fields)
         logs["input_wait"] = wait_share
         self.dispatch("on_metrics", logs)
@@ -472,10 +491,12 @@ class OnlineTrainer:
                 source.close()
         seconds = time.time() - start_time
         samples = self.samples_trained() - start_samples
-        summary = TrainSummary(self.step, samples, seconds, samples / max(seconds, 1e-9), self.metrics.auc(),
-                               self.metrics.logloss(), self.rejected, self.table_sizes(), self.positions,
+        tasks = self.task_figures()
+        primary = next(iter(tasks.values()))
+        summary = TrainSummary(self.step, samples, seconds, samples / max(seconds, 1e-9), primary.get("auc"),
+                               primary.get("logloss"), self.rejected, self.table_sizes(), self.positions,
                                self.last_checkpoint, stop_reason, cpu_seconds() - start_cpu,
-                               source.start_mode, self.offsets_skipped)
+                               source.start_mode, self.offsets_skipped, tasks)
         self.dispatch("on_train_end", summary)
         return summary
 

@@ -65,8 +65,8 @@ def test_the_shared_writes_take_nothing_the_trainer_computes_after_the_parameter
     graph = _graph(tmp_path)
     own = "/job:chief/task:0"
     state = graph.state
-    variables = [state.positions, state.samples, state.global_step, state.lags, state.hist_pos, state.hist_neg,
-                 state.logloss_sum, state.label_sum]
+    variables = [state.positions, state.samples, state.global_step, state.lags,
+                 *[variable for sums in state.task_sums.values() for variable in sums.values()]]
     handles = {variable.handle.op for variable in variables}
     step = _ancestors(tf.nest.flatten(graph.train_op))
     writes = [op for op in step if op.inputs and op.inputs[0].op in handles and op.type != "ReadVariableOp"]
