@@ -325,7 +325,8 @@ class OnlineTrainer:
         """
         if not isinstance(labels, dict):
             labels = {self._label_names[0]: labels}
-        weights = () if not self.specs.sample_weight else (np.asarray(sample_weight, np.float32),)
+        # the traced step's signature names sample_weight even without weights (None then): pass it always
+        weights = (None if not self.specs.sample_weight else np.asarray(sample_weight, np.float32),)
         if self.model.scores_differ_in_training:
             logits = self._run(self._score_step, features)
             self._run(self._train_step, features, labels, self._now(), *weights)

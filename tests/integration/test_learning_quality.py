@@ -45,3 +45,45 @@ def test_the_movielens_config_learns_a_stream_of_its_schema_and_the_bench_report
     assert result["online_lr"]["second_half"] > 0.65, result
     assert result["easyonline_frozen"]["second_half"] > 0.6, result
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _rated_stream(count: int, seed: int = 11) -> list:
+    """``liked,rating,user,movie,genres,hour,weekday``: a rating of 1 to 5 from the user's bias, the movie's
+    quality and the user's taste for its genres, plus noise; liked = rating >= 4."""
+    rng = np.random.default_rng(seed)
+    users, movies = 60, 80
+    user_bias = rng.normal(0, 0.6, users)
+    taste = rng.normal(0, 0.6, (users, len(GENRES)))
+    quality = rng.normal(0, 0.8, movies)
+    movie_genres = [sorted(rng.choice(len(GENRES), rng.integers(1, 3), replace=False)) for _ in range(movies)]
+    lines = []
+    for i in range(count):
+        user, movie = int(rng.integers(users)), int(rng.integers(movies))
+        genres = movie_genres[movie]
+        mean = 3.5 + user_bias[user] + quality[movie] + taste[user, genres].mean()
+        rating = int(np.clip(np.rint(mean + rng.normal(0, 0.5)), 1, 5))
+        lines.append(f"{int(rating >= 4)},{rating},{user},{movie},{'|'.join(GENRES[g] for g in genres)},"
+                     f"{i // 50 % 24},{i // 1200 % 7}")
+    return lines
+
+
+def test_the_multitask_config_trains_both_tasks_and_the_bench_reports_them(tmp_path):
+    """samples/movielens_multitask.config loads and trains 800 generated lines through the broker (the
+    bench: tools/bench/multitask_quality.py, without its single-task run)."""
+    (tmp_path / "stream.csv").write_text("\n".join(_rated_stream(800)) + "\n")
+    png = tmp_path / "multitask.png"
+    proc = subprocess.run([PYTHON, "tools/bench/multitask_quality.py", f"--data={tmp_path}", f"--png={png}",
+                           "--window=200", "--skip_single"], cwd=ROOT, env=python_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.index("\n}\n") + 2])
+    assert result["samples"] == 800 and result["half"] == 400, result
+    assert result["liked_auc"]["single"] is None and result["targets"]["liked AUC >= single - 0.003"] is None
+    # The generating model's own liked AUC is 0.95 (its mean rating as the score); chance is 0.5.
+    assert result["liked_auc"]["multitask"]["second_half"] > 0.65, result
+    # Ratings have a standard deviation near 1 about their mean of ~3.5: a model still predicting its initial
+    # 0 would score an RMSE above 3.5, one that learned only the mean about 1.
+    rmse = result["rating_rmse"]
+    assert rmse["multitask"]["second_half"] < 1.5, result
+    assert 0.5 < rmse["item_mean_baseline"]["second_half"] < 1.5, result
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 import zlib
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -51,8 +51,8 @@ GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy",
           "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]
 
 
-def movielens_lines(directory: str) -> List[bytes]:
-    """u.data + u.item as time-ordered ``label,user,movie,genres,hour,weekday`` lines."""
+def movielens_ratings(directory: str) -> List[Tuple[str, str, int, str, int, int]]:
+    """u.data + u.item as time-ordered (user, movie, rating, genres joined by ``|``, hour, weekday in UTC)."""
     genres = {}
     with open(os.path.join(directory, "u.item"), encoding="latin-1") as f:
         for line in f:
@@ -67,8 +67,14 @@ def movielens_lines(directory: str) -> List[bytes]:
     out = []
     for stamp, user, movie, rating in ratings:
         t = time.gmtime(stamp)
-        out.append(f"{int(rating >= 4)},{user},{movie},{genres[movie]},{t.tm_hour},{t.tm_wday}".encode())
+        out.append((user, movie, rating, genres[movie], t.tm_hour, t.tm_wday))
     return out
+
+
+def movielens_lines(directory: str) -> List[bytes]:
+    """u.data + u.item as time-ordered ``label,user,movie,genres,hour,weekday`` lines (label: rating >= 4)."""
+    return [f"{int(rating >= 4)},{user},{movie},{genres},{hour},{weekday}".encode()
+            for user, movie, rating, genres, hour, weekday in movielens_ratings(directory)]
 
 
 def read_stream(directory: str) -> List[bytes]:
@@ -141,7 +147,10 @@ class Recorder(Callback):
             trainer.stop("the whole stream was trained")
 
 
-def train_online(config_path: str, lines: List[bytes], work: str, edits: Dict) -> Recorder:
+def train_online(config_path: str, lines: List[bytes], work: str, edits: Dict,
+                 recorder: Optional[Callback] = None) -> Callback:
+    """Streams ``lines`` through a local broker (one partition) and trains ``config_path`` on them online,
+    with ``recorder`` as a callback (default: a ``Recorder``, which stops the trainer at the stream's end)."""
     with LocalBroker(log_path=os.path.join(work, "broker.log")) as broker:
         broker.create_topic("stream", 1)
         produce(broker.bootstrap, "stream", [lines], partitions=1)
@@ -151,7 +160,8 @@ def train_online(config_path: str, lines: List[bytes], work: str, edits: Dict) -
             "kafka_train_input.topic": "stream", "kafka_train_input.group": "learning_quality",
             "train_config.save_checkpoints_secs": 0, "train_config.save_checkpoints_steps": 0}, **edits))
         config.train_config.ClearField("incr_save_config")
-        recorder = Recorder(len(lines) // 2, len(lines), os.path.join(work, "frozen"))
+        if recorder is None:
+            recorder = Recorder(len(lines) // 2, len(lines), os.path.join(work, "frozen"))
         build_trainer(config, online=True, callbacks=[recorder]).run()
     return recorder
 
@@ -170,6 +180,7 @@ def main() -> int:
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="learning_quality_") as work:
         recorder = train_online(args.config, lines, work, json.loads(args.edit_config_json))
+        assert isinstance(recorder, Recorder)
     train_secs = time.time() - started
     labels, scores = np.concatenate(recorder.labels), np.concatenate(recorder.scores)
     frozen = np.concatenate(recorder.frozen_scores)

@@ -1,0 +1,228 @@
+"""Benchmark: a two-task model on a real, time-ordered stream, against the single-task model and a rating baseline.
+
+MovieLens 100K's ratings, in time order, go through the local broker (one
+partition: the order is kept) as ``liked,rating,user,movie,genres,hour,weekday``
+lines (liked = rating >= 4) and are trained online with ``--config``
+(default samples/movielens_multitask.config: task "liked", binary, and task
+"rating", regression). In the same script the single-task
+``--single_config`` (default samples/movielens.config) trains the same
+ratings as its ``label,user,movie,genres,hour,weekday`` lines, and an online
+per-item running mean predicts each rating (the movie's mean rating so far;
+the mean of every rating so far for a movie not seen yet; 3 for the first
+sample) before it learns it. Every batch is scored before it is trained on
+(prequential): the predictions compared are those the trainer hands each
+task's metrics.
+
+Prints JSON and a table: liked AUC overall and on the second half for both
+models, rating RMSE for the multi-task model and the baseline; the targets
+of issue 35 (multi-task liked AUC, second half >= single-task's - 0.003;
+multi-task rating RMSE, second half <= 0.95 x the baseline's) with
+``--assert_targets`` exits 1 when one is missed. ``--png`` writes windowed
+AUC of both models and windowed RMSE of the model and the baseline (needs
+matplotlib, a dev dependency).
+
+``--data DIR``: a directory holding ``stream.csv`` (lines as above), or
+MovieLens 100K's ``u.data`` and ``u.item``. MovieLens may not be
+redistributed: fetch it to a temporary folder.
+
+    .venv/bin/python tools/bench/multitask_quality.py --data /tmp/ml-100k [--png /tmp/multitask.png]
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+from easyonline.core.callbacks import Callback  # noqa: E402
+from easyonline.scoring.auc_curves import exact_auc as auc  # noqa: E402
+from easyonline.scoring.auc_curves import plot_panels, rmse, windowed_auc, windowed_rmse  # noqa: E402
+from tools.bench.learning_quality import ROOT, movielens_ratings, train_online  # noqa: E402
+
+LIKED, RATING = "liked", "rating"  # the multi-task config's task (tower) names
+
+
+def multitask_lines(directory: str) -> List[bytes]:
+    """``stream.csv``'s lines, or u.data + u.item as time-ordered ``liked,rating,user,movie,genres,hour,weekday``."""
+    path = os.path.join(directory, "stream.csv")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            return [line for line in f.read().splitlines() if line]
+    if os.path.exists(os.path.join(directory, "u.data")):
+        return [f"{int(rating >= 4)},{rating},{user},{movie},{genres},{hour},{weekday}".encode()
+                for user, movie, rating, genres, hour, weekday in movielens_ratings(directory)]
+    raise SystemExit(f"{directory} holds neither stream.csv nor MovieLens's u.data and u.item")
+
+
+def single_task_lines(lines: List[bytes]) -> List[bytes]:
+    """The same samples as the single-task config reads them: the rating column dropped."""
+    out = []
+    for line in lines:
+        liked, _, rest = line.split(b",", 2)
+        out.append(liked + b"," + rest)
+    return out
+
+
+def item_mean_baseline(items: List[str], ratings: np.ndarray, prior: float = 3.0) -> np.ndarray:
+    """Online per-item running mean: each rating predicted by its item's mean rating so far (the mean of
+    every rating so far for an unseen item; ``prior`` before any), then learned."""
+    sums: Dict[str, float] = {}
+    counts: Dict[str, int] = {}
+    total, seen = 0.0, 0
+    predictions = np.empty(len(items))
+    for i, (item, rating) in enumerate(zip(items, ratings)):
+        count = counts.get(item, 0)
+        predictions[i] = sums[item] / count if count else (total / seen if seen else prior)
+        sums[item] = sums.get(item, 0.0) + rating
+        counts[item] = count + 1
+        total += rating
+        seen += 1
+    return predictions
+
+
+class _RecordingMetrics:
+    """A task's metrics: records every (labels, predictions) the trainer adds, then passes them on."""
+
+    def __init__(self, inner, labels: List[np.ndarray], predictions: List[np.ndarray]):
+        self._inner, self._labels, self._predictions = inner, labels, predictions
+
+    def update(self, labels, predictions) -> None:
+        self._labels.append(np.asarray(labels, np.float64).reshape(-1))
+        self._predictions.append(np.asarray(predictions, np.float64).reshape(-1))
+        self._inner.update(labels, predictions)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class TaskRecorder(Callback):
+    """Keeps every task's pre-update predictions and labels, by task name (what the trainer hands the task's
+    metrics after scoring a batch, before training on it); stops the trainer after ``total`` samples."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.labels: Dict[str, List[np.ndarray]] = {}
+        self.predictions: Dict[str, List[np.ndarray]] = {}
+        self.seen = 0
+
+    def on_train_begin(self, trainer) -> None:
+        for task in trainer.model.tasks:
+            self.labels[task.name], self.predictions[task.name] = [], []
+            task.metrics = _RecordingMetrics(task.metrics, self.labels[task.name], self.predictions[task.name])
+
+    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
+        self.seen += len(np.asarray(probs).reshape(-1))
+        if self.seen >= self.total:
+            trainer.stop("the whole stream was trained")
+
+    def task(self, name: str):
+        """(labels, predictions) of task ``name`` over the whole stream."""
+        if name not in self.labels:
+            raise SystemExit(f"the model has no task {name!r}; its tasks: {sorted(self.labels)}")
+        return np.concatenate(self.labels[name]), np.concatenate(self.predictions[name])
+
+
+def train(config: str, lines: List[bytes], edits: Dict) -> TaskRecorder:
+    with tempfile.TemporaryDirectory(prefix="multitask_quality_") as work:
+        recorder = TaskRecorder(len(lines))
+        train_online(config, lines, work, edits, recorder)
+    return recorder
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True, help="directory with stream.csv, or MovieLens's u.data and u.item")
+    parser.add_argument("--config", default=os.path.join(ROOT, "samples", "movielens_multitask.config"))
+    parser.add_argument("--single_config", default=os.path.join(ROOT, "samples", "movielens.config"))
+    parser.add_argument("--edit_config_json", default="{}", help="overrides of --config, as for easyonline.train")
+    parser.add_argument("--skip_single", action="store_true",
+                        help="do not train --single_config (for tuning: its AUC and the AUC target are then absent)")
+    parser.add_argument("--png", default="", help="where to write the windowed AUC and RMSE plot ('' : none)")
+    parser.add_argument("--window", type=int, default=5000, help="samples per point of the plot")
+    parser.add_argument("--assert_targets", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args()
+    lines = multitask_lines(args.data)
+    n, half = len(lines), len(lines) // 2
+    fields = [line.decode().split(",") for line in lines]
+    liked = np.array([float(f[0]) for f in fields])
+    ratings = np.array([float(f[1]) for f in fields])
+    started = time.time()
+    multi = train(args.config, lines, json.loads(args.edit_config_json))
+    multi_secs = time.time() - started
+    liked_labels, liked_scores = multi.task(LIKED)
+    rating_labels, rating_predictions = multi.task(RATING)
+    for name, got, want in (("liked", liked_labels, liked), ("rating", rating_labels, ratings)):
+        if not np.array_equal(got, want):
+            raise SystemExit(f"the multi-task trainer's {name} labels differ from the stream's (order or count)")
+    single_scores: Optional[np.ndarray] = None
+    single_secs = 0.0
+    if not args.skip_single:
+        started = time.time()
+        single = train(args.single_config, single_task_lines(lines), {})
+        single_secs = time.time() - started
+        (single_name,) = single.labels  # a single-task model has one task
+        single_labels, single_scores = single.task(single_name)
+        if not np.array_equal(single_labels, liked):
+            raise SystemExit("the single-task trainer's labels differ from the stream's (order or count)")
+    baseline = item_mean_baseline([f[3] for f in fields], ratings)
+    second = slice(half, n)
+    result: Dict = {
+        "samples": n, "half": half, "train_secs": {"multitask": round(multi_secs, 1), "single": round(single_secs, 1)},
+        "liked_auc": {
+            "multitask": {"overall": auc(liked, liked_scores), "second_half": auc(liked[second], liked_scores[second])},
+            "single": None if single_scores is None else {
+                "overall": auc(liked, single_scores), "second_half": auc(liked[second], single_scores[second])},
+        },
+        "rating_rmse": {
+            "multitask": {"overall": rmse(ratings, rating_predictions),
+                          "second_half": rmse(ratings[second], rating_predictions[second])},
+            "item_mean_baseline": {"overall": rmse(ratings, baseline),
+                                   "second_half": rmse(ratings[second], baseline[second])},
+        },
+    }
+    multi_auc = result["liked_auc"]["multitask"]["second_half"]
+    multi_rmse = result["rating_rmse"]["multitask"]["second_half"]
+    base_rmse = result["rating_rmse"]["item_mean_baseline"]["second_half"]
+    single_auc = None if single_scores is None else result["liked_auc"]["single"]["second_half"]
+    result["rating_rmse"]["multitask_over_baseline"] = multi_rmse / base_rmse
+    result["targets"] = {
+        "liked AUC >= single - 0.003": None if single_auc is None else bool(multi_auc >= single_auc - 0.003),
+        "rating RMSE <= 0.95 x baseline": bool(multi_rmse <= 0.95 * base_rmse),
+    }
+    print(json.dumps(result, indent=1))
+    print(f"\n{n} samples, second half from {half}; online training took {multi_secs:.0f} s (multi-task)"
+          + ("" if single_scores is None else f" and {single_secs:.0f} s (single-task)"))
+    print(f"{'liked AUC':40}{'overall':>10}{'2nd half':>10}")
+    for name, label in (("multitask", os.path.basename(args.config)), ("single", os.path.basename(args.single_config))):
+        figures = result["liked_auc"][name]
+        if figures is not None:
+            print(f"  {label:38}{figures['overall']:>10.4f}{figures['second_half']:>10.4f}")
+    print(f"{'rating RMSE':40}{'overall':>10}{'2nd half':>10}")
+    for name, label in (("multitask", os.path.basename(args.config)), ("item_mean_baseline", "per-item running mean")):
+        figures = result["rating_rmse"][name]
+        print(f"  {label:38}{figures['overall']:>10.4f}{figures['second_half']:>10.4f}")
+    for target, met in result["targets"].items():
+        print(f"  {target:38} {'not measured' if met is None else 'met' if met else 'MISSED'}")
+    if args.png:
+        step = max(args.window // 5, 1)
+        auc_curves = {"multi-task, liked": windowed_auc(liked, liked_scores, args.window, step)}
+        if single_scores is not None:
+            auc_curves["single-task"] = windowed_auc(liked, single_scores, args.window, step)
+        rmse_curves = {"multi-task, rating": windowed_rmse(ratings, rating_predictions, args.window, step),
+                       "per-item running mean (baseline)": windowed_rmse(ratings, baseline, args.window, step)}
+        title = f"{os.path.basename(args.config)} on {os.path.basename(args.data.rstrip('/'))}"
+        plot_panels(args.png, [("liked: AUC of the last window (prequential)", auc_curves),
+                               ("rating: RMSE of the last window (prequential)", rmse_curves)],
+                    half, "second half", title)
+        print(f"plot: {args.png}")
+    met = list(result["targets"].values())
+    return 0 if not args.assert_targets or all(m is True for m in met) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
