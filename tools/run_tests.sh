@@ -1,8 +1,36 @@
 #!/usr/bin/env bash
-# The test suite: sets up .venv, runs the linter and type checker (tools/lint.sh), then pytest:
-# tests/unit (no broker, seconds) first, then tests/integration (they start the local broker themselves).
+# The test suite: sets up .venv, runs the linter and type checker (tools/lint.sh), then pytest over
+# tests/unit and tests/integration (they start the local broker themselves).
+#
+# Without arguments the files run as TEST_SHARDS (default 2) pytest processes side by side, split by
+# measured time (tools/test_shards.py): a test keeps about one core busy, so two halve the wall time on
+# CI's 2 cores. Each shard's output is printed when it ends; the suite fails if any shard fails.
+# With arguments (or TEST_SHARDS=1) one pytest runs them as given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup_env.sh
 bash tools/lint.sh
-exec .venv/bin/python -m pytest -q -p no:cacheprovider tests/unit tests/integration "$@"
+PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider)
+SHARDS=${TEST_SHARDS:-2}
+if [ "$#" -gt 0 ] || [ "$SHARDS" -le 1 ]; then
+  exec "${PYTEST[@]}" tests/unit tests/integration "$@"
+fi
+results=$(mktemp -d)
+started=$SECONDS
+pids=()
+for ((i = 0; i < SHARDS; i++)); do
+  # shellcheck disable=SC2207
+  files=($(.venv/bin/python tools/test_shards.py --shards "$SHARDS" --index "$i"))
+  "${PYTEST[@]}" --junitxml="$results/shard-$i.xml" "${files[@]}" >"$results/shard-$i.log" 2>&1 &
+  pids+=($!)
+done
+status=0
+for ((i = 0; i < SHARDS; i++)); do
+  code=0
+  wait "${pids[$i]}" || code=$?
+  echo "=== shard $((i + 1)) of $SHARDS (exit $code) ==="
+  cat "$results/shard-$i.log"
+  [ "$code" -eq 0 ] || status=$code
+done
+echo "=== $SHARDS shards in $((SECONDS - started)) s; exit $status (per-file seconds: python tools/test_shards.py --update $results/shard-*.xml) ==="
+exit "$status"
