@@ -1,5 +1,17 @@
 """SIGKILL at random moments while a numbered stream flows: nothing lost, nothing trained twice but what
-followed the last checkpoint before each kill, and the model as good as an uninterrupted one."""
+followed the last checkpoint before each kill, and the model as good as an uninterrupted one.
+
+"As good" is measured on what does not depend on timing: both final models score the same held-out samples
+(numbered MAX_SAMPLES + TAIL.., never produced). It was the prequential AUC of each trainer over the stream after the
+last kill, and under load that gap was 0.012-0.031 with no fault at all behind it: where the window
+began depended on when the last kill fell, and each sample's score on the model it met, whose batches
+mix the two partitions as fetches happen to return them. Measured in one loaded run: 0.030 over the
+last 4,000 samples by prequential scores, 0.0007 on the held-out samples by the final models.
+
+The second and third kill wait for a checkpoint of their run (then a random moment): under load all
+three kills could fall before the first checkpoint, every restart began from scratch, and restoring
+from a checkpoint was never tested (the last two runs now start from one: asserted).
+"""
 import os
 import random
 import signal
@@ -7,17 +19,21 @@ import subprocess
 import threading
 import time
 
-import numpy as np
-
-from easyonline.config import to_text
+from easyonline.checkpoint.checkpointer import latest_checkpoint
+from easyonline.config import load_pipeline_config, to_text
+from easyonline.features.record_parser import make_parser
+from easyonline.scoring.checkpoint_model import CheckpointModel
 from easyonline.core.metrics import PrequentialMetrics
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from tests.conftest import PYTHON, online_config, python_env
 
-SAMPLES = 20000
-RATE = 500  # samples/s (the stream takes 40 s)
-TAIL = 4000  # samples produced only after the last kill: the stream outlasts the kills however slow the restarts
 KILLS = 3
+RATE = 500  # samples/s
+MIN_SAMPLES = 16000  # the stream flows at least 32 s, and on until the last kill (restarts are slower under load)
+TAIL = 4000  # then this many more: the last run trains on after its restore
+CHUNK = 500
+MAX_SAMPLES = 60000  # a bound, should the kills never end
+HELD_OUT = 10000  # samples numbered MAX_SAMPLES + TAIL.. (never produced), for the final models' AUC
 
 
 def numbered_lines(start, count):
@@ -78,6 +94,24 @@ def trained_count(record_path):
         if os.path.exists(record_path) else 0
 
 
+def stream(kills_done, produced):
+    """Chunks of numbered samples until ``kills_done`` is set and MIN_SAMPLES were made, then TAIL more;
+    ``produced[0]`` counts them."""
+    while (produced[0] < MIN_SAMPLES or not kills_done.is_set()) and produced[0] < MAX_SAMPLES:
+        yield numbered_lines(produced[0], CHUNK)
+        produced[0] += CHUNK
+    yield numbered_lines(produced[0], TAIL)
+    produced[0] += TAIL
+
+
+def checkpoints_of_last_run(record_path):
+    """How many checkpoints the run that started last has recorded."""
+    count = 0
+    for kind, _, _ in read_records(record_path):
+        count = 0 if kind == "S" else count + (kind == "C")
+    return count
+
+
 def write_config(tmp_path, name, broker, topic):
     config = online_config(tmp_path / name, broker.bootstrap, topic, **{
         "kafka_train_input.group": f"fault_test_{name}",
@@ -89,23 +123,21 @@ def write_config(tmp_path, name, broker, topic):
     return path
 
 
-def last_auc(records, first):
-    """Prequential AUC of samples >= first, each scored by its last (surviving) training."""
-    scored = {}
-    for kind, _, rest in records:
-        if kind == "T":
-            for item in rest:
-                n, p, label = item.split(":")
-                scored[int(n)] = (float(p), int(label))
-    keys = sorted(k for k in scored if k >= first)
-    metrics = PrequentialMetrics(len(keys) + 1)
-    metrics.update(np.array([scored[k][1] for k in keys], np.float32), np.array([scored[k][0] for k in keys]))
+def held_out_auc(model_dir):
+    """AUC of the model's last checkpoint on samples no trainer saw (numbered MAX_SAMPLES + TAIL..)."""
+    config = load_pipeline_config(str(model_dir / "pipeline.config"))
+    model = CheckpointModel(config)
+    model.restore(latest_checkpoint(str(model_dir)))
+    parsed = make_parser(model.specs, config.data_config).parse(numbered_lines(MAX_SAMPLES + TAIL, HELD_OUT))
+    metrics = PrequentialMetrics(HELD_OUT + 1)  # its window holds them all: the AUC of the whole set
+    metrics.update(parsed.labels.numpy(), model.score(parsed.features))
     return metrics.auc()
 
 
 def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_the_unsaved(broker, topic, tmp_path):
     broker.create_topic(topic, 2)
-    producer = threading.Thread(target=produce, args=(broker.bootstrap, topic, [numbered_lines(0, SAMPLES - TAIL)]),
+    kills_done, produced = threading.Event(), [0]
+    producer = threading.Thread(target=produce, args=(broker.bootstrap, topic, stream(kills_done, produced)),
                                 kwargs={"rate": RATE, "partitions": 2}, daemon=True)
     producer.start()
     config_path = write_config(tmp_path, "faulted", broker, topic)
@@ -121,6 +153,8 @@ def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_the_unsaved(br
         deadline = time.time() + 120
         while trained_count(records_path) == before and time.time() < deadline:  # until it trains
             time.sleep(0.1)
+        while kill > 0 and checkpoints_of_last_run(records_path) == 0 and time.time() < deadline:
+            time.sleep(0.1)  # the later kills: after a checkpoint of this run, so the next run restores one
         time.sleep(rng.uniform(0.5, 4.0))  # then at a random moment
         children = descendants(proc.pid)
         assert children, "the trainer should have its Kafka reader process"
@@ -133,18 +167,17 @@ def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_the_unsaved(br
         assert not orphans, f"processes {orphans} outlived their SIGKILLed trainer by 10 s"
         with open(records_path, "a") as f:
             f.write(f"K {kill} killed\n")
-    producer.join(120)
-    tail = threading.Thread(target=produce, args=(broker.bootstrap, topic, [numbered_lines(SAMPLES - TAIL, TAIL)]),
-                            kwargs={"rate": RATE, "partitions": 2}, daemon=True)
-    tail.start()
+    kills_done.set()
     proc = start_trainer(config_path, records_path, log)  # the last run trains to the end, then stops cleanly
+    producer.join(120)
+    total = produced[0]
+    assert not producer.is_alive() and MIN_SAMPLES + TAIL <= total <= MAX_SAMPLES + TAIL, total
     deadline = time.time() + 240
     while time.time() < deadline:
         trained = {item.split(":")[0] for kind, _, rest in read_records(records_path) if kind == "T" for item in rest}
-        if len(trained) >= SAMPLES:
+        if len(trained) >= total:
             break
         time.sleep(0.5)
-    tail.join(60)
     time.sleep(1)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(120) == 0, open(tmp_path / "trainer.log").read()[-3000:]
@@ -162,20 +195,20 @@ def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_the_unsaved(br
                 since_checkpoint.add(n)
         elif kind == "K":
             allowed |= since_checkpoint  # trained after the last checkpoint before this kill
-    assert sorted(counts) == list(range(SAMPLES))  # every sample trained at least once
+    assert sorted(counts) == list(range(total))  # every sample trained at least once
     repeated = {n for n, c in counts.items() if c > 1}
     assert repeated <= allowed, sorted(repeated - allowed)[:20]  # and only the unsaved ones again
     assert repeated, "no kill fell between checkpoints: the test proved nothing"
     assert max(counts.values()) <= 1 + KILLS
 
-    # After the last kill, on the rest of the stream, the faulted model scores as well as the clean one.
+    # The faulted model scores samples neither trainer saw as well as the clean one.
     deadline = time.time() + 240
-    while trained_count(clean_path) < SAMPLES and time.time() < deadline:
+    while trained_count(clean_path) < total and time.time() < deadline:
         time.sleep(0.5)
     clean.send_signal(signal.SIGTERM)
     assert clean.wait(120) == 0
-    last_kill = max(i for i, r in enumerate(records) if r[0] == "K")
-    rest = 1 + max(int(item.split(":")[0]) for kind, _, items in records[:last_kill] if kind == "T" for item in items)
-    assert rest <= SAMPLES - 3000, rest  # enough stream left to compare on
-    faulted_auc, clean_auc = last_auc(records, rest), last_auc(read_records(clean_path), rest)
-    assert abs(faulted_auc - clean_auc) <= 0.01, (faulted_auc, clean_auc, rest)
+    starts = [rest for kind, _, rest in records if kind == "S"]
+    assert len(starts) == KILLS + 1 and "None" not in starts[-2][0] + starts[-1][0], starts  # restored ones
+    held_faulted, held_clean = held_out_auc(tmp_path / "faulted"), held_out_auc(tmp_path / "clean")
+    assert held_clean > 0.75, held_clean  # a trained model (0.82 measured; an untrained one 0.5)
+    assert abs(held_faulted - held_clean) <= 0.01, (held_faulted, held_clean)
