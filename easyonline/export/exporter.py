@@ -21,10 +21,11 @@ from easyonline.config.loader import to_text
 from easyonline.config.secrets import apply_oss_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.export.embedding_files import export_embeddings
-from easyonline.export.layout import (ASSETS_DIR, DENSE_SHAPES_FILE, INCR_UPDATE_FILE, PIPELINE_FILE, SAVED_MODEL_FILE,
-                                      SERVING_SIGNATURE, UPDATE_MESSAGE_SIGNATURE, UPDATE_SIGNATURE)
+from easyonline.export.layout import (ASSETS_DIR, DENSE_SHAPES_FILE, INCR_UPDATE_FILE, PIPELINE_FILE, PREDICTIONS_FILE,
+                                      SAVED_MODEL_FILE, SERVING_SIGNATURE, UPDATE_MESSAGE_SIGNATURE, UPDATE_SIGNATURE)
 from easyonline.export.serving_module import ServingModule
 from easyonline.protos import pipeline_pb2
+from easyonline.tasks.output_names import prediction_names
 from easyonline.updates.param_ids import dense_variables, ensure_parameter_ids
 from easyonline.updates.transport import KAFKA, StreamLocation, open_reader, stream_model_name
 from easyonline.utils import fileio, oss
@@ -100,6 +101,7 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
     fileio.write_text_atomic(os.path.join(assets, PIPELINE_FILE), to_text(config))
     shapes = {ids.dense[name]: list(variable.shape) for name, variable in dense_variables(model).items()}
     fileio.write_text_atomic(os.path.join(assets, DENSE_SHAPES_FILE), json.dumps(shapes, sort_keys=True) + "\n")
+    fileio.write_text_atomic(os.path.join(assets, PREDICTIONS_FILE), json.dumps(prediction_names(model.tasks)) + "\n")
     info = update_stream_info(config, step)
     info.update(checkpoint=path, exported_at=time.time())
     fileio.write_text_atomic(os.path.join(assets, INCR_UPDATE_FILE), json.dumps(info, indent=1) + "\n")

@@ -6,6 +6,7 @@ parser has one obvious input and the config's quirks stay in one place.
 import dataclasses
 from typing import Dict, List, Optional, Tuple
 
+from easyonline.features.label_kinds import label_kinds
 from easyonline.protos import pipeline_pb2
 
 _FT = pipeline_pb2.DataConfig.FieldType
@@ -139,10 +140,4 @@ def build_feature_specs(config: pipeline_pb2.PipelineConfig) -> FeatureSpecs:
             separator=fc.separator, combiner=fc.combiner, padding=tuple(fc.padding), combo=combo,
             hash_buckets=fc.hash_bucket_size, boundaries=tuple(fc.boundaries)))
     return FeatureSpecs(fields, data.separator, tuple(data.label_fields), tuple(id_features),
-                        tuple(raw_features), tables, label_kinds=_label_kinds(config), sample_weight=data.sample_weight)
-
-
-def _label_kinds(config: pipeline_pb2.PipelineConfig) -> Dict[str, str]:
-    """The kind of each label the model's tasks learn from (the model's tasks decide, not the parser)."""
-    from easyonline.tasks.label_kinds import label_kinds  # pylint: disable=import-outside-toplevel
-    return label_kinds(config)
+                        tuple(raw_features), tables, label_kinds=label_kinds(config), sample_weight=data.sample_weight)

@@ -17,11 +17,9 @@ import numpy as np
 
 from easyonline.config.loader import parse_pipeline_config
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.export.layout import ASSETS_DIR, DENSE_SHAPES_FILE, INCR_UPDATE_FILE, PIPELINE_FILE, SAVED_MODEL_FILE
-from easyonline.features import build_feature_specs
-from easyonline.models.builder import model_tasks
+from easyonline.export.layout import (ASSETS_DIR, DENSE_SHAPES_FILE, INCR_UPDATE_FILE, PIPELINE_FILE, PREDICTIONS_FILE,
+                                      SAVED_MODEL_FILE)
 from easyonline.protos import update_pb2
-from easyonline.tasks.output_names import prediction_names
 from easyonline.updates.apply_rules import message_changes
 from easyonline.updates.param_ids import read_parameter_ids
 
@@ -58,7 +56,9 @@ class LoadedExport:
             self.pipeline_config = f.read()
         self.config = parse_pipeline_config(self.pipeline_config, PIPELINE_FILE)
         # each task's prediction output, the primary task's first (what score_features and predict write)
-        self.prediction_names: List[str] = prediction_names(model_tasks(self.config, build_feature_specs(self.config)))
+        # (an export written before the file existed has one binary task)
+        predictions = os.path.join(assets, PREDICTIONS_FILE)
+        self.prediction_names: List[str] = json.load(open(predictions)) if os.path.exists(predictions) else ["probs"]
         # Predict calls the one concrete function directly: the restored tf.function would first match the
         # request's tensors against its traces (~0.3 ms of a batch-1 request with five inputs, more with more).
         self._serve_concrete = self._module.serve.concrete_functions[0]

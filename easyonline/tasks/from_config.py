@@ -8,6 +8,7 @@ label_name takes the label field of its position, as in EasyRec.
 from typing import Sequence, Union
 
 from easyonline.core.errors import ConfigError
+from easyonline.features.label_kinds import BINARY_LOSSES, REGRESSION_LOSSES
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks.ranking import RankingTask
 from easyonline.tasks.regression import RegressionTask
@@ -15,8 +16,6 @@ from easyonline.tasks.task import Task
 
 Tower = Union[pipeline_pb2.TaskTower, pipeline_pb2.BayesTaskTower]
 LossType = pipeline_pb2.LossType
-BINARY_LOSSES = (LossType.CLASSIFICATION, LossType.BINARY_CROSS_ENTROPY_LOSS)
-REGRESSION_LOSSES = (LossType.L2_LOSS,)
 
 
 def make_task(loss_type: int, num_class: int, path: str, window_samples: int, label_name: str, name: str,

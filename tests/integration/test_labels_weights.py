@@ -231,7 +231,7 @@ def test_a_cluster_trains_a_regression_task_with_sample_weights_and_reports_its_
     path = tmp_path / "data.csv"
     path.write_text("\n".join(rows) + "\n")
     config = _config(tmp_path, "cluster", path=path, loss="loss_type: L2_LOSS")
-    config.train_config.log_step_count_secs = 0.5
+    config.train_config.log_step_count_secs = 0.001  # a status line after every batch (the run may take < 1 s)
     config_path = tmp_path / "cluster.config"
     config_path.write_text(to_text(config))
     with LocalCluster(1, 1, [f"--config={config_path}"], env=python_env()) as cluster:

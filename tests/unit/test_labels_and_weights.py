@@ -12,7 +12,7 @@ from easyonline.core.rejections import rejection_kind
 from easyonline.features import CsvParser, build_feature_specs
 from easyonline.features.record_parser import make_parser
 from easyonline.features.vector_csv import supports
-from easyonline.tasks.label_kinds import label_kinds
+from easyonline.features.label_kinds import label_kinds
 
 CONFIG = '''
 model_dir: "/tmp/unused"

@@ -4,12 +4,17 @@ A binary task's label must be 0 or 1, a regression task's any finite number.
 The model's tasks decide (its task towers' loss types, or model_config.loss_type
 for a single-task model), so the parser never guesses a label's meaning. A
 label two tasks of different kinds learn from must satisfy both: binary.
+Here, not in tasks/, because the Kafka reader process parses with the
+feature specs and loads no TensorFlow; tasks/from_config.py takes its loss
+types from here.
 """
-from typing import Dict
+from typing import Dict, List
 
-from easyonline.models.registry import lookup
 from easyonline.protos import pipeline_pb2
-from easyonline.tasks.from_config import REGRESSION_LOSSES
+
+LossType = pipeline_pb2.LossType
+BINARY_LOSSES = (LossType.CLASSIFICATION, LossType.BINARY_CROSS_ENTROPY_LOSS)
+REGRESSION_LOSSES = (LossType.L2_LOSS,)
 
 BINARY, REGRESSION = "binary", "regression"
 
@@ -22,9 +27,8 @@ def label_kinds(config: pipeline_pb2.PipelineConfig) -> Dict[str, str]:
     """{label field: "binary" | "regression"} for every label the model's tasks learn from."""
     model = config.model_config
     labels = list(config.data_config.label_fields)
-    entry = lookup(model.model_class) if model.model_class else None
     chosen = model.WhichOneof("model")
-    towers = entry.model_class.task_towers(getattr(model, chosen)) if entry is not None and chosen else []
+    towers = _towers(getattr(model, chosen)) if chosen else []
     if not towers:
         return {labels[0]: _kind(model.loss_type)} if labels else {}
     kinds: Dict[str, str] = {}
@@ -33,3 +37,20 @@ def label_kinds(config: pipeline_pb2.PipelineConfig) -> Dict[str, str]:
         if label:
             kinds[label] = BINARY if kinds.get(label) == BINARY else _kind(tower.loss_type)
     return kinds
+
+
+TOWER_TYPES = (pipeline_pb2.TaskTower.DESCRIPTOR, pipeline_pb2.BayesTaskTower.DESCRIPTOR)
+
+
+def _towers(settings) -> List:
+    """The task towers in a model's settings, in field order (``task_towers``, ESMM's ``ctr_tower`` and
+    ``cvr_tower``): read from the message's fields, so that this needs no model class (features import it)."""
+    towers: List = []
+    for field in settings.DESCRIPTOR.fields:
+        if field.message_type not in TOWER_TYPES:
+            continue
+        if field.label == field.LABEL_REPEATED:
+            towers.extend(getattr(settings, field.name))
+        elif settings.HasField(field.name):
+            towers.append(getattr(settings, field.name))
+    return towers
