@@ -16,7 +16,8 @@ Key = TypeVar("Key")
 
 
 class TrainerView(Protocol):
-    """What a callback sees of the trainer (``train.trainer.OnlineTrainer`` implements it).
+    """What a callback sees of the trainer (``train.training_loop.TrainingLoop`` implements it, the loop of
+    ``OnlineTrainer`` and ``ClusterTrainer``).
 
     Attributes:
       config: the PipelineConfig the trainer runs.
@@ -36,7 +37,6 @@ class TrainerView(Protocol):
     """
 
     config: Any
-    step: int
     positions: Dict[int, int]
     model: Any
     specs: Any
@@ -48,6 +48,10 @@ class TrainerView(Protocol):
     restored_from: Optional[str]
     lag: Optional[int]
     evicted: Dict[str, np.ndarray]
+
+    @property
+    def step(self) -> int:
+        """Batches trained so far (restored from the checkpoint at start; a cluster's: every trainer's)."""
 
     @property
     def last_saved_step(self) -> int:

@@ -1,15 +1,15 @@
 """Paddle-style operations on a running trainer: ``save_model`` (its save modes) and ``shrink``."""
 from easyonline.protos import pipeline_pb2
 from easyonline.publish.base_delta import InferenceSaves
-from easyonline.train.trainer import OnlineTrainer
+from easyonline.train.training_loop import TrainingLoop
 
 
-def shrink(trainer: OnlineTrainer) -> dict:
+def shrink(trainer: TrainingLoop) -> dict:
     """Evicts now per the tables' eviction configs (Paddle's fleet.shrink()); returns {table: evicted keys}."""
     return trainer.shrink()
 
 
-def save_model(trainer: OnlineTrainer, mode: str = "checkpoint") -> str:
+def save_model(trainer: TrainingLoop, mode: str = "checkpoint") -> str:
     """Saves now, as Paddle's save modes: "checkpoint" (everything to continue training), "base" (every
     parameter serving needs, no optimizer slots) or "delta" (dense + rows changed since the last base or
     delta). Base and delta go to train_config.inference_save_config's save_dir; returns the path."""

@@ -18,6 +18,7 @@ from easyonline.inputs.raw_batch import BatchSource, RawBatch
 from easyonline.jobs.default_callbacks import default_callbacks as build_default_callbacks
 from easyonline.protos import pipeline_pb2
 from easyonline.train.trainer import OnlineTrainer, TrainSummary
+from easyonline.train.training_loop import TrainingLoop
 
 tf = ensure_legacy_keras()
 
@@ -50,7 +51,7 @@ class IterableSource(BatchSource):
 
 def build_trainer(config: pipeline_pb2.PipelineConfig, online: bool = True, source: Optional[BatchSource] = None,
                   callbacks: Sequence[Callback] = (), default_callbacks: bool = True,
-                  cluster: Optional[ClusterConfig] = None) -> OnlineTrainer:
+                  cluster: Optional[ClusterConfig] = None) -> TrainingLoop:
     """A trainer with the config's default callbacks (unless ``default_callbacks=False``), then ``callbacks``.
 
     With ``cluster`` (this process its chief or a worker), it is one trainer of that ps cluster.

@@ -17,7 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CALLBACK_FILES = ["easyonline/publish/publish_callback.py", "easyonline/publish/base_delta.py",
                   "easyonline/train/schedule_callbacks.py", "easyonline/train/prometheus_metrics.py",
                   "easyonline/tools/demo.py"]
-LOOP_FILES = ["easyonline/train/trainer.py", "easyonline/distributed/cluster_trainer.py"]
+LOOP_FILES = ["easyonline/train/training_loop.py", "easyonline/train/eager_engine.py", "easyonline/train/trainer.py",
+              "easyonline/distributed/session_engine.py", "easyonline/distributed/cluster_trainer.py"]
 
 
 def _tree(rel: str) -> ast.AST:
@@ -99,20 +100,41 @@ def test_batch_source_defaults():
     assert source.partition_numbers() == [1, 3]
 
 
-def _assigned_self_attributes(rel: str, cls: str, method: str) -> Set[str]:
+def _class(rel: str, cls: str) -> ast.ClassDef:
     for node in ast.walk(_tree(rel)):
         if isinstance(node, ast.ClassDef) and node.name == cls:
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == method:
-                    return {t.attr for n in ast.walk(item) for t in
-                            (n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else [])
-                            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
-    raise AssertionError(f"{cls}.{method} not found in {rel}")
+            return node
+    raise AssertionError(f"{cls} not found in {rel}")
 
 
-def test_cluster_trainer_does_not_reset_the_loops_attributes():
-    """The loop's state is made once, by ``OnlineTrainer._init_loop``, for a cluster trainer too."""
-    loop = _assigned_self_attributes("easyonline/train/trainer.py", "OnlineTrainer", "_init_loop")
-    assert {"config", "callbacks", "positions", "bad_input", "stop_signal", "source"} <= loop
-    again = loop & _assigned_self_attributes("easyonline/distributed/cluster_trainer.py", "ClusterTrainer", "__init__")
-    assert not again, f"ClusterTrainer.__init__ sets the loop's attributes again: {sorted(again)}"
+def _assigned_self_attributes(node: ast.AST) -> Set[str]:
+    """Every ``self.<name>`` the code under ``node`` assigns."""
+    return {t.attr for n in ast.walk(node) for t in
+            (n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AnnAssign, ast.AugAssign))
+             else [])
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+
+
+def _methods(node: ast.ClassDef) -> Set[str]:
+    return {item.name for item in node.body if isinstance(item, ast.FunctionDef)}
+
+
+def test_one_loop_whose_trainers_only_choose_their_engine():
+    """OnlineTrainer and ClusterTrainer are the one TrainingLoop on an engine: each subclasses the loop (not the
+    other), calls its ``__init__``, overrides none of its methods and sets none of its state."""
+    loop = _class("easyonline/train/training_loop.py", "TrainingLoop")
+    init = next(item for item in loop.body if isinstance(item, ast.FunctionDef) and item.name == "__init__")
+    state = _assigned_self_attributes(init)
+    assert {"config", "callbacks", "positions", "bad_input", "stop_signal", "source", "engine"} <= state
+    for rel, cls in [("easyonline/train/trainer.py", "OnlineTrainer"),
+                     ("easyonline/distributed/cluster_trainer.py", "ClusterTrainer")]:
+        trainer = _class(rel, cls)
+        assert [b.id for b in trainer.bases if isinstance(b, ast.Name)] == ["TrainingLoop"], cls
+        overridden = (_methods(trainer) & _methods(loop)) - {"__init__"}
+        assert not overridden, f"{cls} overrides the loop's {sorted(overridden)}"
+        again = _assigned_self_attributes(trainer) & state
+        assert not again, f"{cls} sets the loop's attributes: {sorted(again)}"
+        calls_init = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "__init__"
+                         and isinstance(n.func.value, ast.Call) and getattr(n.func.value.func, "id", "") == "super"
+                         for n in ast.walk(trainer))
+        assert calls_init, f"{cls} does not call TrainingLoop.__init__"
