@@ -139,7 +139,8 @@ def test_served_predictions_follow_training_and_match_the_trainer(broker, topic,
         version = export(model_dir, export_dir)
         assets = os.path.join(version, "assets")
         assert sorted(os.listdir(assets)) == ["DENSE_UPDATE_VARIABLES", "dense_shapes.json", "embed_name_to_ids.txt",
-                                              "incr_update.txt", "pipeline.config"]
+                                              "incr_update.txt", "pipeline.config", "predictions.json"]
+        assert json.load(open(os.path.join(assets, "predictions.json"))) == ["probs"]  # one binary task
         shapes = json.load(open(os.path.join(assets, "dense_shapes.json")))
         dense_ids = json.load(open(os.path.join(assets, "DENSE_UPDATE_VARIABLES")))
         assert sorted(shapes) == sorted(str(i) for i in dense_ids.values()) and shapes[str(dense_ids["bias"])] == []
