@@ -213,6 +213,20 @@ def _validate_dnn(dnn: pipeline_pb2.DNN, path: str) -> None:
     _require(dnn.activation in ACTIVATIONS, f"{path}.activation", f"{dnn.activation!r} is not one of {', '.join(ACTIVATIONS)}")
 
 
+def _validate_dnns(message, path: str) -> None:
+    """Every DNN in a model's settings (at any depth: a tower's dnn, each task tower's), by its field path."""
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        values = list(value) if field.label == field.LABEL_REPEATED else [value]
+        for i, item in enumerate(values):
+            where = f"{path}.{field.name}" + (f"[{i}]" if field.label == field.LABEL_REPEATED else "")
+            if field.message_type.name == "DNN":
+                _validate_dnn(item, where)
+            else:
+                _validate_dnns(item, where)
+
+
 def _validate_model(config: pipeline_pb2.PipelineConfig) -> None:
     model = config.model_config
     path = "model_config"
@@ -227,15 +241,19 @@ def _validate_model(config: pipeline_pb2.PipelineConfig) -> None:
     if chosen is not None:
         _require(chosen == entry.config_field, f"{path}.{chosen}",
                  f"does not match model_class {model.model_class!r}")
-        _validate_dnn(getattr(model, chosen).dnn, f"{path}.{chosen}.dnn")
+        _validate_dnns(getattr(model, chosen), f"{path}.{chosen}")
+    field = entry.config_field
+    entry.model_class.validate_settings(config, f"{path}.{field}")  # the model's own rules (groups, towers...)
     if chosen in ("deepfm", "wide_and_deep"):
         sub = getattr(model, chosen)
         _require(1 <= sub.wide_output_dim <= 1024, f"{path}.{chosen}.wide_output_dim",
                  f"must be in [1, 1024], got {sub.wide_output_dim}")
         if sub.HasField("final_dnn"):
             _validate_dnn(sub.final_dnn, f"{path}.{chosen}.final_dnn")
-    if not (entry.model_class.task_towers(getattr(model, chosen)) if chosen else []):
-        single_task(model, config.data_config.label_fields, 1)  # raises ConfigError on an unsupported loss
+    # both raise ConfigError on an unsupported loss or a tower without a name or label
+    if not entry.model_class.tasks_from_settings(getattr(model, field), config.data_config.label_fields, 1,
+                                                 f"{path}.{field}"):
+        single_task(model, config.data_config.label_fields, 1)
     _validate_feature_groups(config)
     _require(model.embedding_regularization >= 0, f"{path}.embedding_regularization", "must be >= 0")
     _require(model.l2_regularization >= 0, f"{path}.l2_regularization", "must be >= 0")

@@ -4,37 +4,40 @@ from easyonline.models.ranking_model import RankingModel
 from easyonline.models.registry import lookup
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import Tasks
-from easyonline.tasks.from_config import single_task, tasks_from_towers
+from easyonline.tasks.from_config import single_task
 
 
 def build_model(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> RankingModel:
     """Assumes a validated config (the model name and DeepFM's single embedding_dim are checked there)."""
     model_config = config.model_config
     entry, field, sub = _model_entry(model_config)
-    dnn = sub.dnn if sub is not None else pipeline_pb2.DNN()
+    # the settings' own DNN (DeepFM's, WideAndDeep's, DNN's); a model of towers has none
+    dnn = sub.dnn if "dnn" in sub.DESCRIPTOR.fields_by_name else pipeline_pb2.DNN()
     return entry.model_class(specs, model_config, dnn, seed=config.train_config.seed, name=field,
-                             tasks=build_tasks(config, specs, entry.model_class.task_towers(sub), field))
+                             tasks=build_tasks(config, specs, entry.model_class, sub, field))
 
 
 def model_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> Tasks:
     """The tasks ``build_model`` gives the model, without building it (e.g. an export's output names)."""
     entry, field, sub = _model_entry(config.model_config)
-    return build_tasks(config, specs, entry.model_class.task_towers(sub), field)
+    return build_tasks(config, specs, entry.model_class, sub, field)
 
 
 def _model_entry(model_config: pipeline_pb2.ModelConfig):
-    """(registry entry, its settings' field name, the settings or None) of ``model_config.model_class``."""
+    """(registry entry, its settings' field name, its settings) of ``model_config.model_class``."""
     entry = lookup(model_config.model_class)
     if entry is None:
         raise KeyError(f"model_config.model_class {model_config.model_class!r} is not registered")
     field = entry.config_field
-    return entry, field, (getattr(model_config, field) if model_config.HasField(field) else None)
+    sub = getattr(model_config, field)  # (its defaults when not set)
+    return entry, field, sub
 
 
-def build_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, towers=None, field: str = "") -> Tasks:
-    """The model's tasks: one per task tower (``towers``, from the model's settings), or else the one task of
-    ``model_config.loss_type`` on the first label field."""
+def build_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, model_class=None, settings=None,
+                field: str = "") -> Tasks:
+    """The model's tasks: those of its settings (one per task tower, ``RankingModel.tasks_from_settings``),
+    or else the one task of ``model_config.loss_type`` on the first label field."""
     window = config.train_config.metrics_window_samples
-    if towers:
-        return Tasks(tasks_from_towers(towers, specs.label_names, window, f"model_config.{field}.task_towers"))
-    return Tasks([single_task(config.model_config, specs.label_names, window)])
+    tasks = model_class.tasks_from_settings(settings, specs.label_names, window, f"model_config.{field}") \
+        if model_class is not None and settings is not None else []
+    return Tasks(tasks or [single_task(config.model_config, specs.label_names, window)])

@@ -6,6 +6,17 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 tf = ensure_legacy_keras()
 
 
+class BatchNorm(tf.keras.layers.BatchNormalization):
+    """Batch normalization whose moving moments skip an empty batch: the trainer builds every variable with a
+    step on an empty batch, whose moments (a mean over no samples) are NaN and would poison the moving
+    moments that scoring and serving use."""
+
+    def call(self, inputs, training=None):  # pylint: disable=arguments-differ
+        if training is True:
+            training = tf.shape(inputs)[0] > 0
+        return super().call(inputs, training=training)
+
+
 class MLP(tf.keras.layers.Layer):
     """Dense layers with optional batch norm and dropout."""
 
@@ -19,7 +30,7 @@ class MLP(tf.keras.layers.Layer):
                 units, activation=None if use_bn else activation, kernel_regularizer=regularizer,
                 kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed + i)))
             if use_bn:
-                self._layers.append(tf.keras.layers.BatchNormalization())
+                self._layers.append(BatchNorm())
                 self._layers.append(tf.keras.layers.Activation(activation))
             if dropout_ratio > 0:
                 self._layers.append(tf.keras.layers.Dropout(dropout_ratio, seed=seed + i))
@@ -39,3 +50,22 @@ class FMInteraction(tf.keras.layers.Layer):
         squared = tf.reduce_sum(tf.square(embeddings), axis=1)
         vector = 0.5 * (tf.square(summed) - squared)
         return vector if per_dim else tf.reduce_sum(vector, axis=1)
+
+
+class ExpertMixture(tf.keras.layers.Layer):
+    """MMoE's experts and gates (Ma et al. 2018, EasyRec's ``layers/mmoe.py``): every expert reads the input,
+    and each task's input is the mix of the experts' outputs by that task's softmax gate over the input."""
+
+    def __init__(self, experts: Sequence[MLP], num_tasks: int, l2: float = 0.0, seed: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.experts = list(experts)
+        regularizer = tf.keras.regularizers.l2(l2) if l2 > 0 else None
+        self.gates = [tf.keras.layers.Dense(len(self.experts), kernel_regularizer=regularizer,
+                                            kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed + t),
+                                            name=f"gate_{t}") for t in range(num_tasks)]
+
+    def call(self, x, training=False):
+        """A list of ``num_tasks`` [B, expert width] inputs, one per task."""
+        outputs = tf.stack([expert(x, training=training) for expert in self.experts], axis=1)  # [B, E, d]
+        return [tf.reduce_sum(outputs * tf.expand_dims(tf.nn.softmax(gate(x), axis=1), -1), axis=1)
+                for gate in self.gates]

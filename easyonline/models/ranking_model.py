@@ -16,15 +16,25 @@ over (TFRS's ``Model.compute_loss``).
 wide part (first-order weights, the dense features' linear weights) and
 which the deep part (embeddings, and the dense features in the DNN);
 without groups every feature feeds both.
+
+Models of towers over feature groups (MMoE, DBMTL, ESMM, MultiTower, DCN:
+docs/models.md) read a group's input with ``group_input``, build their
+layers with ``mlp`` / ``logit_layer``, check their own settings in the
+classmethod ``validate_settings`` and give their tasks through
+``task_towers`` / ``tasks_from_settings``; a multi-task one's
+``logits_from`` returns its logits by task name.
 """
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.core.errors import ConfigError
 from easyonline.embedding.dynamic_tables import DynamicTables
 from easyonline.features.feature_spec import FeatureSpecs, RawFeature
 from easyonline.models.layers import MLP
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import RankingTask, Tasks
+from easyonline.tasks.from_config import tasks_from_towers
+from easyonline.tasks.task import task_label
 
 tf = ensure_legacy_keras()
 
@@ -36,12 +46,26 @@ class RankingModel(tf.keras.Model):
 
     uses_first_order = False
     one_embedding_dim = False
+    global_bias = True  # one scalar bias added to the logit (a multi-task model's towers have their own)
 
     @classmethod
     def task_towers(cls, settings) -> list:  # pylint: disable=unused-argument
         """The task towers in the model's settings (``model_config.<field>``, or None); a multi-task model
         returns them (tasks/from_config.py builds one task per tower), a single-task model none."""
         return []
+
+    @classmethod
+    def tasks_from_settings(cls, settings, label_fields: Sequence[str], window_samples: int, path: str) -> list:
+        """The model's tasks from its settings (``path``: their config field, ``model_config.<field>``): one per
+        task tower; none for a single-task model (``model_config.loss_type`` then gives its one task). A
+        model whose objectives are not one per tower (ESMM) overrides this."""
+        towers = cls.task_towers(settings)
+        return tasks_from_towers(towers, label_fields, window_samples, f"{path}.task_towers") if towers else []
+
+    @classmethod
+    def validate_settings(cls, config: pipeline_pb2.PipelineConfig, path: str) -> None:
+        """Raises ConfigError naming the field when the model's own settings (``path``: ``model_config.<field>``)
+        are wrong; ``config/validate.py`` calls it (and checks every DNN in them) for whichever model is chosen."""
 
     def __init__(self, specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN,
                  seed: int = 0, tasks: Optional[Tasks] = None, **kwargs):
@@ -60,7 +84,10 @@ class RankingModel(tf.keras.Model):
         self.deep_logit = tf.keras.layers.Dense(1, name="deep_logit")
         self.dense_linear: Any = tf.keras.layers.Dense(1, use_bias=False, name="dense_linear") \
             if specs.raw_features else None
-        self.bias = self.add_weight(name="bias", shape=(), initializer="zeros")
+        self.bias = self.add_weight(name="bias", shape=(), initializer="zeros") if self.global_bias else None
+        self._groups = _group_columns(specs, model_config, self._deep_ids)
+        self._seed = seed
+        self._built_mlps = 0
         # EasyRec's final_dnn, when a model has one: build_final_dnn
         self.final_dnn: Optional[MLP] = None
         self.final_logit: Any = None
@@ -140,6 +167,32 @@ class RankingModel(tf.keras.Model):
         hidden = self.final_dnn(tf.concat(parts, axis=1), training=training)
         return tf.squeeze(self.final_logit(hidden), axis=1)
 
+    def mlp(self, dnn: pipeline_pb2.DNN, l2: float, name: str) -> MLP:
+        """An MLP of ``dnn`` (its own seeds: two towers of the same DNN start apart); its dropout and batch
+        norm count in ``scores_differ_in_training``."""
+        self._built_mlps += 1
+        self.dropout_ratio = max(self.dropout_ratio, dnn.dropout_ratio)
+        self.use_bn = self.use_bn or dnn.use_bn
+        return MLP(list(dnn.hidden_units), dnn.activation, dnn.dropout_ratio, dnn.use_bn, l2,
+                   seed=self._seed + 1000 * self._built_mlps, name=name)
+
+    def logit_layer(self, l2: float, name: str) -> Any:
+        """A Dense layer of one unit (a task's logit), seeded like ``mlp``."""
+        self._built_mlps += 1
+        return tf.keras.layers.Dense(1, kernel_regularizer=tf.keras.regularizers.l2(l2) if l2 > 0 else None,
+                                     kernel_initializer=tf.keras.initializers.GlorotUniform(
+                                         seed=self._seed + 1000 * self._built_mlps), name=name)
+
+    def group_input(self, group: str, embeddings: List[tf.Tensor], dense: Optional[tf.Tensor]) -> tf.Tensor:
+        """The input of feature group ``group`` [B, width] (EasyRec's input layer of a group): its id features'
+        embeddings then its raw features, in the group's order. ``all`` without a group of that name is
+        every deep feature. ``embeddings`` and ``dense`` are what ``embed`` returned."""
+        positions, columns = self._groups[group]
+        parts = [embeddings[p] for p in positions]
+        if dense is not None and (columns is None or columns):
+            parts.append(dense if columns is None else tf.gather(dense, columns, axis=1))
+        return tf.concat(parts, axis=1)
+
     def logits_from(self, embeddings, first_order, dense, training):
         raise NotImplementedError
 
@@ -156,7 +209,9 @@ class RankingModel(tf.keras.Model):
         by_task = self.task_logits(outputs)
         losses = []
         for task in self.tasks:
-            loss = task.loss(labels[task.label_name], by_task[task.name], sample_weight)
+            if task.weight == 0:  # an output only (ESMM's CVR: learnt through the CTCVR task)
+                continue
+            loss = task.loss(task_label(task, labels), by_task[task.name], sample_weight)
             losses.append(loss if task.weight == 1.0 else task.weight * loss)
         regularization = self.losses
         total = losses[0] if len(losses) == 1 else tf.add_n(losses)
@@ -182,7 +237,8 @@ class RankingModel(tf.keras.Model):
 
     def call(self, features, training=False, labels=None, now=None):
         embeddings, first_order, dense = self.embed(features, training, labels, now)
-        return self.logits_from(embeddings, first_order, dense, training) + self.bias
+        logits = self.logits_from(embeddings, first_order, dense, training)
+        return logits if self.bias is None else logits + self.bias
 
 
 def _scaled(value: tf.Tensor, feature: RawFeature) -> tf.Tensor:
@@ -204,6 +260,38 @@ def _grouped(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig):
     wide = {n for g in groups if g.wide_deep != pipeline_pb2.FeatureGroup.DEEP for n in g.feature_names}
     return ({i for i, n in enumerate(id_names) if n in deep}, {i for i, n in enumerate(id_names) if n in wide},
             [i for i, n in enumerate(dense_names) if n in deep], [i for i, n in enumerate(dense_names) if n in wide])
+
+
+def _group_columns(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, deep_ids) -> Dict[str, tuple]:
+    """{group name: (positions in ``embed``'s embeddings list, raw feature columns (None: all))}, in each group's
+    feature order; ``all`` is every deep feature unless a group has that name. A WIDE group's ids are not
+    embedded for the deep part: the validator keeps towers off such groups (``check_group``)."""
+    ordered = sorted(deep_ids)
+    position = {specs.id_features[i].name: k for k, i in enumerate(ordered)}
+    raw = {f.name: i for i, f in enumerate(specs.raw_features)}
+    groups: Dict[str, tuple] = {"all": (list(range(len(ordered))), None)}
+    deep_dense = _grouped(specs, model_config)[2]
+    if deep_dense is not None:
+        groups["all"] = (list(range(len(ordered))), deep_dense)
+    for group in model_config.feature_groups:
+        if group.group_name:
+            groups[group.group_name] = ([position[n] for n in group.feature_names if n in position],
+                                        [raw[n] for n in group.feature_names if n in raw])
+    return groups
+
+
+def check_group(config: pipeline_pb2.PipelineConfig, group: str, path: str) -> None:
+    """ConfigError at ``path`` unless ``group`` names a feature group that feeds the deep part (or is ``all``
+    without such a group: every deep feature)."""
+    groups = {g.group_name: g for g in config.model_config.feature_groups}
+    if group not in groups:
+        if group == "all":
+            return
+        raise ConfigError(path, f"{group!r} is not a model_config.feature_groups group_name "
+                          f"(groups: {sorted(n for n in groups if n)}; 'all' is every feature when no group has that name)")
+    if groups[group].wide_deep == pipeline_pb2.FeatureGroup.WIDE:
+        raise ConfigError(path, f"feature group {group!r} is WIDE (first-order weights only): a tower needs DEEP "
+                          "or WIDE_AND_DEEP features")
 
 
 def _columns(dense: Optional[tf.Tensor], columns: Optional[List[int]]) -> Optional[tf.Tensor]:

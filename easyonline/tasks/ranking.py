@@ -25,9 +25,10 @@ class RankingTask:
     kind = "binary"
 
     def __init__(self, window_samples: int = 100000, label_name: str = "label", name: str = "ctr",
-                 weight: float = 1.0, use_sample_weight: bool = True):
+                 weight: float = 1.0, use_sample_weight: bool = True, times_label: str = ""):
         self.name = name
         self.label_name = label_name
+        self.times_label = times_label
         self.weight = weight
         self.use_sample_weight = use_sample_weight
         self.metrics = PrequentialMetrics(window_samples)

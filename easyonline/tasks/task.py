@@ -7,7 +7,7 @@ none of them by kind. Each task names the label it learns from (a
 by name), its loss, its weight in the model's loss, its prequential metrics
 (scored before each update) and its prediction outputs.
 """
-from typing import Any, Dict, Iterator, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -23,6 +23,9 @@ class Task(Protocol):
     kind: str  # "binary" (tasks/ranking.py) or "regression" (tasks/regression.py)
     name: str  # EasyRec's tower_name: names its outputs (``probs_<name>``, ``y_<name>``) in a multi-task model
     label_name: str  # the label field it learns from
+    # another label field its target is multiplied by ("" none): ESMM's CTCVR task learns conversion * click
+    # over every impression (models/esmm.py); read through ``task_label``
+    times_label: str
     weight: float  # its share of the model's loss
     use_sample_weight: bool  # whether data_config.sample_weight weighs its loss
 
@@ -41,6 +44,13 @@ class Task(Protocol):
 
     def update_metrics(self, labels: np.ndarray, predictions: np.ndarray) -> None:
         """Adds a batch scored before it was trained on."""
+
+
+def task_label(task: "Task", labels: Mapping[str, Any]) -> Any:
+    """The target of ``task`` from a batch's labels by name (tensors or numpy): its label, times its
+    ``times_label`` when it has one."""
+    label = labels[task.label_name]
+    return label * labels[task.times_label] if task.times_label else label
 
 
 def weighted_mean(losses: Any, sample_weight: Optional[Any]) -> Any:
@@ -89,5 +99,5 @@ class Tasks:
 
     @property
     def label_names(self) -> Tuple[str, ...]:
-        """The labels the tasks learn from, each once, in order."""
-        return tuple(dict.fromkeys(t.label_name for t in self._tasks))
+        """The labels the tasks learn from (their ``times_label`` too), each once, in order."""
+        return tuple(dict.fromkeys(name for t in self._tasks for name in (t.label_name, t.times_label) if name))

@@ -34,6 +34,7 @@ from easyonline.inputs.build_source import build_dead_letter, build_parser, buil
 from easyonline.inputs.raw_batch import BatchSource
 from easyonline.protos import pipeline_pb2
 from easyonline.publish.snapshot import EagerTableRows, TableRows
+from easyonline.tasks.task import task_label
 from easyonline.train.optimizers import build_train_optimizer
 from easyonline.train.status import StatusReporter
 from easyonline.train.threading_config import apply_thread_config
@@ -348,7 +349,7 @@ class OnlineTrainer:
             labels = {name: np.asarray(by_name[name]) for name in self._label_names}
             predictions = self.train_batch(parsed.features, labels)
         for task in self.model.tasks:
-            task.update_metrics(labels[task.label_name], predictions[task.name])
+            task.update_metrics(task_label(task, labels), predictions[task.name])
         self._count(parsed.size)
         return predictions[self.task.name]
 

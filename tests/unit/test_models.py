@@ -17,6 +17,7 @@ from easyonline.models.deepfm import DeepFM
 from easyonline.models.dnn import DNN
 from easyonline.models.layers import FMInteraction
 from easyonline.models.wide_and_deep import WideAndDeep
+from easyonline.protos import pipeline_pb2
 
 # Two int64 id features with a table each, embedding_dim 2, one hidden layer of 2 units.
 _CONFIG = """
@@ -71,7 +72,11 @@ def test_registry_resolves_every_name(name, model_class, field):
 
 
 def test_registry_names_and_unknown_names():
-    assert registry.model_names() == ["DNN", "DeepFM", "WideAndDeep", "deepfm", "dnn", "wide_and_deep"]
+    names = registry.model_names()
+    assert {"DNN", "DeepFM", "WideAndDeep", "deepfm", "dnn", "wide_and_deep", "MMoE", "mmoe"} <= set(names)
+    # every registered model has its settings field in model_config's oneof, and every field there a model
+    oneof = {f.name for f in pipeline_pb2.ModelConfig.DESCRIPTOR.oneofs_by_name["model"].fields}
+    assert {registry.lookup(name).config_field for name in names} == oneof
     assert registry.lookup("Deepfm") is None and registry.lookup("") is None  # case as written
 
 

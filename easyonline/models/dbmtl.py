@@ -1,0 +1,76 @@
+"""DBMTL (Deep Bayesian Multi-Target Learning, EasyRec's ``DBMTL``): each task's output also reads the
+outputs of the tasks it depends on (``relation_tower_names``), e.g. conversion given click.
+
+Over the feature group ``all``: an optional ``bottom_dnn``, optional MMoE
+experts (``expert_dnn`` x ``num_expert``, a gate per task); then per task
+tower (``BayesTaskTower``, in order) its ``dnn``, its ``relation_dnn`` over
+[its dnn output, the relation_dnn outputs of the towers it names], and its
+logit. A tower names only towers before it. ``call`` returns {tower name:
+logits [B]}.
+"""
+from typing import Dict, Set
+
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.core.errors import ConfigError
+from easyonline.models.layers import ExpertMixture
+from easyonline.models.ranking_model import RankingModel, check_group
+from easyonline.models.registry import register
+from easyonline.protos import pipeline_pb2
+
+tf = ensure_legacy_keras()
+
+
+@register("dbmtl", "DBMTL")
+class DBMTL(RankingModel):
+    global_bias = False
+
+    @classmethod
+    def task_towers(cls, settings) -> list:
+        return list(settings.task_towers) if settings is not None else []
+
+    @classmethod
+    def validate_settings(cls, config: pipeline_pb2.PipelineConfig, path: str) -> None:
+        settings = config.model_config.dbmtl
+        if not settings.task_towers:
+            raise ConfigError(f"{path}.task_towers", "DBMTL needs at least one task tower")
+        if settings.HasField("expert_dnn") and settings.num_expert < 1:
+            raise ConfigError(f"{path}.num_expert", f"must be >= 1 with expert_dnn, got {settings.num_expert}")
+        earlier: Set[str] = set()
+        for i, tower in enumerate(settings.task_towers):
+            for j, name in enumerate(tower.relation_tower_names):
+                if name not in earlier:
+                    raise ConfigError(f"{path}.task_towers[{i}].relation_tower_names[{j}]",
+                                      f"{name!r} is not a tower before {tower.tower_name!r} (towers read the "
+                                      f"relation outputs of earlier towers only: {sorted(earlier)})")
+            earlier.add(tower.tower_name)
+        check_group(config, "all", "model_config.feature_groups")
+
+    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
+                 **kwargs):
+        super().__init__(specs, model_config, dnn, seed=seed, **kwargs)
+        settings = model_config.dbmtl
+        l2 = model_config.l2_regularization or settings.l2_regularization
+        towers = list(settings.task_towers)
+        self.bottom = self.mlp(settings.bottom_dnn, l2, "bottom_dnn")  # (not set: no layers, the input itself)
+        self.mixture = ExpertMixture([self.mlp(settings.expert_dnn, l2, f"expert_{i}")
+                                      for i in range(settings.num_expert)], len(towers), l2, seed=seed + 300,
+                                     name="mmoe") if settings.HasField("expert_dnn") else None
+        self.tower_names = [t.tower_name for t in towers]
+        self.relations = [list(t.relation_tower_names) for t in towers]
+        self.towers = [self.mlp(t.dnn, l2, f"{t.tower_name}_dnn") for t in towers]
+        self.relation_dnns = [self.mlp(t.relation_dnn, l2, f"{t.tower_name}_relation_dnn") for t in towers]
+        self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit") for t in towers]
+
+    def logits_from(self, embeddings, first_order, dense, training):
+        bottom = self.bottom(self.group_input("all", embeddings, dense), training=training)
+        inputs = self.mixture(bottom, training=training) if self.mixture is not None \
+            else [bottom] * len(self.tower_names)
+        relation: Dict[str, tf.Tensor] = {}
+        logits: Dict[str, tf.Tensor] = {}
+        for name, x, tower, relations, relation_dnn, logit in zip(
+                self.tower_names, inputs, self.towers, self.relations, self.relation_dnns, self.tower_logits):
+            parts = [tower(x, training=training)] + [relation[r] for r in relations]
+            relation[name] = relation_dnn(tf.concat(parts, axis=1) if len(parts) > 1 else parts[0],
+                                          training=training)
+            logits[name] = logit(relation[name])[:, 0]
+        return logits

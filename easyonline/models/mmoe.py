@@ -1,0 +1,53 @@
+"""MMoE (Ma et al. 2018, EasyRec's ``MMoE``): shared experts mixed per task by a softmax gate, then each task
+tower's DNN and its logit.
+
+Reads the feature group ``all`` (every deep feature when no group has that
+name). ``expert_dnn`` x ``num_expert`` experts, or EasyRec's deprecated
+``experts`` list (one expert per entry) when ``expert_dnn`` is not set.
+``call`` returns {tower name: logits [B]}; each tower is a task
+(tasks/from_config.py), its outputs ``probs_<tower>``/``y_<tower>``.
+"""
+from easyonline.core.errors import ConfigError
+from easyonline.models.layers import ExpertMixture
+from easyonline.models.ranking_model import RankingModel, check_group
+from easyonline.models.registry import register
+from easyonline.protos import pipeline_pb2
+
+
+@register("mmoe", "MMoE")
+class MMoE(RankingModel):
+    global_bias = False
+
+    @classmethod
+    def task_towers(cls, settings) -> list:
+        return list(settings.task_towers) if settings is not None else []
+
+    @classmethod
+    def validate_settings(cls, config: pipeline_pb2.PipelineConfig, path: str) -> None:
+        settings = config.model_config.mmoe
+        if not settings.task_towers:
+            raise ConfigError(f"{path}.task_towers", "MMoE needs at least one task tower")
+        if settings.HasField("expert_dnn"):
+            if settings.num_expert < 1:
+                raise ConfigError(f"{path}.num_expert", f"must be >= 1 with expert_dnn, got {settings.num_expert}")
+        elif not settings.experts:
+            raise ConfigError(f"{path}.expert_dnn", "is required (with num_expert), or the experts list")
+        check_group(config, "all", "model_config.feature_groups")
+
+    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
+                 **kwargs):
+        super().__init__(specs, model_config, dnn, seed=seed, **kwargs)
+        settings = model_config.mmoe
+        l2 = model_config.l2_regularization or settings.l2_regularization
+        expert_dnns = [settings.expert_dnn] * settings.num_expert if settings.HasField("expert_dnn") \
+            else [expert.dnn for expert in settings.experts]
+        self.mixture = ExpertMixture([self.mlp(d, l2, f"expert_{i}") for i, d in enumerate(expert_dnns)],
+                                     len(settings.task_towers), l2, seed=seed + 300, name="mmoe")
+        self.tower_names = [t.tower_name for t in settings.task_towers]
+        self.towers = [self.mlp(t.dnn, l2, f"{t.tower_name}_dnn") for t in settings.task_towers]
+        self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit") for t in settings.task_towers]
+
+    def logits_from(self, embeddings, first_order, dense, training):
+        inputs = self.mixture(self.group_input("all", embeddings, dense), training=training)
+        return {name: logit(tower(x, training=training))[:, 0]
+                for name, x, tower, logit in zip(self.tower_names, inputs, self.towers, self.tower_logits)}
