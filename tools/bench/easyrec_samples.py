@@ -235,11 +235,13 @@ class SampleGenerator:
         return self.separator.join(str(row.get(f.input_name, "")) for f in self.fields).encode()
 
     def instance(self, row: Dict[str, object]) -> Dict[str, object]:
-        """A TF Serving "instances" row: every field but the labels, ids and tags as strings, numbers as numbers."""
+        """A TF Serving "instances" row of the fields the features read: ids and tags as strings, numbers as
+        numbers."""
         out: Dict[str, object] = {}
+        read = {name for feature in self.config.feature_configs for name in feature.input_names}
         for field in self.fields:
             name = field.input_name
-            if name in self.labels or name == self.config.data_config.sample_weight:
+            if name not in read:  # labels, the sample weight, fields no feature reads: not the export's inputs
                 continue
             value = row[name]
             out[name] = value if field.input_type in _INTS + _FLOATS + (FieldType.BOOL,) else str(value)
