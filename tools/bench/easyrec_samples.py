@@ -235,11 +235,13 @@ class SampleGenerator:
         return self.separator.join(str(row.get(f.input_name, "")) for f in self.fields).encode()
 
     def instance(self, row: Dict[str, object]) -> Dict[str, object]:
-        """A TF Serving "instances" row: every field but the labels, ids and tags as strings, numbers as numbers."""
+        """A TF Serving "instances" row of the fields the features read: ids and tags as strings, numbers as
+        numbers."""
         out: Dict[str, object] = {}
+        read = {name for feature in self.config.feature_configs for name in feature.input_names}
         for field in self.fields:
             name = field.input_name
-            if name in self.labels or name == self.config.data_config.sample_weight:
+            if name not in read:  # labels, the sample weight, fields no feature reads: not the export's inputs
                 continue
             value = row[name]
             out[name] = value if field.input_type in _INTS + _FLOATS + (FieldType.BOOL,) else str(value)
@@ -252,28 +254,58 @@ def python_env() -> Dict[str, str]:
     return env
 
 
-def export_model(model_dir: str, export_dir: str) -> str:
-    """``python -m easyonline.export`` of the model's latest checkpoint (a subprocess: TFRA's inference mode is
-    process-wide); the version directory it wrote."""
-    proc = subprocess.run([sys.executable, "-m", "easyonline.export", f"--config={model_dir}/pipeline.config",
-                           f"--export_dir={export_dir}"], env=python_env(), capture_output=True, text=True,
-                          timeout=600, check=False)
-    if proc.returncode != 0:
+def export_models(model_dirs: Sequence[str], export_dirs: Sequence[str]) -> List[str]:
+    """Each model's latest checkpoint exported by ``easyonline.export``'s own function, all in one child process
+    (TFRA's inference mode is process-wide; one TensorFlow start for all): per model the version directory
+    written, or ``error: ...``."""
+    pairs = [f"{m}={e}" for m, e in zip(model_dirs, export_dirs)]
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--export", *pairs], env=python_env(),
+                          capture_output=True, text=True, timeout=900, check=False)
+    answers = [line.split(" ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("EXPORTED ")]
+    if len(answers) != len(pairs):
         raise RuntimeError(f"export exited {proc.returncode}: {proc.stderr[-1500:]}")
-    return proc.stdout.strip().splitlines()[-1]
+    return answers
 
 
-def serve_and_predict(export_dir: str, log_path: str, rows: List[dict]) -> List[dict]:
-    """The REST predictions of ``rows`` by ``python -m easyonline.serve`` on the export."""
+def _export_each(pairs: Sequence[str]) -> None:
+    """The child of export_models: prints ``EXPORTED <version dir>`` or ``EXPORTED error: ...`` per pair."""
+    from easyonline.export.exporter import export_saved_model  # pylint: disable=g-import-not-at-top
+    for pair in pairs:
+        model_dir, export_dir = pair.split("=", 1)
+        try:
+            config = load_pipeline_config(os.path.join(model_dir, "pipeline.config"))
+            validate_pipeline_config(config, online=False)
+            print("EXPORTED " + export_saved_model(config, export_dir), flush=True)
+        except Exception as e:  # pylint: disable=broad-except  (reported per model; the others go on)
+            print(f"EXPORTED error: {_error(e)}".replace("\n", " "), flush=True)
+
+
+def serve_and_predict(jobs: Sequence[tuple]) -> List[object]:
+    """For each (export dir, log path, rows): the REST predictions of the rows by ``python -m easyonline.serve``
+    on that export, or the exception; the servers start at once (each in its own process)."""
+    import threading  # pylint: disable=g-import-not-at-top
     from easyonline.serve.process import ServingProcess  # pylint: disable=g-import-not-at-top
-    server = ServingProcess(export_dir, log_path, "--status_secs=5", env=python_env())
-    try:
-        code, body = server.post(json.dumps({"instances": rows}).encode())
-    finally:
-        server.stop()
-    if code != 200:
-        raise RuntimeError(f"predict answered {code}: {body}")
-    return body["predictions"]
+    answers: List[object] = [None] * len(jobs)
+
+    def one(i: int, export_dir: str, log_path: str, rows: List[dict]) -> None:
+        try:
+            server = ServingProcess(export_dir, log_path, "--status_secs=5", env=python_env())
+            try:
+                code, body = server.post(json.dumps({"instances": rows}).encode())
+            finally:
+                server.stop()
+            if code != 200:
+                raise RuntimeError(f"predict answered {code}: {body}")
+            answers[i] = body["predictions"]
+        except Exception as e:  # pylint: disable=broad-except  (the caller reports it for this sample)
+            answers[i] = e
+
+    threads = [threading.Thread(target=one, args=(i, *job), daemon=True) for i, job in enumerate(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
 
 
 def check_outputs(predictions: List[dict], expected: Sequence[str], count: int) -> None:
@@ -311,65 +343,115 @@ def _error(e: BaseException) -> str:
     return str(e) if isinstance(e, ConfigError) else f"{type(e).__name__}: {e}"
 
 
-def run_sample(path: str, broker, work_dir: str, samples: int = 3000, predict_rows: int = 8,
-               seed: int = 5) -> SampleResult:
-    """One config through every step (see the module's docstring); the first error stops it."""
+class SampleRun:
+    """One config on its way through the steps: its result, and what the later steps need."""
+
+    def __init__(self, path: str, work_dir: str):
+        self.path = path
+        self.name = os.path.basename(path).rsplit(".", 1)[0]
+        self.result = SampleResult(self.name, family_of(path))
+        self.work_dir = work_dir
+        self.model_dir = os.path.join(work_dir, "model")
+        self.export_dir = os.path.join(work_dir, "export")
+        safe = re.sub(r"[^A-Za-z0-9_]", "_", self.name)[:80]
+        self.topic, self.updates = safe, safe + "_updates"
+        self.expected: List[str] = []
+        self.rows: List[Dict[str, object]] = []
+        self.generator: Optional[SampleGenerator] = None
+        self.trainer = None
+        self._started = time.time()
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.result.error)
+
+    def passed(self, step: str) -> None:
+        self.result.passed.append(step)
+        self.result.seconds[step] = round(time.time() - self._started, 1)
+        self._started = time.time()
+
+    def fail(self, step: str, error: BaseException) -> None:
+        self.result.error = f"{step}: {_error(error)}"
+
+    def step(self, step: str, action) -> None:
+        """Runs ``action()`` unless an earlier step failed; passed, or failed with its error."""
+        if self.failed:
+            return
+        try:
+            action()
+        except Exception as e:  # pylint: disable=broad-except  (a sample's failure is its result)
+            self.fail(step, e)
+            return
+        self.passed(step)
+
+
+def _load_and_train(run: SampleRun, broker, samples: int, predict_rows: int, seed: int) -> None:
     from easyonline.jobs.online_train import build_trainer  # pylint: disable=g-import-not-at-top
     from easyonline.tools.stream_producer import produce  # pylint: disable=g-import-not-at-top
-    name = os.path.basename(path).rsplit(".", 1)[0]
-    result = SampleResult(name, family_of(path))
-    os.makedirs(work_dir, exist_ok=True)
-    topic, updates = re.sub(r"[^A-Za-z0-9_]", "_", name)[:80], re.sub(r"[^A-Za-z0-9_]", "_", name)[:80] + "_updates"
-    model_dir = os.path.join(work_dir, "model")
-    step = "loaded"
-    started = time.time()
+    os.makedirs(run.work_dir, exist_ok=True)
+    config = None
 
-    def passed(name: str) -> None:
-        nonlocal started
-        result.passed.append(name)
-        result.seconds[name] = round(time.time() - started, 1)
-        started = time.time()
+    def load() -> None:
+        nonlocal config
+        config = load_sample(run.path, broker.bootstrap, run.topic, run.model_dir, run.updates)
+        run.result.model_class = config.model_config.model_class
+        run.expected = expected_outputs(config)
 
-    try:
-        config = load_sample(path, broker.bootstrap, topic, model_dir, updates)
-        result.model_class = config.model_config.model_class
-        expected = expected_outputs(config)
-        passed(step)
+    def train() -> None:
+        run.generator = SampleGenerator(config, seed)
+        run.rows = run.generator.samples(samples + predict_rows)
+        broker.create_topic(run.topic, 2)
+        produce(broker.bootstrap, run.topic, [[run.generator.line(r) for r in run.rows[:samples]]], partitions=2)
+        run.trainer = build_trainer(config, online=False)
+        run.result.samples = run.trainer.run().samples
+        if run.result.samples != samples:
+            raise AssertionError(f"trained {run.result.samples} of the {samples} samples produced")
 
-        step = "trained"
-        generator = SampleGenerator(config, seed)
-        rows = generator.samples(samples + predict_rows)
-        broker.create_topic(topic, 2)
-        produce(broker.bootstrap, topic, [[generator.line(r) for r in rows[:samples]]], partitions=2)
-        trainer = build_trainer(config, online=False)
-        summary = trainer.run()
-        result.samples = summary.samples
-        if summary.samples != samples:
-            raise AssertionError(f"trained {summary.samples} of the {samples} samples produced")
-        passed(step)
+    run.step("loaded", load)
+    run.step("trained", train)
 
-        step = "exported"
-        export_dir = os.path.join(work_dir, "export")
-        export_model(model_dir, export_dir)
-        passed(step)
 
-        step = "served"
-        predictions = serve_and_predict(export_dir, os.path.join(work_dir, "serve.log"),
-                                        [generator.instance(r) for r in rows[samples:]])
-        check_outputs(predictions, expected, predict_rows)
-        result.outputs = sorted(predictions[0])
-        passed(step)
+def run_samples(paths: Sequence[str], broker, work_dir: str, samples: int = 3000, predict_rows: int = 8,
+                seed: int = 5) -> List[SampleResult]:
+    """Every config through every step (the module's docstring); a config's first error stops it, not the
+    others. Trains one config after another in this process, exports them all in one child process, serves
+    them all at once, one server each."""
+    runs = [SampleRun(p, os.path.join(work_dir, f"run{i}")) for i, p in enumerate(paths)]
+    for run in runs:
+        _load_and_train(run, broker, samples, predict_rows, seed)
+    trained = [r for r in runs if not r.failed]
+    versions = export_models([r.model_dir for r in trained], [r.export_dir for r in trained]) if trained else []
+    for run, version in zip(trained, versions):
+        run.step("exported", lambda v=version: _raise_if_error(v))
+    exported = [r for r in runs if not r.failed]
+    answers = serve_and_predict([(r.export_dir, os.path.join(r.work_dir, "serve.log"),
+                                  [r.generator.instance(row) for row in r.rows[samples:]]) for r in exported])
+    for run, answer in zip(exported, answers):
+        run.step("served", lambda r=run, a=answer: _check_served(r, a, predict_rows))
+    for run in runs:
+        run.step("replay_equal", lambda r=run: _check_replay(r, broker))
+        run.trainer = None
+    return [r.result for r in runs]
 
-        step = "replay_equal"
-        result.published, differences = replay_differences(broker.bootstrap, updates, trainer, model_dir)
-        if not result.published:
-            raise AssertionError("nothing was published")
-        if differences:
-            raise AssertionError(f"the replayed updates differ from the trained model: {differences[:5]}")
-        passed(step)
-    except Exception as e:  # pylint: disable=broad-except  (a sample's failure is its result, the run goes on)
-        result.error = f"{step}: {_error(e)}"
-    return result
+
+def _raise_if_error(version: str) -> None:
+    if version.startswith("error: "):
+        raise RuntimeError(version[len("error: "):])
+
+
+def _check_served(run: SampleRun, answer: object, count: int) -> None:
+    if isinstance(answer, BaseException):
+        raise answer
+    check_outputs(answer, run.expected, count)  # type: ignore[arg-type]
+    run.result.outputs = sorted(answer[0])  # type: ignore[index]
+
+
+def _check_replay(run: SampleRun, broker) -> None:
+    run.result.published, differences = replay_differences(broker.bootstrap, run.updates, run.trainer, run.model_dir)
+    if not run.result.published:
+        raise AssertionError("nothing was published")
+    if differences:
+        raise AssertionError(f"the replayed updates differ from the trained model: {differences[:5]}")
 
 
 def table(results: Sequence[SampleResult]) -> str:
@@ -393,7 +475,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--samples", type=int, default=3000, help="samples generated and trained per config")
     parser.add_argument("--only", default="", help="a regular expression the config names must match")
     parser.add_argument("--json", default="", help="also write the results as JSON to this file")
+    parser.add_argument("--export", nargs="*", default=None, help=argparse.SUPPRESS)  # export_models' child
     args = parser.parse_args(argv)
+    if args.export is not None:
+        _export_each(args.export)
+        return 0
     from easyonline.tools.local_broker import LocalBroker  # pylint: disable=g-import-not-at-top
     from easyonline.utils.logs import setup_logging  # pylint: disable=g-import-not-at-top
     setup_logging()
@@ -406,12 +492,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else:
             parser.error("give --configs DIR or --mirror EASYREC_GIT_DIR")
         paths = [p for p in paths if re.search(args.only, os.path.basename(p))]
-        results = []
         with LocalBroker(log_path=os.path.join(tmp, "broker.log")) as broker:
-            for i, path in enumerate(paths):
-                result = run_sample(path, broker, os.path.join(tmp, f"run{i}"), args.samples)
-                print(f"{result.name}: {'PASS' if result.ok else result.error}", flush=True)
-                results.append(result)
+            results = run_samples(paths, broker, os.path.join(tmp, "runs"), args.samples)
     report = {"results": [dataclasses.asdict(r) | {"ok": r.ok} for r in results],
               "families_passing": families_passing(results)}
     print(table(results))
