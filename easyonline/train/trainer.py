@@ -142,7 +142,8 @@ class OnlineTrainer:
         weight_spec = [tf.TensorSpec([None], tf.float32)] if self.specs.sample_weight else []
         # autograph=False: the step has no tensor-dependent Python control flow, and autograph
         # converting TFRA's optimizer code takes ~2 s per table at every trace.
-        self._train_step = tf.function(self._distribute(self._train_step_impl),
+        self._train_step = tf.function(self._distribute(self._weighted_step_impl if self.specs.sample_weight
+                                                        else self._unweighted_step_impl),
                                        input_signature=[signature, label_spec, tf.TensorSpec([], tf.float64),
                                                         *weight_spec],
                                        autograph=False)
@@ -212,7 +213,13 @@ class OnlineTrainer:
         return {name: value.numpy() for name, value in out.items()} if isinstance(out, dict) else out.numpy()
 
     # --- the step -----------------------------------------------------------------
-    def _train_step_impl(self, features, labels, now, sample_weight=None):
+    def _unweighted_step_impl(self, features, labels, now):
+        return self._train_step_impl(features, labels, now, None)
+
+    def _weighted_step_impl(self, features, labels, now, sample_weight):
+        return self._train_step_impl(features, labels, now, sample_weight)
+
+    def _train_step_impl(self, features, labels, now, sample_weight):
         with tf.GradientTape() as tape:
             loss, logits = self.model.compute_loss(features, labels, training=True, now=now,
                                                    sample_weight=sample_weight)
@@ -324,6 +331,8 @@ class OnlineTrainer:
         """
         if not isinstance(labels, dict):
             labels = {self._label_names[0]: labels}
+        if self.specs.sample_weight and sample_weight is None:
+            raise ValueError(f"data_config.sample_weight is {self.specs.sample_weight!r} but the batch has no weights")
         weights = () if not self.specs.sample_weight else (np.asarray(sample_weight, np.float32),)
         if self.model.scores_differ_in_training:
             logits = self._run(self._score_step, features)
@@ -345,7 +354,7 @@ class OnlineTrainer:
         def step(ids, dense, labels, now):
             features = dict(zip(id_names, tf.unstack(ids, len(id_names), axis=1)))
             features.update(zip(dense_names, tf.unstack(dense, len(dense_names), axis=1)))
-            return self._train_step_impl(features, {self._label_names[0]: labels}, now)
+            return self._train_step_impl(features, {self._label_names[0]: labels}, now, None)
 
         signature = [tf.TensorSpec([None, len(id_names)], tf.int64), tf.TensorSpec([None, len(dense_names)], tf.float32),
                      tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float64)]
