@@ -26,7 +26,9 @@ class TrainerView(Protocol):
       model: the Keras ranking model (``model.tables`` are its dynamic embedding tables).
       specs: the feature specs built from the config.
       changes: the change tracker: subscribe to it to learn which keys were trained or deleted.
-      metrics: the prequential metrics (``auc()``, ``logloss()``, ``ctr()`` over the sliding window).
+      metrics: the primary task's prequential metrics over the sliding window: ``figures()`` by name (``auc``,
+        ``logloss``, ``ctr`` of a binary task, which also has ``auc()``, ``logloss()``, ``ctr()``; ``mse``,
+        ``label_mean`` of a regression task). Every task's: ``task.metrics`` of ``model.tasks``.
       callbacks: the callbacks in order (a callback may append one).
       clock: the clock of the id statistics and daily schedules (seconds, like ``time.time``).
       last_checkpoint: the path of the newest checkpoint, or None.
