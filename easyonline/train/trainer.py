@@ -35,10 +35,11 @@ class OnlineTrainer(TrainingLoop):
         apply_thread_config(config.train_config)
         super().__init__(config, online, source, callbacks, EagerEngine)
 
-    def train_batch(self, features, labels) -> Dict[str, np.ndarray]:
-        """Scores then trains one parsed batch; returns each task's pre-update predictions, by task name
-        (``EagerEngine.train_batch``). Counts nothing: the loop counts the batches it trains."""
-        return self.engine.train_batch(features, labels)
+    def train_batch(self, features, labels, sample_weight=None) -> Dict[str, np.ndarray]:
+        """Scores then trains one parsed batch (with its sample weights when data_config.sample_weight names
+        a field); returns each task's pre-update predictions, by task name (``EagerEngine.train_batch``).
+        Counts nothing: the loop counts the batches it trains."""
+        return self.engine.train_batch(features, labels, sample_weight)
 
     def train_vectors(self, vectors) -> Dict[str, np.ndarray]:
         """``train_batch`` of a batch parsed into arrays (``vector_csv.VectorBatch``)."""

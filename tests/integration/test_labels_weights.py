@@ -71,8 +71,7 @@ def test_a_weight_of_two_counts_a_sample_twice_in_the_loss_sum(tmp_path):
 
 def _dense_after(tmp_path, name, lines):
     """The dense variables of a fresh model after one step on ``lines`` (same seed, same start)."""
-    trainer = OnlineTrainer(_config(tmp_path, name), online=False)
-    trainer._build_variables()  # pylint: disable=protected-access
+    trainer = OnlineTrainer(_config(tmp_path, name), online=False)  # (its variables are built, not yet trained)
     batch = trainer.parser.parse(lines)
     trainer.train_batch(batch.features, batch.label_dict, batch.sample_weights)
     return [v.numpy() for v in trainer.model.deep.trainable_variables + trainer.model.deep_logit.trainable_variables]
