@@ -437,3 +437,14 @@ def test_a_two_ps_cluster_trains_mmoe_and_its_published_updates_equal_its_checkp
     fresh(empty_features(model.specs))
     for trained, initial in zip(model.model.tower_logits, fresh.tower_logits):
         assert not np.array_equal(trained.kernel.numpy(), initial.kernel.numpy())
+
+
+def test_an_id_feature_in_no_group_still_replays_exactly(broker, topic, tmp_path):
+    """EasyRec's taobao samples declare features (final_gender_code) no group reads: their ids get no gradient,
+    so their table stays empty, in the model as in the replica; the comparison once called two empty tables
+    different (the replica's empty rows are [0, 0], the model's [0, 4])."""
+    groups = GROUPS.replace('"C6", ', "")  # C6: a feature of no group
+    assert "C6" not in groups
+    trainer, _ = train_and_replay(broker, topic, tmp_path, DBMTL, groups, samples=2000)
+    keys, _ = trainer.model.tables.embeddings["C6"].params.export()
+    assert len(keys) == 0  # no gradient, no row: the table the comparison checked is empty in the model
