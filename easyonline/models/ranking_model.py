@@ -113,16 +113,16 @@ class RankingModel(tf.keras.Model):
         for i, feature in enumerate(self.specs.id_features):
             row = rows[feature.name]
             dim = self.tables.table_dim(feature.table)
-            if i in self._deep_ids:
-                embeddings.append(row[:, :dim])
+            if i in self._deep_ids:  # a static width: layers built on a group's input need its last dim
+                embeddings.append(tf.reshape(row[:, :dim], [-1, dim]))
             if self.uses_first_order and i in self._wide_ids:
                 first_order.append(row[:, dim] if self.wide_dim == 1 else row[:, dim:dim + self.wide_dim])
         if self._embedding_l2 > 0:
             self.add_loss(self._embedding_l2 * tf.add_n([tf.reduce_mean(tf.reduce_sum(tf.square(e), 1)) for e in embeddings]))
         dense: Optional[tf.Tensor] = None
         if self.specs.raw_features:
-            dense = tf.stack([_scaled(tf.cast(features[f.name], tf.float32), f) for f in self.specs.raw_features],
-                             axis=1)
+            dense = tf.reshape(tf.stack([_scaled(tf.cast(features[f.name], tf.float32), f)
+                                         for f in self.specs.raw_features], axis=1), [-1, len(self.specs.raw_features)])
         return embeddings, (tf.stack(first_order, axis=1) if first_order else None), dense
 
     def deep_hidden(self, embeddings, dense, training):
@@ -191,7 +191,17 @@ class RankingModel(tf.keras.Model):
         parts = [embeddings[p] for p in positions]
         if dense is not None and (columns is None or columns):
             parts.append(dense if columns is None else tf.gather(dense, columns, axis=1))
-        return tf.concat(parts, axis=1)
+        # a static width (batch norm and the experts build their weights from it), whatever the traced
+        # signature (export's or the training step's) left unknown
+        width = sum(self.tables.table_dim(f.table) for f in self._deep_features(positions))
+        if dense is not None and (columns is None or columns):
+            width += len(self.specs.raw_features) if columns is None else len(columns)
+        return tf.reshape(tf.concat(parts, axis=1), [-1, width])
+
+    def _deep_features(self, positions: Sequence[int]) -> list:
+        """The id features at ``positions`` of ``embed``'s embeddings list (the deep ids, in spec order)."""
+        deep = [self.specs.id_features[i] for i in sorted(self._deep_ids)]
+        return [deep[p] for p in positions]
 
     def logits_from(self, embeddings, first_order, dense, training):
         raise NotImplementedError

@@ -437,3 +437,30 @@ def test_a_two_ps_cluster_trains_mmoe_and_its_published_updates_equal_its_checkp
     fresh(empty_features(model.specs))
     for trained, initial in zip(model.model.tower_logits, fresh.tower_logits):
         assert not np.array_equal(trained.kernel.numpy(), initial.kernel.numpy())
+
+
+def test_an_id_feature_in_no_group_still_replays_exactly(broker, topic, tmp_path):
+    """EasyRec's taobao samples declare features (final_gender_code) no group reads: their ids get no gradient,
+    so their table stays empty, in the model as in the replica; the comparison once called two empty tables
+    different (the replica's empty rows are [0, 0], the model's [0, 4])."""
+    groups = GROUPS.replace('"C6", ', "")  # C6: a feature of no group
+    assert "C6" not in groups
+    trainer, _ = train_and_replay(broker, topic, tmp_path, DBMTL, groups, samples=2000)
+    keys, _ = trainer.model.tables.embeddings["C6"].params.export()
+    assert len(keys) == 0  # no gradient, no row: the table the comparison checked is empty in the model
+
+
+def test_a_group_input_has_a_static_width_whatever_the_traced_shapes(tmp_path):
+    """MultiTower's per-group batch norm ("length of shape with unknown rank") and MMoE's experts (None - int)
+    build their weights from the group input's last dim, which a traced signature (the export's, the
+    training step's) could leave unknown: the group input is [B, width] from the feature specs."""
+    model = build_trainer(file_config(tmp_path, MULTI_TOWER, 10, GROUPS), online=False).model
+
+    @tf.function(input_signature=[tf.TensorSpec(None, tf.float32)] * 2)
+    def user_input(embedding, dense):
+        out = model.group_input("user", [embedding] * 6, dense)
+        assert out.shape.as_list() == [None, 3 * 4 + 1]  # C1..C3 (dim 4 each) and I1
+        return out
+
+    out = user_input(tf.ones([2, 4]), tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
+    np.testing.assert_array_equal(out.numpy()[:, -1], [1.0, 4.0])  # I1: the first dense column
