@@ -28,7 +28,7 @@ def label_kinds(config: pipeline_pb2.PipelineConfig) -> Dict[str, str]:
     model = config.model_config
     labels = list(config.data_config.label_fields)
     chosen = model.WhichOneof("model")
-    towers = _towers(getattr(model, chosen)) if chosen else []
+    towers = towers_in(getattr(model, chosen)) if chosen else []
     if not towers:
         return {labels[0]: _kind(model.loss_type)} if labels else {}
     kinds: Dict[str, str] = {}
@@ -42,7 +42,7 @@ def label_kinds(config: pipeline_pb2.PipelineConfig) -> Dict[str, str]:
 TOWER_TYPES = (pipeline_pb2.TaskTower.DESCRIPTOR, pipeline_pb2.BayesTaskTower.DESCRIPTOR)
 
 
-def _towers(settings) -> List:
+def towers_in(settings) -> List:
     """The task towers in a model's settings, in field order (``task_towers``, ESMM's ``ctr_tower`` and
     ``cvr_tower``): read from the message's fields, so that this needs no model class (features import it)."""
     towers: List = []

@@ -19,10 +19,6 @@ class MMoE(RankingModel):
     global_bias = False
 
     @classmethod
-    def task_towers(cls, settings) -> list:
-        return list(settings.task_towers) if settings is not None else []
-
-    @classmethod
     def validate_settings(cls, config: pipeline_pb2.PipelineConfig, path: str) -> None:
         settings = config.model_config.mmoe
         if not settings.task_towers:

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.embedding.dynamic_tables import DynamicTables
+from easyonline.features.label_kinds import towers_in
 from easyonline.features.feature_spec import FeatureSpecs, RawFeature
 from easyonline.models.layers import MLP
 from easyonline.protos import pipeline_pb2
@@ -49,10 +50,11 @@ class RankingModel(tf.keras.Model):
     global_bias = True  # one scalar bias added to the logit (a multi-task model's towers have their own)
 
     @classmethod
-    def task_towers(cls, settings) -> list:  # pylint: disable=unused-argument
-        """The task towers in the model's settings (``model_config.<field>``, or None); a multi-task model
-        returns them (tasks/from_config.py builds one task per tower), a single-task model none."""
-        return []
+    def task_towers(cls, settings) -> list:
+        """The task towers in the model's settings (``model_config.<field>``, or None), in field order
+        (features/label_kinds.py ``towers_in``): tasks/from_config.py builds one task per tower; a
+        single-task model's settings have none."""
+        return towers_in(settings) if settings is not None else []
 
     @classmethod
     def tasks_from_settings(cls, settings, label_fields: Sequence[str], window_samples: int, path: str) -> list:
