@@ -3,9 +3,9 @@
     python -m tests.fault_trainer <pipeline.config> <record file>
 
 Every sample of the fault test's stream carries its number in C26 (``n<k>``).
-Per trained batch one ``T`` line (the step, then ``number:probability:label``
-per sample) and per checkpoint one ``C`` line are appended and fsynced before
-training goes on, so a SIGKILL loses at most the batch being recorded.
+Per trained batch one ``T`` line (the step, then ``number:probability:labels``
+per sample, the labels joined by ``/`` in label_fields order) and per checkpoint
+one ``C`` line are appended and fsynced before training goes on, so a SIGKILL loses at most the batch being recorded.
 """
 import os
 import sys
@@ -32,14 +32,21 @@ class Recorder(Callback):
 
     def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
         numbers = [line.rsplit(b",", 1)[1].decode()[1:] for line in raw_batch.lines if line]
-        labels = parsed_batch.labels.numpy()
-        self._write(f"T {trainer.step} " + " ".join(f"{n}:{p:.6f}:{int(l)}" for n, p, l in zip(numbers, probs, labels)))
+        labels = _labels(parsed_batch)
+        self._write(f"T {trainer.step} " + " ".join(f"{n}:{p:.6f}:{l}" for n, p, l in zip(numbers, probs, labels)))
 
     def on_checkpoint(self, trainer, path):
         self._write(f"C {trainer.step} {path}")
 
     def on_train_end(self, trainer, summary):
         self._write(f"E {trainer.step} {summary.stop_reason}")
+
+
+def _labels(parsed_batch):
+    """Each sample's labels as text: its one label (``1``), or every label field's in order (``1/0``)."""
+    by_name = parsed_batch.label_dict or {"": parsed_batch.labels}
+    columns = [value.numpy() for value in by_name.values()]
+    return ["/".join(str(int(c[i])) for c in columns) for i in range(parsed_batch.size)]
 
 
 if __name__ == "__main__":

@@ -115,6 +115,20 @@ def test_the_array_path_declines_weights_and_regression_labels():
     assert not supports(build_feature_specs(regression), regression.data_config)
 
 
+def test_the_array_path_declines_a_batch_whose_tasks_read_a_second_label():
+    """The arrays carry the first label field only: a multi-task model's batches take CsvParser, which hands
+    every label over by name (before, a trainer whose reader parsed arrays stopped at its first batch with
+    KeyError on the second task's label)."""
+    two_tasks = _config(CONFIG.replace('sample_weight: "w"', '').replace('model_class: "dnn"', """
+    model_class: "MMoE"
+    mmoe { expert_dnn { hidden_units: [4] } num_expert: 2
+           task_towers { tower_name: "click" label_name: "click" }
+           task_towers { tower_name: "rating" label_name: "rating" loss_type: L2_LOSS } }"""))
+    specs = build_feature_specs(two_tasks)
+    assert specs.label_kinds == {"click": "binary", "rating": "regression"}
+    assert not supports(specs, two_tasks.data_config)
+
+
 @pytest.mark.parametrize("weight, message", [("nope", "'nope' is not an input field"),
                                              ("item", None)])
 def test_sample_weight_must_name_a_numeric_input_field(weight, message):

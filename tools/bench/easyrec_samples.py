@@ -280,14 +280,20 @@ def _export_each(pairs: Sequence[str]) -> None:
             print(f"EXPORTED error: {_error(e)}".replace("\n", " "), flush=True)
 
 
-def serve_and_predict(jobs: Sequence[tuple]) -> List[object]:
+def serve_and_predict(jobs: Sequence[tuple], parallel: int = 3) -> List[object]:
     """For each (export dir, log path, rows): the REST predictions of the rows by ``python -m easyonline.serve``
-    on that export, or the exception; the servers start at once (each in its own process)."""
+    on that export, or the exception; each server in its own process, at most ``parallel`` at once (21 servers
+    starting together on two cores did not answer within the server's 120 s start bound)."""
     import threading  # pylint: disable=g-import-not-at-top
     from easyonline.serve.process import ServingProcess  # pylint: disable=g-import-not-at-top
     answers: List[object] = [None] * len(jobs)
+    slots = threading.Semaphore(max(1, parallel))
 
     def one(i: int, export_dir: str, log_path: str, rows: List[dict]) -> None:
+        with slots:
+            serve_one(i, export_dir, log_path, rows)
+
+    def serve_one(i: int, export_dir: str, log_path: str, rows: List[dict]) -> None:
         try:
             server = ServingProcess(export_dir, log_path, "--status_secs=5", env=python_env())
             try:
@@ -415,7 +421,7 @@ def run_samples(paths: Sequence[str], broker, work_dir: str, samples: int = 3000
                 seed: int = 5) -> List[SampleResult]:
     """Every config through every step (the module's docstring); a config's first error stops it, not the
     others. Trains one config after another in this process, exports them all in one child process, serves
-    them all at once, one server each."""
+    them a few at a time, one server each."""
     runs = [SampleRun(p, os.path.join(work_dir, f"run{i}")) for i, p in enumerate(paths)]
     for run in runs:
         _load_and_train(run, broker, samples, predict_rows, seed)
