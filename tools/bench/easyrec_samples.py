@@ -280,10 +280,10 @@ def _export_each(pairs: Sequence[str]) -> None:
             print(f"EXPORTED error: {_error(e)}".replace("\n", " "), flush=True)
 
 
-def serve_and_predict(jobs: Sequence[tuple], parallel: int = 3) -> List[object]:
+def serve_and_predict(jobs: Sequence[tuple], parallel: int = 2) -> List[object]:
     """For each (export dir, log path, rows): the REST predictions of the rows by ``python -m easyonline.serve``
     on that export, or the exception; each server in its own process, at most ``parallel`` at once (21 servers
-    starting together on two cores did not answer within the server's 120 s start bound)."""
+    starting together on two cores did not answer within 120 s); each may take 300 s to start on a loaded machine."""
     import threading  # pylint: disable=g-import-not-at-top
     from easyonline.serve.process import ServingProcess  # pylint: disable=g-import-not-at-top
     answers: List[object] = [None] * len(jobs)
@@ -295,7 +295,7 @@ def serve_and_predict(jobs: Sequence[tuple], parallel: int = 3) -> List[object]:
 
     def serve_one(i: int, export_dir: str, log_path: str, rows: List[dict]) -> None:
         try:
-            server = ServingProcess(export_dir, log_path, "--status_secs=5", env=python_env())
+            server = ServingProcess(export_dir, log_path, "--status_secs=5", env=python_env(), start_timeout=300)
             try:
                 code, body = server.post(json.dumps({"instances": rows}).encode())
             finally:
