@@ -109,10 +109,14 @@ class LoadedExport:
                 tensors[name] = _tensor(inputs[name], dtype)
             except (TypeError, ValueError, OverflowError) as e:  # e.g. an int over int64
                 raise ValueError(f"input {name!r}: expected {dtype.name} values ({e})") from None
-        if self._call_flat is not None:
-            out = self._call_flat([tensors[name] for name in self._flat_order], self._serve_concrete.captured_inputs)
-        else:
-            out = self._serve_concrete(tensors)
+        try:
+            if self._call_flat is not None:
+                out = self._call_flat([tensors[name] for name in self._flat_order],
+                                      self._serve_concrete.captured_inputs)
+            else:
+                out = self._serve_concrete(tensors)
+        except tf.errors.InvalidArgumentError as e:  # a value the model refuses, e.g. a vector of the wrong length
+            raise ValueError(e.message.split("\n")[0][:500]) from None
         return {name: value.numpy() for name, value in out.items()}
 
     @property
