@@ -110,3 +110,18 @@ def test_the_model_scales_each_column_and_feeds_dim_columns_per_vector():
     _, _, dense = model.embed(dict(batch.features))
     np.testing.assert_allclose(dense.numpy(), [[0, 0.5, 1, 7], [1, 1, 0, 8]])
     assert model(dict(batch.features)).shape.as_list() == [2]
+
+
+def test_a_cluster_trainer_feeds_the_vector_as_dim_columns(tmp_path):
+    from easyonline.distributed.cluster_config import ClusterConfig
+    from easyonline.distributed.train_graph import TrainGraph
+    config = _config()
+    config.model_dir = str(tmp_path)
+    specs = build_feature_specs(config)
+    graph = TrainGraph(config, specs, ClusterConfig({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "worker": []},
+                                                    "chief", 0))
+    placeholders = {name: values for name, values, _ in graph._feature_feeds}  # pylint: disable=protected-access
+    assert placeholders["vec"].shape.as_list() == [None, 3] and placeholders["price"].shape.as_list() == [None]
+    batch = CsvParser(specs).parse([b"1,a,1|2|3,7", b"0,b,4|5|6,8"])
+    feed = graph.feed(batch.features, batch.labels, 0.0, {0: 2}, 0)
+    np.testing.assert_allclose(feed[placeholders["vec"]], [[1, 2, 3], [4, 5, 6]])
