@@ -213,6 +213,42 @@ def _train_config(train: pipeline_pb2.TrainConfig, ignored: List[str]) -> None:
         incr.ClearField("debug_save_update")
 
 
+# EasyRec's range name (config_util.auto_expand_names): "field[1-3]" is field1, field2, field3.
+_RANGE_NAME = re.compile(r"([a-zA-Z_]+)\[([0-9]+)-([0-9]+)\]")
+
+
+def expand_range(name: str, path: str) -> List[str]:
+    """The names a range name stands for ("field[1-3]": field1, field2, field3); any other name is itself."""
+    match = _RANGE_NAME.fullmatch(name)
+    if match is None:
+        return [name]
+    prefix, first, last = match.group(1), int(match.group(2)), int(match.group(3))
+    if last < first:
+        raise ConfigError(path, f"{name!r}: the range ends before it starts")
+    return [f"{prefix}{i}" for i in range(first, last + 1)]
+
+
+def _expand_input_fields(data: pipeline_pb2.DataConfig) -> None:
+    """EasyRec's auto_expand_input_fields: each range-named field becomes its fields, of its type and default."""
+    fields = list(data.input_fields)
+    del data.input_fields[:]
+    for i, field in enumerate(fields):
+        for name in expand_range(field.input_name, f"data_config.input_fields[{i}].input_name"):
+            data.input_fields.add().CopyFrom(field)
+            data.input_fields[-1].input_name = name
+    data.ClearField("auto_expand_input_fields")
+
+
+def _expand_group_names(model: pipeline_pb2.ModelConfig) -> None:
+    """EasyRec expands range names in feature groups always (FeatureGroup._auto_expand_feature_name)."""
+    for i, group in enumerate(model.feature_groups):
+        names = [expanded for j, name in enumerate(group.feature_names)
+                 for expanded in expand_range(name, f"model_config.feature_groups[{i}].feature_names[{j}]")]
+        if names != list(group.feature_names):
+            del group.feature_names[:]
+            group.feature_names.extend(names)
+
+
 def _feature_name(feature: pipeline_pb2.FeatureConfig) -> str:
     return feature.feature_name or (feature.input_names[0] if feature.input_names else "?")
 
@@ -265,6 +301,9 @@ def normalize(config: pipeline_pb2.PipelineConfig) -> List[str]:
             _kafka_input(getattr(config, name), name, ignored)
     if config.HasField("model_config"):
         _model_config(config.model_config, ignored)
+        _expand_group_names(config.model_config)
+    if config.data_config.auto_expand_input_fields:
+        _expand_input_fields(config.data_config)
     for feature in config.feature_configs:
         name = _feature_name(feature)
         if feature.HasField("combo_join_sep"):
@@ -287,7 +326,8 @@ def normalize(config: pipeline_pb2.PipelineConfig) -> List[str]:
         for field, why in (("prefetch_size", "the reader process reads ahead, bounded in bytes"),
                            ("chief_redundant", "each trainer of a cluster reads its own partitions"),
                            ("num_epochs", "a stream has no epochs"),
-                           ("n_data_batch_tfrecord", "TFRecord input only")):
+                           ("n_data_batch_tfrecord", "TFRecord input only"),
+                           ("file_shard", "each trainer of a cluster reads its own partitions, or its own files")):
             if config.data_config.HasField(field):
                 if getattr(config.data_config, field):
                     ignored.append(f"data_config.{field} ({why})")

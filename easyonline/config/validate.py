@@ -153,6 +153,19 @@ def _validate_features(config: pipeline_pb2.PipelineConfig) -> None:
         if feature.hash_bucket_size and not combo:
             log.warning("%s.hash_bucket_size is ignored: a %s's ids need no buckets in a dynamic table", path,
                         pipeline_pb2.FeatureConfig.FeatureType.Name(kind))
+        if feature.HasField("raw_input_dim"):
+            _require(kind == pipeline_pb2.FeatureConfig.RawFeature and not feature.boundaries, f"{path}.raw_input_dim",
+                     "only a RawFeature without boundaries is a vector")
+            _require(1 <= feature.raw_input_dim <= 4096, f"{path}.raw_input_dim",
+                     f"must be in [1, 4096], got {feature.raw_input_dim}")
+        if kind == pipeline_pb2.FeatureConfig.RawFeature and feature.raw_input_dim > 1:
+            _require(types[input_name] == _FT.STRING, f"{path}.input_names[0]",
+                     f"a RawFeature with raw_input_dim > 1 reads its numbers from a STRING input field, {input_name!r} "
+                     f"is {_FT.Name(types[input_name])}")
+            _require(len(feature.separator) == 1 and feature.separator != config.data_config.separator,
+                     f"{path}.separator", f"must be one character other than data_config.separator (it joins the "
+                     f"vector's numbers), got {feature.separator!r}")
+            continue
         if kind == pipeline_pb2.FeatureConfig.RawFeature:
             _require(types[input_name] in _NUMERIC, f"{path}.input_names[0]",
                      f"a RawFeature needs a numeric input field, {input_name!r} is {_FT.Name(types[input_name])}")

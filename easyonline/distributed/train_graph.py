@@ -123,7 +123,8 @@ class TrainGraph:
             self._feature_feeds: List = []  # (name, values placeholder, row_splits placeholder or None)
             features = {}
             for name, signature in feature_signature(specs).items():
-                values = v1.placeholder(signature.dtype, [None], name=f"in_{name}")
+                shape = [None] if isinstance(signature, tf.RaggedTensorSpec) else signature.shape  # [B, dim]: a vector
+                values = v1.placeholder(signature.dtype, shape, name=f"in_{name}")
                 if isinstance(signature, tf.RaggedTensorSpec):
                     splits = v1.placeholder(tf.int64, [None], name=f"in_{name}_splits")
                     features[name] = tf.RaggedTensor.from_row_splits(values, splits, validate=False)

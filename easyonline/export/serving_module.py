@@ -33,6 +33,7 @@ from google.protobuf import descriptor_pb2
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.features.csv_parser import feature_ids
 from easyonline.features.feature_spec import FeatureSpecs
+from easyonline.features.raw_vectors import checked_vectors
 from easyonline.features.signature import feature_signature
 from easyonline.protos import pipeline_pb2, update_pb2
 from easyonline.updates.param_ids import ParameterIds, dense_variables
@@ -43,8 +44,8 @@ _FT = pipeline_pb2.DataConfig.FieldType
 
 
 def raw_input_specs(specs: FeatureSpecs) -> Dict[str, tf.TensorSpec]:
-    """One input per raw field a feature reads: its config type, a string for fields split into several ids,
-    a float for bucketized numbers."""
+    """One input per raw field a feature reads: its config type, a string for fields split into several ids or
+    holding a vector raw feature's numbers, a float for bucketized numbers and raw features."""
     types = {f.name: f.field_type for f in specs.input_fields}
     split = {name for feature in specs.id_features for name in feature.split_inputs}
     out = {}
@@ -57,8 +58,9 @@ def raw_input_specs(specs: FeatureSpecs) -> Dict[str, tf.TensorSpec]:
             else:
                 dtype = tf.int64
             out[name] = tf.TensorSpec([None], dtype, name=name)
-    for feature in specs.raw_features:
-        out[feature.input_name] = tf.TensorSpec([None], tf.float32, name=feature.input_name)
+    for feature in specs.raw_features:  # a vector's numbers come as one string per sample, as in training
+        out[feature.input_name] = tf.TensorSpec([None], tf.string if feature.is_vector else tf.float32,
+                                                name=feature.input_name)
     return dict(sorted(out.items()))
 
 
@@ -144,7 +146,8 @@ class ServingModule(tf.Module):
         for feature in specs.id_features:
             features[feature.name] = feature_ids(feature, inputs.__getitem__)
         for feature in specs.raw_features:
-            features[feature.name] = tf.cast(inputs[feature.input_name], tf.float32)
+            features[feature.name] = (checked_vectors(feature, inputs[feature.input_name]) if feature.is_vector
+                                      else tf.cast(inputs[feature.input_name], tf.float32))
         return features
 
     def _serve(self, inputs):

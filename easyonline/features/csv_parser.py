@@ -18,6 +18,7 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.rejections import BAD_LABEL, BAD_VALUE, BAD_WEIGHT, FIELD_COUNT, INVALID_UTF8, rejection
 from easyonline.features.cross_ops import bucketize, cross_ids
 from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID, FeatureSpecs, IdFeature
+from easyonline.features.raw_vectors import bad_vector_reason, raw_vectors
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()
@@ -189,15 +190,21 @@ class CsvParser:
         features = {}
         for feature in self._specs.id_features:
             features[feature.name] = feature_ids(feature, column)
+        vectors = {}  # a vector raw feature's checks, for the host to reject its bad samples (raw_vectors.py)
         for feature in self._specs.raw_features:
-            features[feature.name] = tf.cast(column(feature.input_name), tf.float32)
+            if feature.is_vector:
+                read = raw_vectors(feature, column(feature.input_name))
+                features[feature.name] = read.values
+                vectors[feature.name] = (read.ok, read.counts, read.first_bad)
+            else:
+                features[feature.name] = tf.cast(column(feature.input_name), tf.float32)
         labels = {}
         for name in self._specs.label_names:  # numeric ones as float32 (a string label stays a string)
             value = column(name)
             labels[name] = value if value.dtype == tf.string else tf.cast(value, tf.float32)
         if self._specs.sample_weight:
             labels[_WEIGHT_KEY] = tf.cast(column(self._specs.sample_weight), tf.float32)
-        return features, labels
+        return features, labels, vectors
 
     def parse(self, lines: Sequence[bytes]) -> ParsedBatch:
         """Parses lines (bytes, no trailing newline); empty lines are ignored."""
@@ -226,19 +233,32 @@ class CsvParser:
         """Decodes lines known to be non-empty (quoted fields allowed); rejects only what fails to decode."""
         rejected = []
         try:
-            features, labels = self._decode(tf.constant(lines, tf.string))
+            features, labels, vectors = self._decode(tf.constant(lines, tf.string))
         except tf.errors.InvalidArgumentError:
             lines, rejected = self._split_bad(lines)
-            features, labels = self._decode(tf.constant(lines, tf.string))
-        bad = self._bad_labels_and_weights(labels, len(lines))
+            features, labels, vectors = self._decode(tf.constant(lines, tf.string))
+        bad = self._bad_vectors(vectors)
+        for i, reason in self._bad_labels_and_weights(labels, len(lines)).items():
+            bad.setdefault(i, reason)
         if bad:  # rare: decode again without them
             rejected += [(line, bad[i]) for i, line in enumerate(lines) if i in bad]
             lines = [line for i, line in enumerate(lines) if i not in bad]
-            features, labels = self._decode(tf.constant(lines, tf.string))
+            features, labels, _ = self._decode(tf.constant(lines, tf.string))
         weights = labels.pop(_WEIGHT_KEY, None)
         first = self._specs.label_names[0]
         return ParsedBatch(features, labels[first], len(lines), rejected, lines, label_dict=labels,
                            sample_weights=weights)
+
+    def _bad_vectors(self, vectors: Mapping[str, tuple]) -> Dict[int, str]:
+        """{line index: rejection reason} of the lines whose vector raw feature is not ``dim`` finite numbers."""
+        bad: Dict[int, str] = {}
+        for feature in self._specs.raw_features:
+            if feature.name not in vectors:
+                continue
+            ok, counts, first_bad = (t.numpy() for t in vectors[feature.name])
+            for i in np.flatnonzero(~ok):
+                bad.setdefault(int(i), rejection(BAD_VALUE, bad_vector_reason(feature, int(counts[i]), first_bad[i])))
+        return bad
 
     def _bad_labels_and_weights(self, labels: Mapping[str, tf.Tensor], count: int) -> Dict[int, str]:
         """{line index: rejection reason} of the lines whose label does not fit its task's kind (binary: 0

@@ -4,7 +4,7 @@ The rest of the package reads these, never the protobuf, so a model or a
 parser has one obvious input and the config's quirks stay in one place.
 """
 import dataclasses
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from easyonline.features.label_kinds import label_kinds
 from easyonline.protos import pipeline_pb2
@@ -65,11 +65,21 @@ class IdFeature:
 @dataclasses.dataclass(frozen=True)
 class RawFeature:
     """A numeric feature fed to the dense part of the model; scaled to (x - min_val) / (max_val - min_val)
-    when max_val > min_val."""
+    when max_val > min_val.
+
+    ``dim`` > 1 (EasyRec's raw_input_dim): a vector, read from a string of ``dim`` numbers joined by
+    ``separator`` (raw_vectors.py), fed as ``dim`` columns; its features are [B, dim], a number's [B].
+    """
     name: str
     input_name: str
     min_val: float = 0.0
     max_val: float = 0.0
+    dim: int = 1
+    separator: str = "|"
+
+    @property
+    def is_vector(self) -> bool:
+        return self.dim > 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +113,19 @@ class FeatureSpecs:
     def features_of_table(self, table: str) -> List[IdFeature]:
         return [f for f in self.id_features if f.table == table]
 
+    @property
+    def dense_width(self) -> int:
+        """Columns of the dense part: one per number, ``dim`` per vector raw feature."""
+        return sum(f.dim for f in self.raw_features)
+
+    def dense_columns(self, names: Sequence[str]) -> List[int]:
+        """The dense part's columns of the raw features in ``names``, in that order (other names skipped)."""
+        starts, start = {}, 0
+        for feature in self.raw_features:
+            starts[feature.name] = (start, feature.dim)
+            start += feature.dim
+        return [c for n in names if n in starts for c in range(starts[n][0], starts[n][0] + starts[n][1])]
+
 
 def is_id_feature(fc: pipeline_pb2.FeatureConfig) -> bool:
     """True for every feature with an embedding table: all but plain RawFeatures (bucketized ones have one)."""
@@ -119,7 +142,8 @@ def build_feature_specs(config: pipeline_pb2.PipelineConfig) -> FeatureSpecs:
         input_name = fc.input_names[0]
         name = fc.feature_name or input_name
         if not is_id_feature(fc):
-            raw_features.append(RawFeature(name, input_name, fc.min_val, fc.max_val))
+            raw_features.append(RawFeature(name, input_name, fc.min_val, fc.max_val, max(fc.raw_input_dim, 1),
+                                           fc.separator))
             continue
         table = fc.embedding_name or name
         tables.setdefault(table, TableSpec(

@@ -32,6 +32,7 @@ class RecordParser:
         self._labels = set(specs.label_names)
         self._joiners = {part.input_name: part.separator for f in specs.id_features for part in (f.combo or (f,))
                          if part.multi_value}
+        self._joiners.update((f.input_name, f.separator) for f in specs.raw_features if f.is_vector)
         self._separator = specs.separator
 
     def _cell(self, name: str, value: Any) -> str:

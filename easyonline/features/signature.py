@@ -8,7 +8,8 @@ tf = ensure_legacy_keras()
 
 
 def feature_signature(specs: FeatureSpecs) -> Dict[str, Union[tf.TensorSpec, tf.RaggedTensorSpec]]:
-    """int64 ids per id feature ([B], or ragged [B, None] for tag features) and float32 [B] per raw feature."""
+    """int64 ids per id feature ([B], or ragged [B, None] for tag features) and float32 [B] per raw feature
+    ([B, dim] for a vector)."""
     signature = {}
     for feature in specs.id_features:
         if feature.multi_value:
@@ -17,7 +18,7 @@ def feature_signature(specs: FeatureSpecs) -> Dict[str, Union[tf.TensorSpec, tf.
         else:
             signature[feature.name] = tf.TensorSpec([None], tf.int64)
     for feature in specs.raw_features:
-        signature[feature.name] = tf.TensorSpec([None], tf.float32)
+        signature[feature.name] = tf.TensorSpec([None, feature.dim] if feature.is_vector else [None], tf.float32)
     return signature
 
 
@@ -29,5 +30,5 @@ def empty_features(specs: FeatureSpecs):
         features[feature.name] = (tf.RaggedTensor.from_row_splits(empty, tf.zeros([1], tf.int64))
                                   if feature.multi_value else empty)
     for feature in specs.raw_features:
-        features[feature.name] = tf.zeros([0], tf.float32)
+        features[feature.name] = tf.zeros([0, feature.dim] if feature.is_vector else [0], tf.float32)
     return features

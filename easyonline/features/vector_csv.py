@@ -82,6 +82,8 @@ def supports(specs: FeatureSpecs, data: pipeline_pb2.DataConfig) -> bool:
     """True when batches of this config can take the numpy path at all."""
     return (data.input_format == pipeline_pb2.DataConfig.CSV and len(specs.separator.encode()) == 1
             and specs.separator not in '"\n\r' and not any(f.multi_value for f in specs.id_features)
+            # a vector raw feature (raw_input_dim) is several columns from one field: CsvParser reads it
+            and not any(f.is_vector for f in specs.raw_features)
             # the arrays carry the first label field, 0/1, and no weight: tasks that read other labels (a
             # multi-task model's), a regression label or a sample weight take CsvParser
             and len(specs.label_names) >= 1 and set(specs.label_kinds) <= {specs.label_names[0]}

@@ -13,6 +13,7 @@ from easyonline.core.callbacks import Callback
 from easyonline.core.errors import ConfigError
 from easyonline.distributed.cluster_config import ClusterConfig, cluster_from_env
 from easyonline.distributed.cluster_trainer import ClusterTrainer
+from easyonline.distributed.strategy import log_distribution
 from easyonline.features.csv_parser import ParsedBatch
 from easyonline.inputs.raw_batch import BatchSource, RawBatch
 from easyonline.jobs.default_callbacks import default_callbacks as build_default_callbacks
@@ -56,6 +57,7 @@ def build_trainer(config: pipeline_pb2.PipelineConfig, online: bool = True, sour
 
     With ``cluster`` (this process its chief or a worker), it is one trainer of that ps cluster.
     """
+    log_distribution(config.train_config, cluster)  # EasyRec's train_distribute: what runs here
     chief = cluster is None or cluster.is_chief
     all_callbacks = (build_default_callbacks(config, chief) if default_callbacks else []) + list(callbacks)
     if cluster is None:

@@ -122,9 +122,9 @@ class RankingModel(tf.keras.Model):
         if self._embedding_l2 > 0:
             self.add_loss(self._embedding_l2 * tf.add_n([tf.reduce_mean(tf.reduce_sum(tf.square(e), 1)) for e in embeddings]))
         dense: Optional[tf.Tensor] = None
-        if self.specs.raw_features:
-            dense = tf.reshape(tf.stack([_scaled(tf.cast(features[f.name], tf.float32), f)
-                                         for f in self.specs.raw_features], axis=1), [-1, len(self.specs.raw_features)])
+        if self.specs.raw_features:  # [B, dense_width]: a number is one column, a vector raw feature dim
+            dense = tf.reshape(tf.concat([tf.reshape(_scaled(tf.cast(features[f.name], tf.float32), f), [-1, f.dim])
+                                          for f in self.specs.raw_features], axis=1), [-1, self.specs.dense_width])
         return embeddings, (tf.stack(first_order, axis=1) if first_order else None), dense
 
     def deep_hidden(self, embeddings, dense, training):
@@ -197,7 +197,7 @@ class RankingModel(tf.keras.Model):
         # signature (export's or the training step's) left unknown
         width = sum(self.tables.table_dim(f.table) for f in self._deep_features(positions))
         if dense is not None and (columns is None or columns):
-            width += len(self.specs.raw_features) if columns is None else len(columns)
+            width += self.specs.dense_width if columns is None else len(columns)
         return tf.reshape(tf.concat(parts, axis=1), [-1, width])
 
     def _deep_features(self, positions: Sequence[int]) -> list:
@@ -261,7 +261,8 @@ def _scaled(value: tf.Tensor, feature: RawFeature) -> tf.Tensor:
 
 
 def _grouped(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig):
-    """Indices of the id features and dense features that feed the deep and the wide part (None: all dense)."""
+    """Indices of the id features, and columns of the dense part, that feed the deep and the wide part (None: all
+    dense columns)."""
     id_names = [f.name for f in specs.id_features]
     dense_names = [f.name for f in specs.raw_features]
     groups = model_config.feature_groups
@@ -271,7 +272,8 @@ def _grouped(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig):
     deep = {n for g in groups if g.wide_deep != pipeline_pb2.FeatureGroup.WIDE for n in g.feature_names}
     wide = {n for g in groups if g.wide_deep != pipeline_pb2.FeatureGroup.DEEP for n in g.feature_names}
     return ({i for i, n in enumerate(id_names) if n in deep}, {i for i, n in enumerate(id_names) if n in wide},
-            [i for i, n in enumerate(dense_names) if n in deep], [i for i, n in enumerate(dense_names) if n in wide])
+            specs.dense_columns([n for n in dense_names if n in deep]),
+            specs.dense_columns([n for n in dense_names if n in wide]))
 
 
 def _group_columns(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, deep_ids) -> Dict[str, tuple]:
@@ -280,7 +282,6 @@ def _group_columns(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, 
     embedded for the deep part: the validator keeps towers off such groups (``check_group``)."""
     ordered = sorted(deep_ids)
     position = {specs.id_features[i].name: k for k, i in enumerate(ordered)}
-    raw = {f.name: i for i, f in enumerate(specs.raw_features)}
     groups: Dict[str, tuple] = {"all": (list(range(len(ordered))), None)}
     deep_dense = _grouped(specs, model_config)[2]
     if deep_dense is not None:
@@ -288,7 +289,7 @@ def _group_columns(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, 
     for group in model_config.feature_groups:
         if group.group_name:
             groups[group.group_name] = ([position[n] for n in group.feature_names if n in position],
-                                        [raw[n] for n in group.feature_names if n in raw])
+                                        specs.dense_columns(list(group.feature_names)))
     return groups
 
 

@@ -10,6 +10,7 @@ the tables are TFRA ops that stock TensorFlow does not know.
 """
 import json
 import os
+import re
 import threading
 from typing import Dict, List, Optional, Tuple
 
@@ -37,6 +38,17 @@ def newest_version(export_dir: str) -> str:
     if not versions:
         raise FileNotFoundError(f"no exported version (a numbered directory with saved_model.pb) in {export_dir}")
     return os.path.join(export_dir, max(versions, key=int))
+
+
+def _refusal(message: str) -> str:
+    """The informative part of TensorFlow's error for an input the graph refused: an assertion's text, else the
+    first line that is not TensorFlow's framing ("Graph execution error:", "Detected at node ...")."""
+    found = re.search(r"assertion failed: (.*)", message)
+    if found:
+        return found.group(1).replace("\\'", "'")[:500]
+    lines = [line.strip() for line in message.split("\n") if line.strip()]
+    useful = [line for line in lines if not line.startswith(("Graph execution error", "Detected at node", "File "))]
+    return (useful or lines or [message])[0][:500]
 
 
 class LoadedExport:
@@ -109,10 +121,14 @@ class LoadedExport:
                 tensors[name] = _tensor(inputs[name], dtype)
             except (TypeError, ValueError, OverflowError) as e:  # e.g. an int over int64
                 raise ValueError(f"input {name!r}: expected {dtype.name} values ({e})") from None
-        if self._call_flat is not None:
-            out = self._call_flat([tensors[name] for name in self._flat_order], self._serve_concrete.captured_inputs)
-        else:
-            out = self._serve_concrete(tensors)
+        try:
+            if self._call_flat is not None:
+                out = self._call_flat([tensors[name] for name in self._flat_order],
+                                      self._serve_concrete.captured_inputs)
+            else:
+                out = self._serve_concrete(tensors)
+        except tf.errors.InvalidArgumentError as e:  # a value the model refuses, e.g. a vector of the wrong length
+            raise ValueError(_refusal(e.message)) from None
         return {name: value.numpy() for name, value in out.items()}
 
     @property

@@ -160,7 +160,8 @@ class SampleGenerator:
 
     Each id feature draws from a small skewed vocabulary (so ids repeat and
     are trained); raw features are numbers (spanning their boundaries or
-    min_val..max_val); tag features 1-3 ids joined by their separator.
+    min_val..max_val; a vector's raw_input_dim numbers joined by its
+    separator); tag features 1-3 ids joined by their separator.
     Binary labels are 0/1 from a hidden logistic model of the first id
     feature, a later binary label only where the first is 1 (as a purchase
     needs a click); regression labels are numbers.
@@ -192,6 +193,9 @@ class SampleGenerator:
                 low, high = feature.min_val, feature.max_val
             else:
                 low, high = 0.0, 10.0
+            if feature.raw_input_dim > 1:  # a vector: raw_input_dim numbers joined by the feature's separator
+                numbers = self.rng.uniform(low, high, feature.raw_input_dim)
+                return feature.separator.join(str(round(float(n), 4)) for n in numbers)
             number = self.rng.uniform(low, high)
             return int(number) if field.input_type in _INTS else round(float(number), 4)
         if feature is not None and feature.feature_type == FeatureType.TagFeature:
