@@ -77,6 +77,9 @@ _LOSSES = {
     LossType.JRC_LOSS: (jrc_loss, "jrc_loss", _jrc, 2),
 }
 SUPPORTED = tuple(_LOSSES)
+# EasyRec's names of a loss without loss_name (rank_model.py _build_loss_impl); the others: the type in lower case
+_DEFAULT_NAMES = {LossType.CLASSIFICATION: "cross_entropy_loss", LossType.BINARY_CROSS_ENTROPY_LOSS: "cross_entropy_loss",
+                  LossType.L2_LOSS: "l2_loss"}
 
 
 def loss_term(loss: pipeline_pb2.Loss, where: str) -> LossTerm:
@@ -107,7 +110,7 @@ def loss_term(loss: pipeline_pb2.Loss, where: str) -> LossTerm:
         if param.loss_weight_strategy != "fixed":
             raise ConfigError(f"{where}.jrc_loss.loss_weight_strategy",
                               f"only 'fixed' is supported, got {param.loss_weight_strategy!r}")
-    name = loss.loss_name or LossType.Name(loss.loss_type).lower()
+    name = loss.loss_name or _DEFAULT_NAMES.get(loss.loss_type, LossType.Name(loss.loss_type).lower())
     return LossTerm(name, loss.weight, functools.partial(fn, **params) if params else fn, loss_kind(loss.loss_type),
                     session, num_class)
 
