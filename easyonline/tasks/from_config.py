@@ -8,7 +8,7 @@ its position, as in EasyRec. ``losses`` (tasks/losses/terms.py) replace
 loss_type: the task's loss is sum(weight_i * loss_i), and their kind
 (binary or regression, features/label_kinds.py) is the task's.
 """
-from typing import Sequence, Union
+from typing import Any, Dict, Sequence, Union
 
 from easyonline.core.errors import ConfigError
 from easyonline.features.label_kinds import BINARY, BINARY_LOSSES, REGRESSION_LOSSES, task_kind
@@ -26,8 +26,8 @@ def make_task(loss_type: int, num_class: int, path: str, window_samples: int, la
               weight: float = 1.0, use_sample_weight: bool = True, times_label: str = "",
               losses: Sequence[pipeline_pb2.Loss] = ()) -> Task:
     """The task of ``losses`` when given, else of ``loss_type`` (``path`` names the config field in errors)."""
-    settings = dict(label_name=label_name, name=name, weight=weight, use_sample_weight=use_sample_weight,
-                    times_label=times_label)
+    settings: Dict[str, Any] = dict(label_name=label_name, name=name, weight=weight,
+                                    use_sample_weight=use_sample_weight, times_label=times_label)
     if losses:
         terms = [loss_term(loss, f"{path}.losses[{i}]") for i, loss in enumerate(losses)]
         _check_terms(terms, num_class, path)

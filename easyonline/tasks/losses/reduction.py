@@ -1,8 +1,9 @@
 """How the losses reduce per-sample (or per-pair) values to the batch's loss, as EasyRec's TF1 losses do.
 
 ``weighted_mean`` is ``tf.losses``' SUM_BY_NONZERO_WEIGHTS (sum of weight x loss over the number of non-zero
-weights; 0 when there is none, e.g. a batch without a pair: the pairwise losses always weigh their pairs); ``hardest_mean`` is EasyRec's OHEM (online hard
-example mining, ``ohem_ratio``): the mean of the positive ones among the round(ratio x n) largest.
+weights; 0 when there is none, e.g. a batch without a pair: the pairwise losses always weigh their pairs);
+``hardest_mean`` is EasyRec's OHEM (online hard example mining, ``ohem_ratio``): the mean of the positive ones
+among the round(ratio x n) largest.
 """
 from typing import Optional
 

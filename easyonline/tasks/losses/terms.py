@@ -6,7 +6,7 @@ sum(weight_i * loss_i). The kind of task a loss makes (binary or regression) is 
 """
 import dataclasses
 import functools
-from typing import Callable, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from easyonline.core.errors import ConfigError
 from easyonline.features.label_kinds import loss_kind
@@ -65,7 +65,7 @@ def _jrc(param) -> Dict:
 
 
 # loss type: (function, its parameter field in Loss ("" none), the parameters from that message, logits per sample)
-_LOSSES = {
+_LOSSES: Dict[int, Tuple[Callable[..., Any], str, Optional[Callable[[Any], Dict]], int]] = {
     LossType.CLASSIFICATION: (classification_loss, "", None, 1),
     LossType.BINARY_CROSS_ENTROPY_LOSS: (classification_loss, "", None, 1),
     LossType.L2_LOSS: (l2_loss, "", None, 1),
@@ -107,7 +107,7 @@ def loss_term(loss: pipeline_pb2.Loss, where: str) -> LossTerm:
         if not session:
             raise ConfigError(f"{where}.jrc_loss.session_name", "JRC_LOSS needs the feature whose values are the "
                               "samples' sessions (e.g. user_id)")
-        if param.loss_weight_strategy != "fixed":
+        if param is not None and param.loss_weight_strategy != "fixed":
             raise ConfigError(f"{where}.jrc_loss.loss_weight_strategy",
                               f"only 'fixed' is supported, got {param.loss_weight_strategy!r}")
     name = loss.loss_name or _DEFAULT_NAMES.get(loss.loss_type, LossType.Name(loss.loss_type).lower())
