@@ -12,6 +12,7 @@ from kafka import KafkaProducer
 from easyonline.config.kafka_settings import confluent_kafka_module, extra_consumer_config, librdkafka_config
 from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import is_id_feature
+from easyonline.features.label_kinds import towers_in
 from easyonline.features.parse_fn import load_parse_fn
 from easyonline.models import registry
 from easyonline.protos import pipeline_pb2
@@ -20,8 +21,9 @@ from easyonline.utils import timeparse
 
 log = logging.getLogger(__name__)
 COMBINERS = ("mean", "sum")
-ACTIVATIONS = ("relu", "tanh", "sigmoid", "elu", "selu", "gelu", "swish", "linear")
+ACTIVATIONS = ("relu", "tanh", "sigmoid", "elu", "selu", "gelu", "swish", "linear", "dice")
 _FT = pipeline_pb2.DataConfig.FieldType
+_FC = pipeline_pb2.FeatureConfig.FeatureType
 _NUMERIC = (_FT.INT32, _FT.INT64, _FT.FLOAT, _FT.DOUBLE, _FT.BOOL)
 _ID_TYPES = (_FT.STRING, _FT.INT32, _FT.INT64)
 
@@ -272,9 +274,30 @@ def _validate_model(config: pipeline_pb2.PipelineConfig) -> None:
     if not entry.model_class.tasks_from_settings(getattr(model, field), config.data_config.label_fields, 1,
                                                  f"{path}.{field}"):
         single_task(model, config.data_config.label_fields, 1)
+    _validate_loss_sessions(config)
     _validate_feature_groups(config)
     _require(model.embedding_regularization >= 0, f"{path}.embedding_regularization", "must be >= 0")
     _require(model.l2_regularization >= 0, f"{path}.l2_regularization", "must be >= 0")
+
+
+def _validate_loss_sessions(config: pipeline_pb2.PipelineConfig) -> None:
+    """A loss's session_name (pairwise, JRC: the samples' session ids) names a feature of one value per
+    sample: the model reads the ids from the batch's features by name."""
+    model = config.model_config
+    single = {f.feature_name or f.input_names[0] for f in config.feature_configs
+              if f.feature_type in (_FC.IdFeature, _FC.RawFeature)
+              or (f.feature_type == _FC.ComboFeature and not any(f.combo_input_seps))}
+    chosen = model.WhichOneof("model")
+    owners = [("model_config", model)]
+    owners += [(f"model_config.{chosen}.task_towers[{i}]", t) for i, t in enumerate(towers_in(getattr(model, chosen)))] \
+        if chosen else []
+    for where, owner in owners:
+        for i, loss in enumerate(owner.losses):
+            param = loss.WhichOneof("loss_param")
+            session = getattr(getattr(loss, param), "session_name", "") if param else ""
+            _require(not session or session in single, f"{where}.losses[{i}].{param}.session_name",
+                     f"{session!r} is not a feature of one value per sample (IdFeature or RawFeature of "
+                     f"feature_configs: {sorted(single)})")
 
 
 def _validate_feature_groups(config: pipeline_pb2.PipelineConfig) -> None:

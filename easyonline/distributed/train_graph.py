@@ -156,8 +156,7 @@ class TrainGraph:
                 score_logits = self.model.task_logits(self.model(features, training=False))
             primary = self.model.tasks.primary
             # every task's predictions (a binary task's probabilities), for the shared metrics
-            self.predictions = {task.name: tf.sigmoid(score_logits[task.name]) if task.kind == "binary"
-                                else score_logits[task.name] for task in self.model.tasks}
+            self.predictions = {task.name: task.scores(score_logits[task.name]) for task in self.model.tasks}
             self.probabilities = self.predictions[primary.name]
             variables = self.model.trainable_variables
             gradients = tf.gradients(loss, variables)

@@ -13,7 +13,7 @@ from typing import Dict, Set
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.models.layers import ExpertMixture
-from easyonline.models.ranking_model import RankingModel, check_group
+from easyonline.models.ranking_model import RankingModel, check_group, one_or_all
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
@@ -55,7 +55,7 @@ class DBMTL(RankingModel):
         self.relations = [list(t.relation_tower_names) for t in towers]
         self.towers = [self.mlp(t.dnn, l2, f"{t.tower_name}_dnn") for t in towers]
         self.relation_dnns = [self.mlp(t.relation_dnn, l2, f"{t.tower_name}_relation_dnn") for t in towers]
-        self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit") for t in towers]
+        self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit", t.num_class) for t in towers]
 
     def logits_from(self, embeddings, first_order, dense, training):
         bottom = self.bottom(self.group_input("all", embeddings, dense), training=training)
@@ -68,5 +68,5 @@ class DBMTL(RankingModel):
             parts = [tower(x, training=training)] + [relation[r] for r in relations]
             relation[name] = relation_dnn(tf.concat(parts, axis=1) if len(parts) > 1 else parts[0],
                                           training=training)
-            logits[name] = logit(relation[name])[:, 0]
+            logits[name] = one_or_all(logit(relation[name]))
         return logits

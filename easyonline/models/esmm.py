@@ -62,6 +62,9 @@ class ESMM(RankingModel):
         for field in ("ctr_tower", "cvr_tower"):
             if not settings.HasField(field):
                 raise ConfigError(f"{path}.{field}", "is required")
+            if getattr(settings, field).losses:
+                raise ConfigError(f"{path}.{field}.losses", "ESMM's losses are its own (the CTR and the CTCVR "
+                                  "cross-entropy): use loss_type")
         if settings.ctr_tower.loss_type not in BINARY_LOSSES:
             raise ConfigError(f"{path}.ctr_tower.loss_type", "the CTR tower is a click probability: CLASSIFICATION")
         names = [settings.ctr_tower.tower_name, settings.cvr_tower.tower_name]

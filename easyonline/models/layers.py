@@ -1,7 +1,8 @@
-"""Building blocks shared by the models: an MLP tower and the FM interaction."""
+"""Building blocks shared by the models: an MLP tower (its ``dice`` activation) and the FM interaction."""
 from typing import Sequence
 
 from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()
 
@@ -17,6 +18,36 @@ class BatchNorm(tf.keras.layers.BatchNormalization):
         return super().call(inputs, training=training)
 
 
+class Dice(tf.keras.layers.Layer):
+    """DIN's data-adaptive activation (Zhou et al. 2018; EasyRec's ``utils/activation.py`` ``dice``): with
+    p = sigmoid(x batch-normalized, without offset or scale, epsilon 1e-9), alpha * (1 - p) * x + p * x, alpha
+    a learnt weight per unit starting at 0. Its normalization moves with training, like batch norm's."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.norm = BatchNorm(center=False, scale=False, epsilon=1e-9, name="norm")
+        self.alpha = None
+
+    def build(self, input_shape):
+        self.alpha = self.add_weight(name="alpha", shape=[int(input_shape[-1])], initializer="zeros")
+        super().build(input_shape)
+
+    def call(self, x, training=False):  # pylint: disable=arguments-differ
+        p = tf.sigmoid(self.norm(x, training=training))
+        return self.alpha * (1.0 - p) * x + p * x
+
+
+def normalizes(dnn: pipeline_pb2.DNN) -> bool:
+    """Whether the DNN's layers normalize over the batch (batch norm, or the dice activation): then its scores
+    in training differ from serving's."""
+    return dnn.use_bn or dnn.activation == "dice"
+
+
+def _activation(name: str):
+    """The layer of activation ``name`` (dice: a ``Dice``, with weights of its own)."""
+    return Dice() if name == "dice" else tf.keras.layers.Activation(name)
+
+
 class MLP(tf.keras.layers.Layer):
     """Dense layers with optional batch norm and dropout."""
 
@@ -26,12 +57,14 @@ class MLP(tf.keras.layers.Layer):
         regularizer = tf.keras.regularizers.l2(l2) if l2 > 0 else None
         self._layers = []
         for i, units in enumerate(hidden_units):
+            separate = use_bn or activation == "dice"  # an activation layer after the Dense (and batch norm)
             self._layers.append(tf.keras.layers.Dense(
-                units, activation=None if use_bn else activation, kernel_regularizer=regularizer,
+                units, activation=None if separate else activation, kernel_regularizer=regularizer,
                 kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed + i)))
             if use_bn:
                 self._layers.append(BatchNorm())
-                self._layers.append(tf.keras.layers.Activation(activation))
+            if separate:
+                self._layers.append(_activation(activation))
             if dropout_ratio > 0:
                 self._layers.append(tf.keras.layers.Dropout(dropout_ratio, seed=seed + i))
 

@@ -9,7 +9,7 @@ name). ``expert_dnn`` x ``num_expert`` experts, or EasyRec's deprecated
 """
 from easyonline.core.errors import ConfigError
 from easyonline.models.layers import ExpertMixture
-from easyonline.models.ranking_model import RankingModel, check_group
+from easyonline.models.ranking_model import RankingModel, check_group, one_or_all
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
@@ -41,9 +41,9 @@ class MMoE(RankingModel):
                                      len(settings.task_towers), l2, seed=seed + 300, name="mmoe")
         self.tower_names = [t.tower_name for t in settings.task_towers]
         self.towers = [self.mlp(t.dnn, l2, f"{t.tower_name}_dnn") for t in settings.task_towers]
-        self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit") for t in settings.task_towers]
+        self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit", t.num_class) for t in settings.task_towers]
 
     def logits_from(self, embeddings, first_order, dense, training):
         inputs = self.mixture(self.group_input("all", embeddings, dense), training=training)
-        return {name: logit(tower(x, training=training))[:, 0]
+        return {name: one_or_all(logit(tower(x, training=training)))
                 for name, x, tower, logit in zip(self.tower_names, inputs, self.towers, self.tower_logits)}

@@ -31,7 +31,7 @@ from easyonline.core.errors import ConfigError
 from easyonline.embedding.dynamic_tables import DynamicTables
 from easyonline.features.label_kinds import towers_in
 from easyonline.features.feature_spec import FeatureSpecs, RawFeature
-from easyonline.models.layers import MLP
+from easyonline.models.layers import MLP, normalizes
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import RankingTask, Tasks
 from easyonline.tasks.from_config import tasks_from_towers
@@ -80,7 +80,7 @@ class RankingModel(tf.keras.Model):
         self._embedding_l2 = model_config.embedding_regularization
         hidden = list(dnn.hidden_units) or list(DEFAULT_HIDDEN_UNITS)
         self.dropout_ratio = dnn.dropout_ratio
-        self.use_bn = dnn.use_bn
+        self.use_bn = normalizes(dnn)
         self.deep = MLP(hidden, dnn.activation, dnn.dropout_ratio, dnn.use_bn, model_config.l2_regularization,
                         seed=seed + 100, name="dnn")
         self.deep_logit = tf.keras.layers.Dense(1, name="deep_logit")
@@ -161,7 +161,7 @@ class RankingModel(tf.keras.Model):
                              model_config.l2_regularization, seed=seed + 200, name="final_dnn")
         self.final_logit = tf.keras.layers.Dense(1, name="final_logit")
         self.dropout_ratio = max(self.dropout_ratio, final.dropout_ratio)
-        self.use_bn = self.use_bn or final.use_bn
+        self.use_bn = self.use_bn or normalizes(final)
 
     def final_logits(self, parts: List[tf.Tensor], training) -> tf.Tensor:
         if self.final_dnn is None:
@@ -174,14 +174,14 @@ class RankingModel(tf.keras.Model):
         norm count in ``scores_differ_in_training``."""
         self._built_mlps += 1
         self.dropout_ratio = max(self.dropout_ratio, dnn.dropout_ratio)
-        self.use_bn = self.use_bn or dnn.use_bn
+        self.use_bn = self.use_bn or normalizes(dnn)
         return MLP(list(dnn.hidden_units), dnn.activation, dnn.dropout_ratio, dnn.use_bn, l2,
                    seed=self._seed + 1000 * self._built_mlps, name=name)
 
-    def logit_layer(self, l2: float, name: str) -> Any:
-        """A Dense layer of one unit (a task's logit), seeded like ``mlp``."""
+    def logit_layer(self, l2: float, name: str, units: int = 1) -> Any:
+        """A Dense layer of ``units`` (a task's logit; 2: a JRC_LOSS task's two classes), seeded like ``mlp``."""
         self._built_mlps += 1
-        return tf.keras.layers.Dense(1, kernel_regularizer=tf.keras.regularizers.l2(l2) if l2 > 0 else None,
+        return tf.keras.layers.Dense(units, kernel_regularizer=tf.keras.regularizers.l2(l2) if l2 > 0 else None,
                                      kernel_initializer=tf.keras.initializers.GlorotUniform(
                                          seed=self._seed + 1000 * self._built_mlps), name=name)
 
@@ -215,7 +215,8 @@ class RankingModel(tf.keras.Model):
 
         ``labels`` maps label names to [B] tensors (each task's ``label_name`` must be there); the primary
         task's label also feeds the id statistics (clicks) when training. ``sample_weight`` [B] weighs
-        each sample in the loss of every task that uses it.
+        each sample in the loss of every task that uses it; ``features`` also give the losses over sessions
+        their session ids.
         """
         outputs = self(features, training=training, labels=labels[self.tasks.primary.label_name], now=now)
         by_task = self.task_logits(outputs)
@@ -223,7 +224,7 @@ class RankingModel(tf.keras.Model):
         for task in self.tasks:
             if task.weight == 0:  # an output only (ESMM's CVR: learnt through the CTCVR task)
                 continue
-            loss = task.loss(task_label(task, labels), by_task[task.name], sample_weight)
+            loss = task.loss(task_label(task, labels), by_task[task.name], sample_weight, features)
             losses.append(loss if task.weight == 1.0 else task.weight * loss)
         regularization = self.losses
         total = losses[0] if len(losses) == 1 else tf.add_n(losses)
@@ -251,6 +252,11 @@ class RankingModel(tf.keras.Model):
         embeddings, first_order, dense = self.embed(features, training, labels, now)
         logits = self.logits_from(embeddings, first_order, dense, training)
         return logits if self.bias is None else logits + self.bias
+
+
+def one_or_all(logits: tf.Tensor) -> tf.Tensor:
+    """A logit layer's output as a task's logits: [B] of one unit, [B, units] of more (a JRC_LOSS task's)."""
+    return logits[:, 0] if logits.shape[-1] == 1 else logits
 
 
 def _scaled(value: tf.Tensor, feature: RawFeature) -> tf.Tensor:

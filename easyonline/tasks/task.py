@@ -28,13 +28,20 @@ class Task(Protocol):
     times_label: str
     weight: float  # its share of the model's loss
     use_sample_weight: bool  # whether data_config.sample_weight weighs its loss
+    num_class: int  # logits per sample (2: a JRC_LOSS task's two classes; else 1)
 
     @property
     def metrics(self) -> TaskMetrics:
         """Windowed, scored before each update."""
 
-    def loss(self, labels: Any, logits: Any, sample_weight: Optional[Any] = None) -> Any:
-        """The batch's (weighted) mean loss, a scalar tensor, without regularization (the model adds that once)."""
+    def loss(self, labels: Any, logits: Any, sample_weight: Optional[Any] = None,
+             features: Optional[Mapping[str, Any]] = None) -> Any:
+        """The batch's loss, a scalar tensor, without regularization (the model adds that once): the weighted
+        sum of its loss terms (tasks/losses/), each (weighted) over the batch. ``features``: the batch's, by
+        name, for the losses over sessions."""
+
+    def scores(self, logits: Any) -> Any:
+        """Its prediction from its logits, as a tensor (a probability, or the predicted value)."""
 
     def outputs(self, logits: Any, suffix: str = "") -> Dict[str, Any]:
         """Its prediction outputs by name (``suffix`` is ``_<name>`` in a multi-task model), as tensors."""
@@ -51,15 +58,6 @@ def task_label(task: "Task", labels: Mapping[str, Any]) -> Any:
     ``times_label`` when it has one."""
     label = labels[task.label_name]
     return label * labels[task.times_label] if task.times_label else label
-
-
-def weighted_mean(losses: Any, sample_weight: Optional[Any]) -> Any:
-    """The batch's mean of per-sample ``losses``; with weights, sum(w * loss) over the number of samples
-    whose weight is not 0 (TensorFlow's SUM_BY_NONZERO_WEIGHTS, EasyRec's reduction)."""
-    if sample_weight is None:
-        return tf.reduce_mean(losses)
-    weighted = tf.reduce_sum(losses * sample_weight)
-    return weighted / tf.maximum(tf.reduce_sum(tf.cast(tf.not_equal(sample_weight, 0.0), losses.dtype)), 1.0)
 
 
 class Tasks:

@@ -43,7 +43,7 @@ def test_loss_of_confident_right_and_wrong_logits():
 
 def test_predictions_are_the_sigmoid_of_the_logits():
     # sigmoid(0) = 1/2, sigmoid(ln 3) = 3 / (3 + 1) = 3/4, sigmoid(-ln 3) = 1/4
-    probs = RankingTask.predictions(tf.constant([0.0, math.log(3.0), -math.log(3.0)]))
+    probs = RankingTask().predictions(tf.constant([0.0, math.log(3.0), -math.log(3.0)]))
     assert isinstance(probs, np.ndarray)
     np.testing.assert_allclose(probs, [0.5, 0.75, 0.25], rtol=1e-6)
 
