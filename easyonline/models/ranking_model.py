@@ -2,7 +2,8 @@
 
 A subclass registers its names (``@register("deepfm", "DeepFM")``, see
 registry.py), says whether it needs a first-order weight per id
-(``uses_first_order``) and whether every id feature must share one
+(``uses_first_order``; a multi-task model's ``wide_per_task`` asks for one
+per task, see ``task_wide_logits``) and whether every id feature must share one
 embedding dim (``one_embedding_dim``, checked by the validator), and
 implements ``logits_from(embeddings, first_order, dense, training)``.
 
@@ -74,7 +75,7 @@ class RankingModel(tf.keras.Model):
         super().__init__(**kwargs)
         self.specs = specs
         self.tasks = tasks or Tasks([RankingTask(label_name=specs.label_names[0] if specs.label_names else "label")])
-        self.wide_dim = self.first_order_dim(model_config) if self.uses_first_order else 0
+        self.wide_dim = self.first_order_dim(model_config)
         self.tables = DynamicTables(specs, extra_dims=self.wide_dim, seed=seed, name="tables")
         self._deep_ids, self._wide_ids, self._deep_dense, self._wide_dense = _grouped(specs, model_config)
         self._embedding_l2 = model_config.embedding_regularization
@@ -93,10 +94,12 @@ class RankingModel(tf.keras.Model):
         # EasyRec's final_dnn, when a model has one: build_final_dnn
         self.final_dnn: Optional[MLP] = None
         self.final_logit: Any = None
+        # each task's linear weights of the wide raw features, with wide_per_task: build_task_wide
+        self.task_dense_linear: Any = None
 
     def first_order_dim(self, model_config: pipeline_pb2.ModelConfig) -> int:  # pylint: disable=unused-argument
-        """Width of each id's first-order weights (stored as extra columns of its row)."""
-        return 1
+        """Width of each id's first-order weights (stored as extra columns of its row); 0: none."""
+        return 1 if self.uses_first_order else 0
 
     @property
     def scores_differ_in_training(self) -> bool:
@@ -117,7 +120,7 @@ class RankingModel(tf.keras.Model):
             dim = self.tables.table_dim(feature.table)
             if i in self._deep_ids:  # a static width: layers built on a group's input need its last dim
                 embeddings.append(tf.reshape(row[:, :dim], [-1, dim]))
-            if self.uses_first_order and i in self._wide_ids:
+            if self.wide_dim and i in self._wide_ids:
                 first_order.append(row[:, dim] if self.wide_dim == 1 else row[:, dim:dim + self.wide_dim])
         if self._embedding_l2 > 0:
             self.add_loss(self._embedding_l2 * tf.add_n([tf.reduce_mean(tf.reduce_sum(tf.square(e), 1)) for e in embeddings]))
@@ -154,6 +157,24 @@ class RankingModel(tf.keras.Model):
         if dense is not None:
             linear += tf.squeeze(self.dense_linear(dense), axis=1)
         return linear
+
+    def build_task_wide(self) -> None:
+        """Each task's own wide part (a multi-task model's ``wide_per_task``; ``first_order_dim`` is then its
+        task count): the wide ids' first-order weights hold a column per task, and the wide raw features get
+        a linear weight per task (see ``task_wide_logits``)."""
+        if self.specs.raw_features:
+            self.task_dense_linear = tf.keras.layers.Dense(self.wide_dim, use_bias=False, name="task_dense_linear")
+
+    def task_wide_logits(self, first_order, dense) -> tf.Tensor:
+        """[B, tasks]: column t is task t's wide logit, its first-order weights summed over the wide ids plus
+        its linear part of the wide raw features (DeepFM's first-order term, once per task)."""
+        batch = tf.shape(dense if first_order is None else first_order)[0]
+        wide = tf.zeros([batch, self.wide_dim]) if first_order is None \
+            else tf.reshape(tf.reduce_sum(first_order, axis=1), [-1, self.wide_dim])
+        dense = _columns(dense, self._wide_dense)
+        if dense is not None and self.task_dense_linear is not None:
+            wide += self.task_dense_linear(dense)
+        return wide
 
     def build_final_dnn(self, final: pipeline_pb2.DNN, model_config: pipeline_pb2.ModelConfig, seed: int) -> None:
         """EasyRec's final_dnn: the parts' vectors concatenated, a DNN, then the logit (see ``final_logits``)."""
@@ -304,6 +325,15 @@ def check_group(config: pipeline_pb2.PipelineConfig, group: str, path: str) -> N
     if groups[group].wide_deep == pipeline_pb2.FeatureGroup.WIDE:
         raise ConfigError(path, f"feature group {group!r} is WIDE (first-order weights only): a tower needs DEEP "
                           "or WIDE_AND_DEEP features")
+
+
+def check_wide_per_task(config: pipeline_pb2.PipelineConfig, path: str) -> None:
+    """ConfigError at ``path`` (a ``wide_per_task`` that is set) when no feature feeds the wide part: feature
+    groups are given and none of them is WIDE or WIDE_AND_DEEP."""
+    groups = config.model_config.feature_groups
+    if groups and not any(g.wide_deep != pipeline_pb2.FeatureGroup.DEEP and g.feature_names for g in groups):
+        raise ConfigError(path, "no model_config.feature_groups group is WIDE or WIDE_AND_DEEP: the tasks' wide "
+                          "parts would have no feature (add a WIDE group, or drop wide_per_task)")
 
 
 def _columns(dense: Optional[tf.Tensor], columns: Optional[List[int]]) -> Optional[tf.Tensor]:

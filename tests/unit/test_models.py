@@ -9,6 +9,7 @@ import pytest
 
 from easyonline.config import parse_pipeline_config
 from easyonline.config.validate import validate_pipeline_config
+from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import build_feature_specs
 from easyonline.features.signature import empty_features
 from easyonline.models import registry
@@ -181,3 +182,93 @@ def test_embedding_regularization_by_hand():
     # 0.5 * (2.5 + 10) = 6.25
     assert len(model.losses) == 1
     assert float(model.losses[0]) == pytest.approx(6.25, rel=1e-6)
+
+
+# a multi-task model's wide part per task (wide_per_task) -------------------------------------------------------
+# Ids a and b (dim 2), raw feature r; labels y1, y2; two towers t1 and t2. With wide_per_task each id's row
+# holds a first-order weight per task: [v0, v1 | w_t1, w_t2].
+
+_TASKS_CONFIG = """
+model_dir: "/tmp/unused"
+file_train_input {{ paths: "unused.csv" }}
+data_config {{
+  input_fields {{ input_name: "y1" input_type: INT32 }}
+  input_fields {{ input_name: "y2" input_type: FLOAT }}
+  input_fields {{ input_name: "a" input_type: INT64 }}
+  input_fields {{ input_name: "b" input_type: INT64 }}
+  input_fields {{ input_name: "r" input_type: FLOAT }}
+  label_fields: ["y1", "y2"]
+  separator: ","
+}}
+feature_configs {{ input_names: "a" embedding_dim: 2 }}
+feature_configs {{ input_names: "b" embedding_dim: 2 }}
+feature_configs {{ input_names: "r" feature_type: RawFeature }}
+model_config {{
+  {groups}
+  model_class: "{model_class}"
+  {field} {{
+    {body}
+    task_towers {{ tower_name: "t1" label_name: "y1" dnn {{ hidden_units: [2] }} }}
+    task_towers {{ tower_name: "t2" label_name: "y2" loss_type: L2_LOSS dnn {{ hidden_units: [2] }} }}
+    {wide}
+  }}
+}}
+"""
+_BODIES = {"mmoe": "expert_dnn { hidden_units: [4] } num_expert: 2", "dbmtl": "bottom_dnn { hidden_units: [4] }"}
+
+
+def _tasks_config(field, wide=True, groups=""):
+    return parse_pipeline_config(_TASKS_CONFIG.format(
+        model_class=field, field=field, body=_BODIES[field], groups=groups,
+        wide="wide_per_task: true" if wide else ""))
+
+
+def _build_tasks(field, wide=True, groups=""):
+    config = _tasks_config(field, wide, groups)
+    validate_pipeline_config(config)
+    specs = build_feature_specs(config)
+    model = build_model(config, specs)
+    model(empty_features(specs), training=False)  # creates the dense variables
+    return model
+
+
+def _tasks_batch(a, b, r):
+    return {"a": tf.constant(a, tf.int64), "b": tf.constant(b, tf.int64), "r": tf.constant(r, tf.float32)}
+
+
+@pytest.mark.parametrize("field", ["mmoe", "dbmtl"])
+def test_easyrecs_multi_task_models_have_no_wide_part_unless_asked(field):
+    model = _build_tasks(field, wide=False)
+    assert model.wide_dim == 0 and model.tables.extra_dims == 0 and model.task_dense_linear is None
+
+
+# a and b feed the towers and the wide parts; r only the wide parts
+_WIDE_GROUPS = """
+  feature_groups { group_name: "all" feature_names: ["a", "b"] wide_deep: WIDE_AND_DEEP }
+  feature_groups { group_name: "wide" feature_names: ["r"] wide_deep: WIDE }
+"""
+
+
+@pytest.mark.parametrize("field", ["mmoe", "dbmtl"])
+def test_wide_per_task_adds_each_tasks_first_order_weights_and_raw_linear_part_by_hand(field):
+    model = _build_tasks(field, groups=_WIDE_GROUPS)
+    assert model.wide_dim == 2 and model.tables.extra_dims == 2  # a weight per id per task
+    model.task_dense_linear.set_weights([np.array([[0.5, -2.0]], np.float32)])  # r's weight per task
+    _upsert(model, "a", [7], [[1.0, 2.0, 0.0, 0.0]])
+    _upsert(model, "b", [9], [[3.0, -1.0, 0.0, 0.0]])
+    deep = model(_tasks_batch([7, 7], [9, 12345], [0.0, 0.0]), training=False)  # the towers' logits alone
+    _upsert(model, "a", [7], [[1.0, 2.0, 0.25, -1.0]])
+    _upsert(model, "b", [9], [[3.0, -1.0, 0.5, 3.0]])
+    logits = model(_tasks_batch([7, 7], [9, 12345], [2.0, 0.0]), training=False)
+    # the towers' input (the embeddings) did not change; each task adds its own column and r's weight:
+    # sample 0: t1 0.25 + 0.5 + 2 x 0.5 = 1.75, t2 -1 + 3 + 2 x -2 = -2
+    # sample 1: b = 12345 unknown (zeros), r = 0: t1 0.25, t2 -1
+    np.testing.assert_allclose(logits["t1"].numpy() - deep["t1"].numpy(), [1.75, 0.25], rtol=1e-5)
+    np.testing.assert_allclose(logits["t2"].numpy() - deep["t2"].numpy(), [-2.0, -1.0], rtol=1e-5)
+
+
+def test_wide_per_task_without_a_wide_feature_names_the_field():
+    config = _tasks_config("mmoe", groups='feature_groups { group_name: "all" feature_names: ["a", "b", "r"] }')
+    with pytest.raises(ConfigError) as raised:
+        validate_pipeline_config(config)
+    assert raised.value.path == "model_config.mmoe.wide_per_task", raised.value

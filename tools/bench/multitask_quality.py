@@ -140,6 +140,7 @@ def main() -> int:
     parser.add_argument("--config", default=os.path.join(ROOT, "samples", "movielens_multitask.config"))
     parser.add_argument("--single_config", default=os.path.join(ROOT, "samples", "movielens.config"))
     parser.add_argument("--edit_config_json", default="{}", help="overrides of --config, as for easyonline.train")
+    parser.add_argument("--single_edit_config_json", default="{}", help="overrides of --single_config, as above")
     parser.add_argument("--skip_single", action="store_true",
                         help="do not train --single_config (for tuning: its AUC and the AUC target are then absent)")
     parser.add_argument("--png", default="", help="where to write the windowed AUC and RMSE plot ('' : none)")
@@ -163,7 +164,7 @@ def main() -> int:
     single_secs = 0.0
     if not args.skip_single:
         started = time.time()
-        single = train(args.single_config, single_task_lines(lines), {})
+        single = train(args.single_config, single_task_lines(lines), json.loads(args.single_edit_config_json))
         single_secs = time.time() - started
         (single_name,) = single.labels  # a single-task model has one task
         single_labels, single_scores = single.task(single_name)
