@@ -183,6 +183,21 @@ def test_mmoe_trains_through_the_broker_and_its_updates_replay_exactly(broker, t
     assert auc(labels["clk"], outputs["probs_ctr"]) > 0.65 and auc(labels["buy"], outputs["probs_cvr"]) > 0.65
 
 
+def test_mmoe_with_a_wide_part_per_task_trains_and_its_updates_replay_exactly(broker, topic, tmp_path):
+    """wide_per_task: each id row holds a first-order weight per task after its embedding, published and
+    replayed with it; the wide group's ids learn their own weight per task."""
+    wide_groups = GROUPS + 'feature_groups { group_name: "wide" feature_names: ["C1", "I1"] wide_deep: WIDE }'
+    model = MMOE.replace("l2_regularization: 1e-6", "l2_regularization: 1e-6 wide_per_task: true")
+    trainer, _ = train_and_replay(broker, topic, tmp_path, model, wide_groups)
+    assert trainer.model.wide_dim == 2 and trainer.model.task_dense_linear.kernel.shape == (1, 2)  # I1's per task
+    rows = trainer.model.tables.embeddings["C1"].params.export()[1].numpy()
+    assert rows.shape[1] == 4 + 2 and len(rows) >= 20
+    assert np.all(np.abs(rows[:, 4] - rows[:, 5]) > 1e-4)  # each task learnt its own weight of each id
+    outputs, labels = outputs_of(trainer)
+    assert_binary_outputs(outputs, ["ctr", "cvr"])
+    assert auc(labels["clk"], outputs["probs_ctr"]) > 0.65 and auc(labels["buy"], outputs["probs_cvr"]) > 0.65
+
+
 @pytest.mark.parametrize("edit, path", [
     ("num_expert: 3", "model_config.mmoe.num_expert"),  # -> 0
     ("dnn { hidden_units: [8] } weight: 0.5", "model_config.mmoe.task_towers[1].dnn.hidden_units[0]"),
