@@ -6,15 +6,15 @@ experts (``expert_dnn`` x ``num_expert``, a gate per task); then per task
 tower (``BayesTaskTower``, in order) its ``dnn``, its ``relation_dnn`` over
 [its dnn output, the relation_dnn outputs of the towers it names], and its
 logit. A tower names only towers before it. ``call`` returns {tower name:
-logits [B]}. ``wide_per_task`` (not EasyRec's) adds to each task's logit its
-own wide part, as MMoE's.
+logits [B]}. ``deepfm_terms`` (not EasyRec's) adds to each task's logit
+DeepFM's terms, as MMoE's.
 """
 from typing import Dict, Set
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.models.layers import ExpertMixture
-from easyonline.models.ranking_model import RankingModel, check_group, check_wide_per_task
+from easyonline.models.ranking_model import RankingModel, check_deepfm_terms, check_group
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
@@ -41,8 +41,8 @@ class DBMTL(RankingModel):
                                       f"relation outputs of earlier towers only: {sorted(earlier)})")
             earlier.add(tower.tower_name)
         check_group(config, "all", "model_config.feature_groups")
-        if settings.wide_per_task:
-            check_wide_per_task(config, f"{path}.wide_per_task")
+        if settings.deepfm_terms:
+            check_deepfm_terms(config, f"{path}.deepfm_terms")
 
     def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
                  **kwargs):
@@ -59,12 +59,12 @@ class DBMTL(RankingModel):
         self.towers = [self.mlp(t.dnn, l2, f"{t.tower_name}_dnn") for t in towers]
         self.relation_dnns = [self.mlp(t.relation_dnn, l2, f"{t.tower_name}_relation_dnn") for t in towers]
         self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit") for t in towers]
-        if self.wide_dim:
-            self.build_task_wide()
+        if settings.deepfm_terms:
+            self.build_deepfm_terms(len(self.tower_names))
 
     def first_order_dim(self, model_config: pipeline_pb2.ModelConfig) -> int:
         settings = model_config.dbmtl
-        return len(settings.task_towers) if settings.wide_per_task else 0
+        return 1 if settings.deepfm_terms else 0
 
     def logits_from(self, embeddings, first_order, dense, training):
         bottom = self.bottom(self.group_input("all", embeddings, dense), training=training)
@@ -78,7 +78,7 @@ class DBMTL(RankingModel):
             relation[name] = relation_dnn(tf.concat(parts, axis=1) if len(parts) > 1 else parts[0],
                                           training=training)
             logits[name] = logit(relation[name])[:, 0]
-        if self.wide_dim:
-            wide = self.task_wide_logits(first_order, dense)
-            logits = {name: logits[name] + wide[:, t] for t, name in enumerate(self.tower_names)}
+        if self.deepfm_scales is not None:
+            terms = self.deepfm_term_logits(embeddings, first_order, dense)
+            logits = {name: logits[name] + terms[:, t] for t, name in enumerate(self.tower_names)}
         return logits

@@ -7,14 +7,14 @@ name). ``expert_dnn`` x ``num_expert`` experts, or EasyRec's deprecated
 ``call`` returns {tower name: logits [B]}; each tower is a task
 (tasks/from_config.py), its outputs ``probs_<tower>``/``y_<tower>``.
 
-``wide_per_task`` (not EasyRec's) adds to each task's logit its own wide
-part, DeepFM's first-order term (``RankingModel.task_wide_logits``): a
-DNN-only model learns an id's bias only through its embedding and the
-experts, slowly on a small stream.
+``deepfm_terms`` (not EasyRec's) adds to each task's logit DeepFM's
+first-order and FM terms, shared by the tasks, each task with its own scale
+(``RankingModel.deepfm_term_logits``): DNN experts learn an id's bias and
+the dot products of two ids' embeddings only slowly, from few samples.
 """
 from easyonline.core.errors import ConfigError
 from easyonline.models.layers import ExpertMixture
-from easyonline.models.ranking_model import RankingModel, check_group, check_wide_per_task
+from easyonline.models.ranking_model import RankingModel, check_deepfm_terms, check_group
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
@@ -34,8 +34,8 @@ class MMoE(RankingModel):
         elif not settings.experts:
             raise ConfigError(f"{path}.expert_dnn", "is required (with num_expert), or the experts list")
         check_group(config, "all", "model_config.feature_groups")
-        if settings.wide_per_task:
-            check_wide_per_task(config, f"{path}.wide_per_task")
+        if settings.deepfm_terms:
+            check_deepfm_terms(config, f"{path}.deepfm_terms")
 
     def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
                  **kwargs):
@@ -49,18 +49,18 @@ class MMoE(RankingModel):
         self.tower_names = [t.tower_name for t in settings.task_towers]
         self.towers = [self.mlp(t.dnn, l2, f"{t.tower_name}_dnn") for t in settings.task_towers]
         self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit") for t in settings.task_towers]
-        if self.wide_dim:
-            self.build_task_wide()
+        if settings.deepfm_terms:
+            self.build_deepfm_terms(len(self.tower_names))
 
     def first_order_dim(self, model_config: pipeline_pb2.ModelConfig) -> int:
         settings = model_config.mmoe
-        return len(settings.task_towers) if settings.wide_per_task else 0
+        return 1 if settings.deepfm_terms else 0
 
     def logits_from(self, embeddings, first_order, dense, training):
         inputs = self.mixture(self.group_input("all", embeddings, dense), training=training)
         logits = {name: logit(tower(x, training=training))[:, 0]
                   for name, x, tower, logit in zip(self.tower_names, inputs, self.towers, self.tower_logits)}
-        if self.wide_dim:
-            wide = self.task_wide_logits(first_order, dense)
-            logits = {name: logits[name] + wide[:, t] for t, name in enumerate(self.tower_names)}
+        if self.deepfm_scales is not None:
+            terms = self.deepfm_term_logits(embeddings, first_order, dense)
+            logits = {name: logits[name] + terms[:, t] for t, name in enumerate(self.tower_names)}
         return logits

@@ -2,8 +2,8 @@
 
 A subclass registers its names (``@register("deepfm", "DeepFM")``, see
 registry.py), says whether it needs a first-order weight per id
-(``uses_first_order``; a multi-task model's ``wide_per_task`` asks for one
-per task, see ``task_wide_logits``) and whether every id feature must share one
+(``uses_first_order``; a multi-task model's ``deepfm_terms`` asks for one,
+see ``deepfm_term_logits``) and whether every id feature must share one
 embedding dim (``one_embedding_dim``, checked by the validator), and
 implements ``logits_from(embeddings, first_order, dense, training)``.
 
@@ -31,8 +31,8 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.embedding.dynamic_tables import DynamicTables
 from easyonline.features.label_kinds import towers_in
-from easyonline.features.feature_spec import FeatureSpecs, RawFeature
-from easyonline.models.layers import MLP
+from easyonline.features.feature_spec import FeatureSpecs, RawFeature, is_id_feature
+from easyonline.models.layers import MLP, FMInteraction
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import RankingTask, Tasks
 from easyonline.tasks.from_config import tasks_from_towers
@@ -94,8 +94,8 @@ class RankingModel(tf.keras.Model):
         # EasyRec's final_dnn, when a model has one: build_final_dnn
         self.final_dnn: Optional[MLP] = None
         self.final_logit: Any = None
-        # each task's linear weights of the wide raw features, with wide_per_task: build_task_wide
-        self.task_dense_linear: Any = None
+        # each task's scales of DeepFM's terms, with a multi-task model's deepfm_terms: build_deepfm_terms
+        self.deepfm_scales: Any = None
 
     def first_order_dim(self, model_config: pipeline_pb2.ModelConfig) -> int:  # pylint: disable=unused-argument
         """Width of each id's first-order weights (stored as extra columns of its row); 0: none."""
@@ -158,23 +158,19 @@ class RankingModel(tf.keras.Model):
             linear += tf.squeeze(self.dense_linear(dense), axis=1)
         return linear
 
-    def build_task_wide(self) -> None:
-        """Each task's own wide part (a multi-task model's ``wide_per_task``; ``first_order_dim`` is then its
-        task count): the wide ids' first-order weights hold a column per task, and the wide raw features get
-        a linear weight per task (see ``task_wide_logits``)."""
-        if self.specs.raw_features:
-            self.task_dense_linear = tf.keras.layers.Dense(self.wide_dim, use_bias=False, name="task_dense_linear")
+    def build_deepfm_terms(self, tasks: int) -> None:
+        """A multi-task model's ``deepfm_terms`` (its ``first_order_dim`` is then 1): the FM layer, and each
+        task's scale of the first-order and of the FM term, both 1 at the start (see ``deepfm_term_logits``)."""
+        self.fm = FMInteraction(name="fm")
+        self.deepfm_scales = self.add_weight(name="deepfm_term_scales", shape=(2, tasks), initializer="ones")
 
-    def task_wide_logits(self, first_order, dense) -> tf.Tensor:
-        """[B, tasks]: column t is task t's wide logit, its first-order weights summed over the wide ids plus
-        its linear part of the wide raw features (DeepFM's first-order term, once per task)."""
-        batch = tf.shape(dense if first_order is None else first_order)[0]
-        wide = tf.zeros([batch, self.wide_dim]) if first_order is None \
-            else tf.reshape(tf.reduce_sum(first_order, axis=1), [-1, self.wide_dim])
-        dense = _columns(dense, self._wide_dense)
-        if dense is not None and self.task_dense_linear is not None:
-            wide += self.task_dense_linear(dense)
-        return wide
+    def deepfm_term_logits(self, embeddings, first_order, dense) -> tf.Tensor:
+        """[B, tasks]: column t is task t's share of DeepFM's first-order term (``linear_part``: the wide ids'
+        weights and the wide raw features' linear part) and FM term (over the deep ids' embeddings), both
+        shared by the tasks: what an id's ratings teach about its bias serves every task."""
+        fm = self.fm(tf.stack(embeddings, axis=1))
+        terms = tf.stack([self.linear_part(first_order, dense) + tf.zeros_like(fm), fm], axis=1)  # [B, 2]
+        return tf.matmul(terms, self.deepfm_scales)
 
     def build_final_dnn(self, final: pipeline_pb2.DNN, model_config: pipeline_pb2.ModelConfig, seed: int) -> None:
         """EasyRec's final_dnn: the parts' vectors concatenated, a DNN, then the logit (see ``final_logits``)."""
@@ -327,13 +323,13 @@ def check_group(config: pipeline_pb2.PipelineConfig, group: str, path: str) -> N
                           "or WIDE_AND_DEEP features")
 
 
-def check_wide_per_task(config: pipeline_pb2.PipelineConfig, path: str) -> None:
-    """ConfigError at ``path`` (a ``wide_per_task`` that is set) when no feature feeds the wide part: feature
-    groups are given and none of them is WIDE or WIDE_AND_DEEP."""
-    groups = config.model_config.feature_groups
-    if groups and not any(g.wide_deep != pipeline_pb2.FeatureGroup.DEEP and g.feature_names for g in groups):
-        raise ConfigError(path, "no model_config.feature_groups group is WIDE or WIDE_AND_DEEP: the tasks' wide "
-                          "parts would have no feature (add a WIDE group, or drop wide_per_task)")
+def check_deepfm_terms(config: pipeline_pb2.PipelineConfig, path: str) -> None:
+    """ConfigError at ``path`` (a ``deepfm_terms`` that is set) unless the id features have one embedding_dim
+    (the FM term takes dot products of every pair of them), as DeepFM's."""
+    dims = sorted({f.embedding_dim for f in config.feature_configs if is_id_feature(f)})
+    if len(dims) > 1:
+        raise ConfigError(path, f"the FM term takes dot products of every pair of id features' embeddings: they "
+                          f"need one embedding_dim, got {dims}")
 
 
 def _columns(dense: Optional[tf.Tensor], columns: Optional[List[int]]) -> Optional[tf.Tensor]:
