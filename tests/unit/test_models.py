@@ -184,9 +184,9 @@ def test_embedding_regularization_by_hand():
     assert float(model.losses[0]) == pytest.approx(6.25, rel=1e-6)
 
 
-# a multi-task model's wide part per task (wide_per_task) -------------------------------------------------------
-# Ids a and b (dim 2), raw feature r; labels y1, y2; two towers t1 and t2. With wide_per_task each id's row
-# holds a first-order weight per task: [v0, v1 | w_t1, w_t2].
+# a multi-task model's DeepFM terms (deepfm_terms) ---------------------------------------------------------------
+# Ids a and b (dim 2), raw feature r; labels y1, y2; two towers t1 and t2. With deepfm_terms each id's row
+# holds one first-order weight, shared by the tasks: [v0, v1 | w].
 
 _TASKS_CONFIG = """
 model_dir: "/tmp/unused"
@@ -201,7 +201,7 @@ data_config {{
   separator: ","
 }}
 feature_configs {{ input_names: "a" embedding_dim: 2 }}
-feature_configs {{ input_names: "b" embedding_dim: 2 }}
+feature_configs {{ input_names: "b" embedding_dim: {b_dim} }}
 feature_configs {{ input_names: "r" feature_type: RawFeature }}
 model_config {{
   {groups}
@@ -210,21 +210,26 @@ model_config {{
     {body}
     task_towers {{ tower_name: "t1" label_name: "y1" dnn {{ hidden_units: [2] }} }}
     task_towers {{ tower_name: "t2" label_name: "y2" loss_type: L2_LOSS dnn {{ hidden_units: [2] }} }}
-    {wide}
+    {terms}
   }}
 }}
 """
 _BODIES = {"mmoe": "expert_dnn { hidden_units: [4] } num_expert: 2", "dbmtl": "bottom_dnn { hidden_units: [4] }"}
+# a and b feed the towers and the first-order term; r only the first-order term
+_WIDE_GROUPS = """
+  feature_groups { group_name: "all" feature_names: ["a", "b"] wide_deep: WIDE_AND_DEEP }
+  feature_groups { group_name: "wide" feature_names: ["r"] wide_deep: WIDE }
+"""
 
 
-def _tasks_config(field, wide=True, groups=""):
+def _tasks_config(field, terms=True, groups=_WIDE_GROUPS, b_dim=2):
     return parse_pipeline_config(_TASKS_CONFIG.format(
-        model_class=field, field=field, body=_BODIES[field], groups=groups,
-        wide="wide_per_task: true" if wide else ""))
+        model_class=field, field=field, body=_BODIES[field], groups=groups, b_dim=b_dim,
+        terms="deepfm_terms: true" if terms else ""))
 
 
-def _build_tasks(field, wide=True, groups=""):
-    config = _tasks_config(field, wide, groups)
+def _build_tasks(field, terms=True):
+    config = _tasks_config(field, terms)
     validate_pipeline_config(config)
     specs = build_feature_specs(config)
     model = build_model(config, specs)
@@ -237,38 +242,33 @@ def _tasks_batch(a, b, r):
 
 
 @pytest.mark.parametrize("field", ["mmoe", "dbmtl"])
-def test_easyrecs_multi_task_models_have_no_wide_part_unless_asked(field):
-    model = _build_tasks(field, wide=False)
-    assert model.wide_dim == 0 and model.tables.extra_dims == 0 and model.task_dense_linear is None
-
-
-# a and b feed the towers and the wide parts; r only the wide parts
-_WIDE_GROUPS = """
-  feature_groups { group_name: "all" feature_names: ["a", "b"] wide_deep: WIDE_AND_DEEP }
-  feature_groups { group_name: "wide" feature_names: ["r"] wide_deep: WIDE }
-"""
+def test_easyrecs_multi_task_models_have_no_deepfm_terms_unless_asked(field):
+    model = _build_tasks(field, terms=False)
+    assert model.wide_dim == 0 and model.tables.extra_dims == 0 and model.deepfm_scales is None
 
 
 @pytest.mark.parametrize("field", ["mmoe", "dbmtl"])
-def test_wide_per_task_adds_each_tasks_first_order_weights_and_raw_linear_part_by_hand(field):
-    model = _build_tasks(field, groups=_WIDE_GROUPS)
-    assert model.wide_dim == 2 and model.tables.extra_dims == 2  # a weight per id per task
-    model.task_dense_linear.set_weights([np.array([[0.5, -2.0]], np.float32)])  # r's weight per task
-    _upsert(model, "a", [7], [[1.0, 2.0, 0.0, 0.0]])
-    _upsert(model, "b", [9], [[3.0, -1.0, 0.0, 0.0]])
-    deep = model(_tasks_batch([7, 7], [9, 12345], [0.0, 0.0]), training=False)  # the towers' logits alone
-    _upsert(model, "a", [7], [[1.0, 2.0, 0.25, -1.0]])
-    _upsert(model, "b", [9], [[3.0, -1.0, 0.5, 3.0]])
-    logits = model(_tasks_batch([7, 7], [9, 12345], [2.0, 0.0]), training=False)
-    # the towers' input (the embeddings) did not change; each task adds its own column and r's weight:
-    # sample 0: t1 0.25 + 0.5 + 2 x 0.5 = 1.75, t2 -1 + 3 + 2 x -2 = -2
-    # sample 1: b = 12345 unknown (zeros), r = 0: t1 0.25, t2 -1
-    np.testing.assert_allclose(logits["t1"].numpy() - deep["t1"].numpy(), [1.75, 0.25], rtol=1e-5)
-    np.testing.assert_allclose(logits["t2"].numpy() - deep["t2"].numpy(), [-2.0, -1.0], rtol=1e-5)
+def test_deepfm_terms_add_the_shared_first_order_and_fm_terms_scaled_per_task_by_hand(field):
+    model = _build_tasks(field)
+    assert model.wide_dim == 1 and model.tables.extra_dims == 1  # one first-order weight per id
+    assert model.deepfm_scales.numpy().tolist() == [[1.0, 1.0], [1.0, 1.0]]  # each task adds both terms whole
+    _upsert(model, "a", [7], [[1.0, 2.0, 0.25]])
+    _upsert(model, "b", [9], [[3.0, -1.0, 0.5]])
+    batch = _tasks_batch([7, 7], [9, 12345], [2.0, 0.0])
+    model.deepfm_scales.assign(np.zeros((2, 2), np.float32))
+    towers = model(batch, training=False)  # the towers' logits alone (r feeds no tower)
+    model.dense_linear.set_weights([np.array([[0.5]], np.float32)])  # r's linear weight
+    model.deepfm_scales.assign(np.array([[1.0, 2.0], [0.5, -1.0]], np.float32))  # [first order, FM] x [t1, t2]
+    logits = model(batch, training=False)
+    # sample 0: first order 0.25 + 0.5 + 2 x 0.5 = 1.75, FM [1, 2].[3, -1] = 1:
+    #   t1 1 x 1.75 + 0.5 x 1 = 2.25; t2 2 x 1.75 - 1 x 1 = 2.5
+    # sample 1: b = 12345 unknown (zeros), r = 0: first order 0.25, FM 0: t1 0.25, t2 0.5
+    np.testing.assert_allclose(logits["t1"].numpy() - towers["t1"].numpy(), [2.25, 0.25], rtol=1e-5)
+    np.testing.assert_allclose(logits["t2"].numpy() - towers["t2"].numpy(), [2.5, 0.5], rtol=1e-5)
 
 
-def test_wide_per_task_without_a_wide_feature_names_the_field():
-    config = _tasks_config("mmoe", groups='feature_groups { group_name: "all" feature_names: ["a", "b", "r"] }')
+def test_deepfm_terms_need_one_embedding_dim_and_name_the_field():
     with pytest.raises(ConfigError) as raised:
-        validate_pipeline_config(config)
-    assert raised.value.path == "model_config.mmoe.wide_per_task", raised.value
+        validate_pipeline_config(_tasks_config("mmoe", b_dim=3))
+    assert raised.value.path == "model_config.mmoe.deepfm_terms", raised.value
+    validate_pipeline_config(_tasks_config("mmoe", terms=False, b_dim=3))  # EasyRec's MMoE: any dims
