@@ -22,8 +22,8 @@ multi-task rating RMSE, second half <= 0.95 x the baseline's) with
 AUC of both models and windowed RMSE of the model and the baseline (needs
 matplotlib, a dev dependency). ``--seeds N`` trains both models with N
 seeds (``train_config.seed``): the figures and the targets are then the
-means, each seed's figures printed too (one seed's AUC moves by about a
-thousandth with the seed; docs/benchmarks.md).
+means, each seed's figures printed too (the AUC moves by up to ~0.002
+with the seed; docs/benchmarks.md).
 
 ``--data DIR``: a directory holding ``stream.csv`` (lines as above), or
 MovieLens 100K's ``u.data`` and ``u.item``. MovieLens may not be
