@@ -6,14 +6,15 @@ experts (``expert_dnn`` x ``num_expert``, a gate per task); then per task
 tower (``BayesTaskTower``, in order) its ``dnn``, its ``relation_dnn`` over
 [its dnn output, the relation_dnn outputs of the towers it names], and its
 logit. A tower names only towers before it. ``call`` returns {tower name:
-logits [B]}.
+logits [B]}. ``deepfm_terms`` (not EasyRec's) adds to each task's logit
+DeepFM's terms, as MMoE's.
 """
 from typing import Dict, Set
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.models.layers import ExpertMixture
-from easyonline.models.ranking_model import RankingModel, check_group, one_or_all
+from easyonline.models.ranking_model import RankingModel, check_deepfm_terms, check_group, one_or_all
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
@@ -40,6 +41,8 @@ class DBMTL(RankingModel):
                                       f"relation outputs of earlier towers only: {sorted(earlier)})")
             earlier.add(tower.tower_name)
         check_group(config, "all", "model_config.feature_groups")
+        if settings.deepfm_terms:
+            check_deepfm_terms(config, f"{path}.deepfm_terms", settings.task_towers)
 
     def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
                  **kwargs):
@@ -56,6 +59,12 @@ class DBMTL(RankingModel):
         self.towers = [self.mlp(t.dnn, l2, f"{t.tower_name}_dnn") for t in towers]
         self.relation_dnns = [self.mlp(t.relation_dnn, l2, f"{t.tower_name}_relation_dnn") for t in towers]
         self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit", t.num_class) for t in towers]
+        if settings.deepfm_terms:
+            self.build_deepfm_terms(len(self.tower_names))
+
+    def first_order_dim(self, model_config: pipeline_pb2.ModelConfig) -> int:
+        settings = model_config.dbmtl
+        return 1 if settings.deepfm_terms else 0
 
     def logits_from(self, embeddings, first_order, dense, training):
         bottom = self.bottom(self.group_input("all", embeddings, dense), training=training)
@@ -69,4 +78,4 @@ class DBMTL(RankingModel):
             relation[name] = relation_dnn(tf.concat(parts, axis=1) if len(parts) > 1 else parts[0],
                                           training=training)
             logits[name] = one_or_all(logit(relation[name]))
-        return logits
+        return self.with_deepfm_terms(logits, embeddings, first_order, dense)

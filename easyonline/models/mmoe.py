@@ -6,10 +6,15 @@ name). ``expert_dnn`` x ``num_expert`` experts, or EasyRec's deprecated
 ``experts`` list (one expert per entry) when ``expert_dnn`` is not set.
 ``call`` returns {tower name: logits [B]}; each tower is a task
 (tasks/from_config.py), its outputs ``probs_<tower>``/``y_<tower>``.
+
+``deepfm_terms`` (not EasyRec's) adds to each task's logit DeepFM's
+first-order and FM terms, shared by the tasks, each task with its own scale
+(``RankingModel.deepfm_term_logits``): DNN experts learn an id's bias and
+the dot products of two ids' embeddings only slowly, from few samples.
 """
 from easyonline.core.errors import ConfigError
 from easyonline.models.layers import ExpertMixture
-from easyonline.models.ranking_model import RankingModel, check_group, one_or_all
+from easyonline.models.ranking_model import RankingModel, check_deepfm_terms, check_group, one_or_all
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
@@ -29,6 +34,8 @@ class MMoE(RankingModel):
         elif not settings.experts:
             raise ConfigError(f"{path}.expert_dnn", "is required (with num_expert), or the experts list")
         check_group(config, "all", "model_config.feature_groups")
+        if settings.deepfm_terms:
+            check_deepfm_terms(config, f"{path}.deepfm_terms", settings.task_towers)
 
     def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
                  **kwargs):
@@ -42,8 +49,15 @@ class MMoE(RankingModel):
         self.tower_names = [t.tower_name for t in settings.task_towers]
         self.towers = [self.mlp(t.dnn, l2, f"{t.tower_name}_dnn") for t in settings.task_towers]
         self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit", t.num_class) for t in settings.task_towers]
+        if settings.deepfm_terms:
+            self.build_deepfm_terms(len(self.tower_names))
+
+    def first_order_dim(self, model_config: pipeline_pb2.ModelConfig) -> int:
+        settings = model_config.mmoe
+        return 1 if settings.deepfm_terms else 0
 
     def logits_from(self, embeddings, first_order, dense, training):
         inputs = self.mixture(self.group_input("all", embeddings, dense), training=training)
-        return {name: one_or_all(logit(tower(x, training=training)))
-                for name, x, tower, logit in zip(self.tower_names, inputs, self.towers, self.tower_logits)}
+        logits = {name: one_or_all(logit(tower(x, training=training)))
+                  for name, x, tower, logit in zip(self.tower_names, inputs, self.towers, self.tower_logits)}
+        return self.with_deepfm_terms(logits, embeddings, first_order, dense)

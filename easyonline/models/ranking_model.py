@@ -2,7 +2,8 @@
 
 A subclass registers its names (``@register("deepfm", "DeepFM")``, see
 registry.py), says whether it needs a first-order weight per id
-(``uses_first_order``) and whether every id feature must share one
+(``uses_first_order``; a multi-task model's ``deepfm_terms`` asks for one,
+see ``deepfm_term_logits``) and whether every id feature must share one
 embedding dim (``one_embedding_dim``, checked by the validator), and
 implements ``logits_from(embeddings, first_order, dense, training)``.
 
@@ -30,8 +31,8 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.embedding.dynamic_tables import DynamicTables
 from easyonline.features.label_kinds import towers_in
-from easyonline.features.feature_spec import FeatureSpecs, RawFeature
-from easyonline.models.layers import MLP, normalizes
+from easyonline.features.feature_spec import FeatureSpecs, RawFeature, is_id_feature
+from easyonline.models.layers import MLP, FMInteraction, normalizes
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import RankingTask, Tasks
 from easyonline.tasks.from_config import tasks_from_towers
@@ -74,7 +75,7 @@ class RankingModel(tf.keras.Model):
         super().__init__(**kwargs)
         self.specs = specs
         self.tasks = tasks or Tasks([RankingTask(label_name=specs.label_names[0] if specs.label_names else "label")])
-        self.wide_dim = self.first_order_dim(model_config) if self.uses_first_order else 0
+        self.wide_dim = self.first_order_dim(model_config)
         self.tables = DynamicTables(specs, extra_dims=self.wide_dim, seed=seed, name="tables")
         self._deep_ids, self._wide_ids, self._deep_dense, self._wide_dense = _grouped(specs, model_config)
         self._embedding_l2 = model_config.embedding_regularization
@@ -93,10 +94,12 @@ class RankingModel(tf.keras.Model):
         # EasyRec's final_dnn, when a model has one: build_final_dnn
         self.final_dnn: Optional[MLP] = None
         self.final_logit: Any = None
+        # each task's scales of DeepFM's terms, with a multi-task model's deepfm_terms: build_deepfm_terms
+        self.deepfm_scales: Any = None
 
     def first_order_dim(self, model_config: pipeline_pb2.ModelConfig) -> int:  # pylint: disable=unused-argument
-        """Width of each id's first-order weights (stored as extra columns of its row)."""
-        return 1
+        """Width of each id's first-order weights (stored as extra columns of its row); 0: none."""
+        return 1 if self.uses_first_order else 0
 
     @property
     def scores_differ_in_training(self) -> bool:
@@ -117,7 +120,7 @@ class RankingModel(tf.keras.Model):
             dim = self.tables.table_dim(feature.table)
             if i in self._deep_ids:  # a static width: layers built on a group's input need its last dim
                 embeddings.append(tf.reshape(row[:, :dim], [-1, dim]))
-            if self.uses_first_order and i in self._wide_ids:
+            if self.wide_dim and i in self._wide_ids:
                 first_order.append(row[:, dim] if self.wide_dim == 1 else row[:, dim:dim + self.wide_dim])
         if self._embedding_l2 > 0:
             self.add_loss(self._embedding_l2 * tf.add_n([tf.reduce_mean(tf.reduce_sum(tf.square(e), 1)) for e in embeddings]))
@@ -154,6 +157,28 @@ class RankingModel(tf.keras.Model):
         if dense is not None:
             linear += tf.squeeze(self.dense_linear(dense), axis=1)
         return linear
+
+    def build_deepfm_terms(self, tasks: int) -> None:
+        """A multi-task model's ``deepfm_terms`` (its ``first_order_dim`` is then 1): the FM layer, and each
+        task's scale of the first-order and of the FM term, both 1 at the start (see ``deepfm_term_logits``)."""
+        self.fm = FMInteraction(name="fm")
+        self.deepfm_scales = self.add_weight(name="deepfm_term_scales", shape=(2, tasks), initializer="ones")
+
+    def with_deepfm_terms(self, logits: Dict[str, tf.Tensor], embeddings, first_order, dense) -> Dict[str, tf.Tensor]:
+        """A multi-task model's logits by task name (in ``tower_names`` order) plus each task's DeepFM terms,
+        when ``build_deepfm_terms`` was called; else ``logits`` as they are."""
+        if self.deepfm_scales is None:
+            return logits
+        terms = self.deepfm_term_logits(embeddings, first_order, dense)
+        return {name: logits[name] + terms[:, t] for t, name in enumerate(self.tower_names)}
+
+    def deepfm_term_logits(self, embeddings, first_order, dense) -> tf.Tensor:
+        """[B, tasks]: column t is task t's share of DeepFM's first-order term (``linear_part``: the wide ids'
+        weights and the wide raw features' linear part) and FM term (over the deep ids' embeddings), both
+        shared by the tasks: what an id's ratings teach about its bias serves every task."""
+        fm = self.fm(tf.stack(embeddings, axis=1))
+        terms = tf.stack([self.linear_part(first_order, dense) + tf.zeros_like(fm), fm], axis=1)  # [B, 2]
+        return tf.matmul(terms, self.deepfm_scales)
 
     def build_final_dnn(self, final: pipeline_pb2.DNN, model_config: pipeline_pb2.ModelConfig, seed: int) -> None:
         """EasyRec's final_dnn: the parts' vectors concatenated, a DNN, then the logit (see ``final_logits``)."""
@@ -311,6 +336,20 @@ def check_group(config: pipeline_pb2.PipelineConfig, group: str, path: str) -> N
     if groups[group].wide_deep == pipeline_pb2.FeatureGroup.WIDE:
         raise ConfigError(path, f"feature group {group!r} is WIDE (first-order weights only): a tower needs DEEP "
                           "or WIDE_AND_DEEP features")
+
+
+def check_deepfm_terms(config: pipeline_pb2.PipelineConfig, path: str, towers: Sequence[Any] = ()) -> None:
+    """ConfigError at ``path`` (a ``deepfm_terms`` that is set) unless the id features have one embedding_dim
+    (the FM term takes dot products of every pair of them), as DeepFM's, and every tower has one logit (a
+    JRC_LOSS tower's two logits would both get the same term, which its softmax cancels)."""
+    two_logits = [t.tower_name for t in towers if t.num_class != 1]
+    if two_logits:
+        raise ConfigError(path, f"towers {two_logits} have num_class 2 (JRC_LOSS): the DeepFM terms add to a "
+                          "single logit; turn deepfm_terms off or give those towers num_class 1")
+    dims = sorted({f.embedding_dim for f in config.feature_configs if is_id_feature(f)})
+    if len(dims) > 1:
+        raise ConfigError(path, f"the FM term takes dot products of every pair of id features' embeddings: they "
+                          f"need one embedding_dim, got {dims}")
 
 
 def _columns(dense: Optional[tf.Tensor], columns: Optional[List[int]]) -> Optional[tf.Tensor]:

@@ -183,6 +183,22 @@ def test_mmoe_trains_through_the_broker_and_its_updates_replay_exactly(broker, t
     assert auc(labels["clk"], outputs["probs_ctr"]) > 0.65 and auc(labels["buy"], outputs["probs_cvr"]) > 0.65
 
 
+def test_mmoe_with_deepfm_terms_trains_and_its_updates_replay_exactly(broker, topic, tmp_path):
+    """deepfm_terms: each id row holds one first-order weight after its embedding, published and replayed
+    with it; each task learns its own scale of the shared first-order and FM terms."""
+    wide_groups = GROUPS + 'feature_groups { group_name: "wide" feature_names: ["C1", "I1"] wide_deep: WIDE }'
+    model = MMOE.replace("l2_regularization: 1e-6", "l2_regularization: 1e-6 deepfm_terms: true")
+    trainer, _ = train_and_replay(broker, topic, tmp_path, model, wide_groups)
+    assert trainer.model.wide_dim == 1
+    rows = trainer.model.tables.embeddings["C1"].params.export()[1].numpy()
+    assert rows.shape[1] == 4 + 1 and len(rows) >= 20
+    scales = trainer.model.deepfm_scales.numpy()
+    assert scales.shape == (2, 2) and np.all(np.abs(scales - 1.0) > 1e-4)  # learnt from 1, per task and term
+    outputs, labels = outputs_of(trainer)
+    assert_binary_outputs(outputs, ["ctr", "cvr"])
+    assert auc(labels["clk"], outputs["probs_ctr"]) > 0.65 and auc(labels["buy"], outputs["probs_cvr"]) > 0.65
+
+
 @pytest.mark.parametrize("edit, path", [
     ("num_expert: 3", "model_config.mmoe.num_expert"),  # -> 0
     ("dnn { hidden_units: [8] } weight: 0.5", "model_config.mmoe.task_towers[1].dnn.hidden_units[0]"),

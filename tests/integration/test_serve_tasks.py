@@ -134,9 +134,13 @@ def test_predict_writes_the_regression_column_named(regression_served):
     assert not np.allclose([float(p[0]) for p in early], [float(line.split(b"\t")[0]) for line in scored], atol=1e-4)
 
 
-# MMoE of test_multi_task_models with a third, regression tower (on clk): binary and regression outputs at once
+# MMoE of test_multi_task_models with a third, regression tower (on clk): binary and regression outputs at once;
+# with deepfm_terms (a first-order column in every id row, the terms' scales a dense variable), which the
+# export, the updates and the checkpoint carry as any other parameter (EasyRec's own MMoE is served in
+# test_easyrec_multitask)
 MMOE = multi_task.MMOE.replace('    l2_regularization', '    task_towers { tower_name: "score" label_name: "clk" '
-                               'loss_type: L2_LOSS dnn { hidden_units: [4] } }\n    l2_regularization')
+                               'loss_type: L2_LOSS dnn { hidden_units: [4] } }\n    deepfm_terms: true\n'
+                               '    l2_regularization')
 
 
 def mmoe_instances(lines):
@@ -149,6 +153,7 @@ def mmoe_instances(lines):
 def test_an_mmoe_export_serves_every_towers_outputs_over_rest_and_grpc_equal_to_the_trained_model(tmp_path):
     config = multi_task.config_for(MMOE, tmp_path / "m")
     trainer, _, updates = train_publish_and_export_early(tmp_path, config, multi_task.lines(0, 1200))
+    assert trainer.model.wide_dim == 1 and trainer.model.deepfm_scales is not None
     lines = multi_task.lines(50000, 6)  # never trained on
     expected = trained_outputs(trainer, lines)
     names = ["logits_ctr", "logits_cvr", "probs_ctr", "probs_cvr", "y_score"]  # EasyRec's names, per tower

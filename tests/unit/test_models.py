@@ -9,6 +9,7 @@ import pytest
 
 from easyonline.config import parse_pipeline_config
 from easyonline.config.validate import validate_pipeline_config
+from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import build_feature_specs
 from easyonline.features.signature import empty_features
 from easyonline.models import registry
@@ -181,3 +182,93 @@ def test_embedding_regularization_by_hand():
     # 0.5 * (2.5 + 10) = 6.25
     assert len(model.losses) == 1
     assert float(model.losses[0]) == pytest.approx(6.25, rel=1e-6)
+
+
+# a multi-task model's DeepFM terms (deepfm_terms) ---------------------------------------------------------------
+# Ids a and b (dim 2), raw feature r; labels y1, y2; two towers t1 and t2. With deepfm_terms each id's row
+# holds one first-order weight, shared by the tasks: [v0, v1 | w].
+
+_TASKS_CONFIG = """
+model_dir: "/tmp/unused"
+file_train_input {{ paths: "unused.csv" }}
+data_config {{
+  input_fields {{ input_name: "y1" input_type: INT32 }}
+  input_fields {{ input_name: "y2" input_type: FLOAT }}
+  input_fields {{ input_name: "a" input_type: INT64 }}
+  input_fields {{ input_name: "b" input_type: INT64 }}
+  input_fields {{ input_name: "r" input_type: FLOAT }}
+  label_fields: ["y1", "y2"]
+  separator: ","
+}}
+feature_configs {{ input_names: "a" embedding_dim: 2 }}
+feature_configs {{ input_names: "b" embedding_dim: {b_dim} }}
+feature_configs {{ input_names: "r" feature_type: RawFeature }}
+model_config {{
+  {groups}
+  model_class: "{model_class}"
+  {field} {{
+    {body}
+    task_towers {{ tower_name: "t1" label_name: "y1" dnn {{ hidden_units: [2] }} }}
+    task_towers {{ tower_name: "t2" label_name: "y2" loss_type: L2_LOSS dnn {{ hidden_units: [2] }} }}
+    {terms}
+  }}
+}}
+"""
+_BODIES = {"mmoe": "expert_dnn { hidden_units: [4] } num_expert: 2", "dbmtl": "bottom_dnn { hidden_units: [4] }"}
+# a and b feed the towers and the first-order term; r only the first-order term
+_WIDE_GROUPS = """
+  feature_groups { group_name: "all" feature_names: ["a", "b"] wide_deep: WIDE_AND_DEEP }
+  feature_groups { group_name: "wide" feature_names: ["r"] wide_deep: WIDE }
+"""
+
+
+def _tasks_config(field, terms=True, groups=_WIDE_GROUPS, b_dim=2):
+    return parse_pipeline_config(_TASKS_CONFIG.format(
+        model_class=field, field=field, body=_BODIES[field], groups=groups, b_dim=b_dim,
+        terms="deepfm_terms: true" if terms else ""))
+
+
+def _build_tasks(field, terms=True):
+    config = _tasks_config(field, terms)
+    validate_pipeline_config(config)
+    specs = build_feature_specs(config)
+    model = build_model(config, specs)
+    model(empty_features(specs), training=False)  # creates the dense variables
+    return model
+
+
+def _tasks_batch(a, b, r):
+    return {"a": tf.constant(a, tf.int64), "b": tf.constant(b, tf.int64), "r": tf.constant(r, tf.float32)}
+
+
+@pytest.mark.parametrize("field", ["mmoe", "dbmtl"])
+def test_easyrecs_multi_task_models_have_no_deepfm_terms_unless_asked(field):
+    model = _build_tasks(field, terms=False)
+    assert model.wide_dim == 0 and model.tables.extra_dims == 0 and model.deepfm_scales is None
+
+
+@pytest.mark.parametrize("field", ["mmoe", "dbmtl"])
+def test_deepfm_terms_add_the_shared_first_order_and_fm_terms_scaled_per_task_by_hand(field):
+    model = _build_tasks(field)
+    assert model.wide_dim == 1 and model.tables.extra_dims == 1  # one first-order weight per id
+    assert model.deepfm_scales.numpy().tolist() == [[1.0, 1.0], [1.0, 1.0]]  # each task adds both terms whole
+    _upsert(model, "a", [7], [[1.0, 2.0, 0.25]])
+    _upsert(model, "b", [9], [[3.0, -1.0, 0.5]])
+    batch = _tasks_batch([7, 7], [9, 12345], [2.0, 0.0])
+    model.deepfm_scales.assign(np.zeros((2, 2), np.float32))
+    towers = model(batch, training=False)  # the towers' logits alone (r feeds no tower)
+    model.dense_linear.set_weights([np.array([[0.5]], np.float32)])  # r's linear weight
+    model.deepfm_scales.assign(np.array([[1.0, 2.0], [0.5, -1.0]], np.float32))  # [first order, FM] x [t1, t2]
+    logits = model(batch, training=False)
+    # sample 0: first order 0.25 + 0.5 + 2 x 0.5 = 1.75, FM [1, 2].[3, -1] = 1:
+    #   t1 1 x 1.75 + 0.5 x 1 = 2.25; t2 2 x 1.75 - 1 x 1 = 2.5
+    # sample 1: b = 12345 unknown (zeros), r = 0: first order 0.25, FM 0: t1 0.25, t2 0.5
+    np.testing.assert_allclose(logits["t1"].numpy() - towers["t1"].numpy(), [2.25, 0.25], rtol=1e-5)
+    np.testing.assert_allclose(logits["t2"].numpy() - towers["t2"].numpy(), [2.5, 0.5], rtol=1e-5)
+
+
+def test_deepfm_terms_need_one_embedding_dim_and_name_the_field():
+    with pytest.raises(ConfigError) as raised:
+        validate_pipeline_config(_tasks_config("mmoe", b_dim=3))
+    assert raised.value.path == "model_config.mmoe.deepfm_terms", raised.value
+    validate_pipeline_config(_tasks_config("mmoe", terms=False, b_dim=3))  # EasyRec's MMoE: any dims

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from easyonline.scoring.auc_curves import rmse, windowed_rmse
-from tools.bench.multitask_quality import item_mean_baseline, single_task_lines
+from tools.bench.multitask_quality import halves, item_mean_baseline, mean_halves, single_task_lines
 
 
 def test_the_baseline_predicts_each_items_mean_so_far_and_the_global_mean_for_a_new_item():
@@ -32,3 +32,13 @@ def test_rmse_and_its_windows():
     # windows of 3 ending at 3, 5 (step 2): errors (0, 2, 0) -> sqrt(4/3); (0, 0, -3) -> sqrt(3)
     ends, values = windowed_rmse(labels, predictions, 3, 2)
     assert ends == [3, 5] and values == pytest.approx([math.sqrt(4 / 3), math.sqrt(3)])
+
+
+def test_halves_and_their_means_over_seeds():
+    labels = np.array([1.0, 2.0, 3.0, 4.0])
+    predictions = np.array([1.0, 4.0, 3.0, 3.0])  # errors 0, 2 | 0, -1
+    figures = halves(rmse, labels, predictions, 2)
+    assert figures == pytest.approx({"overall": math.sqrt(5 / 4), "first_half": math.sqrt(2),
+                                     "second_half": math.sqrt(1 / 2)})
+    runs = [{"overall": 1.0, "second_half": 0.5}, {"overall": 2.0, "second_half": 0.7}]
+    assert mean_halves(runs) == pytest.approx({"overall": 1.5, "second_half": 0.6})

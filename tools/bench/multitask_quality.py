@@ -13,13 +13,17 @@ sample) before it learns it. Every batch is scored before it is trained on
 (prequential): the predictions compared are those the trainer hands each
 task's metrics.
 
-Prints JSON and a table: liked AUC overall and on the second half for both
-models, rating RMSE for the multi-task model and the baseline; the targets
+Prints JSON and a table: liked AUC overall, on the first half (where
+settings are chosen) and on the second (where the targets are judged) for
+both models, rating RMSE for the multi-task model and the baseline; the targets
 of issue 35 (multi-task liked AUC, second half >= single-task's - 0.003;
 multi-task rating RMSE, second half <= 0.95 x the baseline's) with
 ``--assert_targets`` exits 1 when one is missed. ``--png`` writes windowed
 AUC of both models and windowed RMSE of the model and the baseline (needs
-matplotlib, a dev dependency).
+matplotlib, a dev dependency). ``--seeds N`` trains both models with N
+seeds (``train_config.seed``): the figures and the targets are then the
+means, each seed's figures printed too (the AUC moves by up to ~0.002
+with the seed; docs/benchmarks.md).
 
 ``--data DIR``: a directory holding ``stream.csv`` (lines as above), or
 MovieLens 100K's ``u.data`` and ``u.item``. MovieLens may not be
@@ -39,6 +43,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
+from easyonline.config import load_pipeline_config  # noqa: E402
 from easyonline.core.callbacks import Callback  # noqa: E402
 from easyonline.scoring.auc_curves import exact_auc as auc  # noqa: E402
 from easyonline.scoring.auc_curves import plot_panels, rmse, windowed_auc, windowed_rmse  # noqa: E402
@@ -134,94 +139,151 @@ def train(config: str, lines: List[bytes], edits: Dict) -> TaskRecorder:
     return recorder
 
 
+def halves(metric, labels: np.ndarray, predictions: np.ndarray, half: int) -> Dict[str, float]:
+    """``metric`` over the whole stream, its first half (for choosing settings) and its second (judged)."""
+    return {"overall": metric(labels, predictions), "first_half": metric(labels[:half], predictions[:half]),
+            "second_half": metric(labels[half:], predictions[half:])}
+
+
+def mean_halves(runs: List[Dict[str, float]]) -> Dict[str, float]:
+    return {key: float(np.mean([run[key] for run in runs])) for key in runs[0]}
+
+
+def run_seed(args, lines: List[bytes], liked: np.ndarray, ratings: np.ndarray, seed: Optional[int]) -> Dict:
+    """Trains the multi-task model (and the single-task one unless ``--skip_single``) with
+    ``train_config.seed`` = ``seed`` (None: the configs' own); returns their figures and predictions."""
+    half = len(lines) // 2
+    seeded = {} if seed is None else {"train_config.seed": seed}
+    started = time.time()
+    multi = train(args.config, lines, dict(json.loads(args.edit_config_json), **seeded))
+    run: Dict = {"seed": seed, "multi_secs": time.time() - started, "single_secs": 0.0, "single_scores": None}
+    liked_labels, run["liked_scores"] = multi.task(LIKED)
+    rating_labels, run["rating_predictions"] = multi.task(RATING)
+    for name, got, want in (("liked", liked_labels, liked), ("rating", rating_labels, ratings)):
+        if not np.array_equal(got, want):
+            raise SystemExit(f"the multi-task trainer's {name} labels differ from the stream's (order or count)")
+    if not args.skip_single:
+        started = time.time()
+        single = train(args.single_config, single_task_lines(lines),
+                       dict(json.loads(args.single_edit_config_json), **seeded))
+        run["single_secs"] = time.time() - started
+        (single_name,) = single.labels  # a single-task model has one task
+        single_labels, run["single_scores"] = single.task(single_name)
+        if not np.array_equal(single_labels, liked):
+            raise SystemExit("the single-task trainer's labels differ from the stream's (order or count)")
+    run["liked_auc"] = {"multitask": halves(auc, liked, run["liked_scores"], half),
+                        "single": None if run["single_scores"] is None
+                        else halves(auc, liked, run["single_scores"], half)}
+    run["rating_rmse"] = halves(rmse, ratings, run["rating_predictions"], half)
+    return run
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="directory with stream.csv, or MovieLens's u.data and u.item")
     parser.add_argument("--config", default=os.path.join(ROOT, "samples", "movielens_multitask.config"))
     parser.add_argument("--single_config", default=os.path.join(ROOT, "samples", "movielens.config"))
     parser.add_argument("--edit_config_json", default="{}", help="overrides of --config, as for easyonline.train")
+    parser.add_argument("--single_edit_config_json", default="{}", help="overrides of --single_config, as above")
     parser.add_argument("--skip_single", action="store_true",
                         help="do not train --single_config (for tuning: its AUC and the AUC target are then absent)")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="train both models with N seeds (train_config.seed = the config's, its + 1, ...); "
+                             "the figures and the targets are then the means over the seeds")
     parser.add_argument("--png", default="", help="where to write the windowed AUC and RMSE plot ('' : none)")
     parser.add_argument("--window", type=int, default=5000, help="samples per point of the plot")
     parser.add_argument("--assert_targets", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args()
+    if args.seeds < 1:
+        raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
     lines = multitask_lines(args.data)
     n, half = len(lines), len(lines) // 2
     fields = [line.decode().split(",") for line in lines]
     liked = np.array([float(f[0]) for f in fields])
     ratings = np.array([float(f[1]) for f in fields])
-    started = time.time()
-    multi = train(args.config, lines, json.loads(args.edit_config_json))
-    multi_secs = time.time() - started
-    liked_labels, liked_scores = multi.task(LIKED)
-    rating_labels, rating_predictions = multi.task(RATING)
-    for name, got, want in (("liked", liked_labels, liked), ("rating", rating_labels, ratings)):
-        if not np.array_equal(got, want):
-            raise SystemExit(f"the multi-task trainer's {name} labels differ from the stream's (order or count)")
-    single_scores: Optional[np.ndarray] = None
-    single_secs = 0.0
-    if not args.skip_single:
-        started = time.time()
-        single = train(args.single_config, single_task_lines(lines), {})
-        single_secs = time.time() - started
-        (single_name,) = single.labels  # a single-task model has one task
-        single_labels, single_scores = single.task(single_name)
-        if not np.array_equal(single_labels, liked):
-            raise SystemExit("the single-task trainer's labels differ from the stream's (order or count)")
+    first_seed = load_pipeline_config(args.config).train_config.seed
+    seeds: List[Optional[int]] = [None] if args.seeds == 1 else [first_seed + k for k in range(args.seeds)]
+    runs = [run_seed(args, lines, liked, ratings, seed) for seed in seeds]
     baseline = item_mean_baseline([f[3] for f in fields], ratings)
-    second = slice(half, n)
+    single_measured = not args.skip_single
     result: Dict = {
-        "samples": n, "half": half, "train_secs": {"multitask": round(multi_secs, 1), "single": round(single_secs, 1)},
+        "samples": n, "half": half, "seeds": [first_seed if s is None else s for s in seeds],
+        "train_secs": {"multitask": round(sum(r["multi_secs"] for r in runs), 1),
+                       "single": round(sum(r["single_secs"] for r in runs), 1)},
         "liked_auc": {
-            "multitask": {"overall": auc(liked, liked_scores), "second_half": auc(liked[second], liked_scores[second])},
-            "single": None if single_scores is None else {
-                "overall": auc(liked, single_scores), "second_half": auc(liked[second], single_scores[second])},
+            "multitask": mean_halves([r["liked_auc"]["multitask"] for r in runs]),
+            "single": mean_halves([r["liked_auc"]["single"] for r in runs]) if single_measured else None,
         },
         "rating_rmse": {
-            "multitask": {"overall": rmse(ratings, rating_predictions),
-                          "second_half": rmse(ratings[second], rating_predictions[second])},
-            "item_mean_baseline": {"overall": rmse(ratings, baseline),
-                                   "second_half": rmse(ratings[second], baseline[second])},
+            "multitask": mean_halves([r["rating_rmse"] for r in runs]),
+            "item_mean_baseline": halves(rmse, ratings, baseline, half),
         },
     }
+    if len(runs) > 1:
+        result["per_seed"] = [{"seed": seed, "liked_auc": r["liked_auc"], "rating_rmse": r["rating_rmse"]}
+                              for seed, r in zip(result["seeds"], runs)]
     multi_auc = result["liked_auc"]["multitask"]["second_half"]
     multi_rmse = result["rating_rmse"]["multitask"]["second_half"]
     base_rmse = result["rating_rmse"]["item_mean_baseline"]["second_half"]
-    single_auc = None if single_scores is None else result["liked_auc"]["single"]["second_half"]
+    single_auc = result["liked_auc"]["single"]["second_half"] if single_measured else None
     result["rating_rmse"]["multitask_over_baseline"] = multi_rmse / base_rmse
     result["targets"] = {
         "liked AUC >= single - 0.003": None if single_auc is None else bool(multi_auc >= single_auc - 0.003),
         "rating RMSE <= 0.95 x baseline": bool(multi_rmse <= 0.95 * base_rmse),
     }
     print(json.dumps(result, indent=1))
-    print(f"\n{n} samples, second half from {half}; online training took {multi_secs:.0f} s (multi-task)"
-          + ("" if single_scores is None else f" and {single_secs:.0f} s (single-task)"))
-    print(f"{'liked AUC':40}{'overall':>10}{'2nd half':>10}")
-    for name, label in (("multitask", os.path.basename(args.config)), ("single", os.path.basename(args.single_config))):
-        figures = result["liked_auc"][name]
-        if figures is not None:
-            print(f"  {label:38}{figures['overall']:>10.4f}{figures['second_half']:>10.4f}")
-    print(f"{'rating RMSE':40}{'overall':>10}{'2nd half':>10}")
-    for name, label in (("multitask", os.path.basename(args.config)), ("item_mean_baseline", "per-item running mean")):
-        figures = result["rating_rmse"][name]
-        print(f"  {label:38}{figures['overall']:>10.4f}{figures['second_half']:>10.4f}")
-    for target, met in result["targets"].items():
-        print(f"  {target:38} {'not measured' if met is None else 'met' if met else 'MISSED'}")
+    print_table(args, result, n, half)
     if args.png:
-        step = max(args.window // 5, 1)
-        auc_curves = {"multi-task, liked": windowed_auc(liked, liked_scores, args.window, step)}
-        if single_scores is not None:
-            auc_curves["single-task"] = windowed_auc(liked, single_scores, args.window, step)
-        rmse_curves = {"multi-task, rating": windowed_rmse(ratings, rating_predictions, args.window, step),
-                       "per-item running mean (baseline)": windowed_rmse(ratings, baseline, args.window, step)}
-        title = f"{os.path.basename(args.config)} on {os.path.basename(args.data.rstrip('/'))}"
-        plot_panels(args.png, [("liked: AUC of the last window (prequential)", auc_curves),
-                               ("rating: RMSE of the last window (prequential)", rmse_curves)],
-                    half, "second half", title)
-        print(f"plot: {args.png}")
+        plot(args, runs[0], liked, ratings, baseline, half)
     met = list(result["targets"].values())
     return 0 if not args.assert_targets or all(m is True for m in met) else 1
+
+
+def print_table(args, result: Dict, n: int, half: int) -> None:
+    """The figures as a table: per seed when there are several, then their means."""
+    secs = result["train_secs"]
+    print(f"\n{n} samples, second half from {half}; online training took {secs['multitask']:.0f} s (multi-task)"
+          + (f" and {secs['single']:.0f} s (single-task)" if result["liked_auc"]["single"] else "")
+          + (f"; seeds {result['seeds']}, figures their means" if len(result["seeds"]) > 1 else ""))
+
+    def row(label: str, figures: Dict[str, float]) -> None:
+        print(f"  {label:38}{figures['overall']:>10.4f}{figures['first_half']:>10.4f}{figures['second_half']:>10.4f}")
+
+    header = f"{'overall':>10}{'1st half':>10}{'2nd half':>10}"
+    multi_name, single_name = os.path.basename(args.config), os.path.basename(args.single_config)
+    print(f"{'liked AUC':40}{header}")
+    for run in result.get("per_seed", []):
+        row(f"{multi_name}, seed {run['seed']}", run["liked_auc"]["multitask"])
+        if run["liked_auc"]["single"] is not None:
+            row(f"{single_name}, seed {run['seed']}", run["liked_auc"]["single"])
+    mean = " (mean)" if len(result["seeds"]) > 1 else ""
+    row(multi_name + mean, result["liked_auc"]["multitask"])
+    if result["liked_auc"]["single"] is not None:
+        row(single_name + mean, result["liked_auc"]["single"])
+    print(f"{'rating RMSE':40}{header}")
+    for run in result.get("per_seed", []):
+        row(f"{multi_name}, seed {run['seed']}", run["rating_rmse"])
+    row(multi_name + mean, result["rating_rmse"]["multitask"])
+    row("per-item running mean", result["rating_rmse"]["item_mean_baseline"])
+    for target, met in result["targets"].items():
+        print(f"  {target:38} {'not measured' if met is None else 'met' if met else 'MISSED'}")
+
+
+def plot(args, run: Dict, liked: np.ndarray, ratings: np.ndarray, baseline: np.ndarray, half: int) -> None:
+    """Windowed AUC of both models and windowed RMSE of the model and the baseline (the first seed's run)."""
+    step = max(args.window // 5, 1)
+    auc_curves = {"multi-task, liked": windowed_auc(liked, run["liked_scores"], args.window, step)}
+    if run["single_scores"] is not None:
+        auc_curves["single-task"] = windowed_auc(liked, run["single_scores"], args.window, step)
+    rmse_curves = {"multi-task, rating": windowed_rmse(ratings, run["rating_predictions"], args.window, step),
+                   "per-item running mean (baseline)": windowed_rmse(ratings, baseline, args.window, step)}
+    title = f"{os.path.basename(args.config)} on {os.path.basename(args.data.rstrip('/'))}"
+    if run["seed"] is not None:  # one of several seeds
+        title += f", seed {run['seed']}"
+    plot_panels(args.png, [("liked: AUC of the last window (prequential)", auc_curves),
+                           ("rating: RMSE of the last window (prequential)", rmse_curves)],
+                half, "second half", title)
+    print(f"plot: {args.png}")
 
 
 if __name__ == "__main__":
