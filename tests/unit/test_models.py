@@ -272,3 +272,14 @@ def test_deepfm_terms_need_one_embedding_dim_and_name_the_field():
         validate_pipeline_config(_tasks_config("mmoe", b_dim=3))
     assert raised.value.path == "model_config.mmoe.deepfm_terms", raised.value
     validate_pipeline_config(_tasks_config("mmoe", terms=False, b_dim=3))  # EasyRec's MMoE: any dims
+
+
+def test_deepfm_terms_refuse_a_two_logit_tower_and_name_the_field():
+    """A JRC_LOSS tower has two logits (num_class 2): one term added to both would cancel in its softmax."""
+    config = _tasks_config("mmoe")
+    tower = config.model_config.mmoe.task_towers[0]
+    tower.num_class = 2
+    tower.losses.add(loss_type=pipeline_pb2.LossType.JRC_LOSS).jrc_loss.session_name = "a"
+    with pytest.raises(ConfigError) as raised:
+        validate_pipeline_config(config)
+    assert raised.value.path == "model_config.mmoe.deepfm_terms" and "t1" in str(raised.value), raised.value
