@@ -58,7 +58,7 @@ class DBMTL(RankingModel):
         self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit") for t in towers]
 
     def logits_from(self, embeddings, first_order, dense, training):
-        bottom = self.bottom(self.group_input("all", embeddings, dense), training=training)
+        bottom = self.bottom(self.group_input("all", embeddings, dense, training), training=training)
         inputs = self.mixture(bottom, training=training) if self.mixture is not None \
             else [bottom] * len(self.tower_names)
         relation: Dict[str, tf.Tensor] = {}

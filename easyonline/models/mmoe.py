@@ -44,6 +44,6 @@ class MMoE(RankingModel):
         self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit") for t in settings.task_towers]
 
     def logits_from(self, embeddings, first_order, dense, training):
-        inputs = self.mixture(self.group_input("all", embeddings, dense), training=training)
+        inputs = self.mixture(self.group_input("all", embeddings, dense, training), training=training)
         return {name: logit(tower(x, training=training))[:, 0]
                 for name, x, tower, logit in zip(self.tower_names, inputs, self.towers, self.tower_logits)}
