@@ -136,7 +136,7 @@ def feature_ids(feature: IdFeature, column_of: Callable[[str], tf.Tensor]):
     """The feature's ids from its decoded input columns (``column_of(input name)``): plain, crossed or bucketized."""
     if feature.combo:
         return cross_ids([ids_of(part, column_of(part.input_name)) for part in feature.combo], feature.hash_buckets)
-    if feature.boundaries:
+    if feature.boundaries and not feature.multi_value:  # (a sequence of numbers is bucketized value by value)
         return bucketize(column_of(feature.input_name), feature.boundaries)
     return ids_of(feature, column_of(feature.input_name))
 
