@@ -1,5 +1,5 @@
 """Checks of behaviour sequences and weighted tags: SequenceFeatures, kv_separator, and the target attentions
-of ``feature_groups.sequence_features`` (docs/features.md#sequence-features)."""
+of ``feature_groups.sequence_features`` (docs/config_reference.md#sequence-features)."""
 from typing import Dict
 
 from easyonline.core.errors import ConfigError
