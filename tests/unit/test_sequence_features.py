@@ -275,3 +275,51 @@ def test_every_sequence_model_builds_its_attentions_over_the_groups_sequence_inp
         width = model.group_input("all", model.embed(batch.features)[0], None).shape[1]
         assert width == 2 + 2 + sum(a.output_width for a in model.attentions.values()) == 2 + 2 + 8 + 4 + 4
         assert np.all(np.isfinite(model(batch.features).numpy()))
+
+
+EASYREC_MULTI_TOWER_DIN = '''
+model_dir: "/tmp/unused"
+file_train_input { paths: "unused" }
+data_config {
+  input_fields { input_name: "label" input_type: INT32 }
+  input_fields { input_name: "user" input_type: STRING }
+  input_fields { input_name: "brand" input_type: STRING }
+  input_fields { input_name: "brand_list" input_type: STRING }
+  label_fields: "label"
+}
+feature_config: {
+  features: { input_names: "user" embedding_dim: 4 }
+  features: { input_names: "brand" embedding_dim: 4 }
+  features: { input_names: "brand_list" feature_type: SequenceFeature separator: "|" embedding_dim: 4 }
+}
+model_config: {
+  model_class: 'MultiTowerDIN'
+  feature_groups: { group_name: 'user' feature_names: 'user' wide_deep: DEEP }
+  seq_att_groups: {
+    group_name: "din"  # a comment with a } brace
+    seq_att_map: { key: "brand" hist_seq: "brand_list" }
+  }
+  multi_tower {
+    towers { input: "user" dnn { hidden_units: [4] } }
+    din_towers { input: "din" dnn { hidden_units: [4, 1] } }
+    final_dnn { hidden_units: [4] }
+  }
+}
+'''
+
+
+def test_easyrec_multi_tower_din_reads_as_multi_tower_din_with_its_attention_in_a_feature_group():
+    from easyonline.config.easyrec_compat import normalize  # pylint: disable=g-import-not-at-top
+    config = parse_pipeline_config(EASYREC_MULTI_TOWER_DIN)
+    normalize(config)
+    validate_pipeline_config(config)
+    model_config = config.model_config
+    assert model_config.WhichOneof("model") == "multi_tower_din"
+    assert [t.input for t in model_config.multi_tower_din.din_towers] == ["din"]
+    group = model_config.feature_groups[1]
+    assert group.group_name == "din" and not group.feature_names
+    assert list(group.sequence_features[0].seq_att_map[0].hist_seq) == ["brand_list"]
+    model, specs = _model(config)
+    batch = CsvParser(specs).parse([b"1,u,b1,b1|b2", b"0,v,b2,"])
+    assert model(batch.features).shape == (2,)
+    assert "din_dnn" in " ".join(v.name for v in model.trainable_variables)  # the din tower's attention

@@ -275,7 +275,7 @@ def export_models(model_dirs: Sequence[str], export_dirs: Sequence[str]) -> List
     written, or ``error: ...``."""
     pairs = [f"{m}={e}" for m, e in zip(model_dirs, export_dirs)]
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--export", *pairs], env=python_env(),
-                          capture_output=True, text=True, timeout=900, check=False)
+                          capture_output=True, text=True, timeout=300 * max(len(pairs), 3), check=False)
     answers = [line.split(" ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("EXPORTED ")]
     if len(answers) != len(pairs):
         raise RuntimeError(f"export exited {proc.returncode}: {proc.stderr[-1500:]}")
