@@ -33,6 +33,11 @@ def _message_field(name: str) -> "re.Pattern[str]":
 # EasyRec's LearningRate message, read as ``learning_rate_schedule``; its repeated optimizer_config.
 _LEARNING_RATE_MESSAGE = _message_field("learning_rate")
 _OPTIMIZER_MESSAGE = _message_field("optimizer_config")
+# MultiTowerDIN's settings (EasyRec's multi_tower message) and its model_config.seq_att_groups.
+_MULTI_TOWER_MESSAGE = _message_field("multi_tower")
+_SEQ_ATT_GROUPS_MESSAGE = _message_field("seq_att_groups")
+_MULTI_TOWER_DIN = re.compile(r'model_class\s*:\s*["\'](MultiTowerDIN|multi_tower_din)["\']')
+_SKIPPED = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|#[^\n]*|[{}<>]')
 
 # EasyRec's metrics the eval job computes (it always reports AUC, log loss and CTR).
 EVAL_METRICS = ("auc", "gauc", "session_auc")
@@ -87,13 +92,16 @@ LIBRDKAFKA_IGNORED: Dict[str, str] = {
 def read_easyrec_text(text: str) -> str:
     """Config text with EasyRec's forms that protobuf text format cannot take as they are, renamed.
 
-    ``learning_rate { ... }`` messages become ``learning_rate_schedule``. Two
+    ``learning_rate { ... }`` messages become ``learning_rate_schedule``;
+    MultiTowerDIN's ``multi_tower`` and ``seq_att_groups`` its own forms
+    (``_multi_tower_din``). Two
     ``optimizer_config`` in a row (EasyRec: the first trains the embeddings,
     the second the rest) become ``sparse_optimizer_config`` and
     ``optimizer_config``; more than two are an error.
     """
     text = _LEARNING_RATE_MESSAGE.sub(
         lambda m: "learning_rate_schedule" if m.group(0) == "learning_rate" else m.group(0), text)
+    text = _multi_tower_din(text)
     optimizers = [m for m in _OPTIMIZER_MESSAGE.finditer(text) if m.group(0) == "optimizer_config"]
     if len(optimizers) > 2:
         raise ConfigError("train_config.optimizer_config", f"{len(optimizers)} optimizers: give one, or two (EasyRec's "
@@ -105,6 +113,35 @@ def read_easyrec_text(text: str) -> str:
             log.warning("train_config: of two optimizers, the first trains every embedding table here, the deep "
                         "part's too (EasyRec's wide & deep gives the deep embeddings to the second)")
     return text
+
+
+def _message_end(text: str, start: int) -> int:
+    """The index just past the message whose name starts at ``start`` (its matching close brace)."""
+    depth = 0
+    for token in _SKIPPED.finditer(text, start):
+        if token.group(0) in ("{", "<"):
+            depth += 1
+        elif token.group(0) in ("}", ">"):
+            depth -= 1
+            if depth == 0:
+                return token.end()
+    raise ConfigError("model_config.seq_att_groups", "the message is not closed")
+
+
+def _multi_tower_din(text: str) -> str:
+    """EasyRec's MultiTowerDIN: its ``multi_tower`` settings read as ``multi_tower_din``, and each
+    ``model_config.seq_att_groups { ... }`` as a feature group holding it (``feature_groups { sequence_features
+    { ... } }``, named after it by ``normalize``)."""
+    if not _MULTI_TOWER_DIN.search(text):
+        return text
+    text = _MULTI_TOWER_MESSAGE.sub(lambda m: "multi_tower_din" if m.group(0) == "multi_tower" else m.group(0), text)
+    while True:
+        found = next((m for m in _SEQ_ATT_GROUPS_MESSAGE.finditer(text) if m.group(0) == "seq_att_groups"), None)
+        if found is None:
+            return text
+        end = _message_end(text, found.end())
+        body = text[found.end():end].lstrip().lstrip(":")
+        text = text[:found.start()] + "feature_groups { sequence_features " + body + " }" + text[end:]
 
 
 def librdkafka_settings(entries: List[str], path: str) -> Tuple[Dict[str, str], List[str]]:
@@ -264,6 +301,9 @@ def _model_config(model: pipeline_pb2.ModelConfig, ignored: List[str]) -> None:
             if model.deepfm.HasField(field):
                 ignored.append(f"model_config.deepfm.{field} (deprecated and unused in EasyRec too)")
                 model.deepfm.ClearField(field)
+    for group in model.feature_groups:  # (EasyRec's seq_att_groups, read as a group holding one)
+        if not group.group_name and not group.feature_names and len(group.sequence_features) == 1:
+            group.group_name = group.sequence_features[0].group_name
     if model.HasField("variational_dropout"):
         ignored.append("model_config.variational_dropout (not supported: the model trains without it)")
         model.ClearField("variational_dropout")

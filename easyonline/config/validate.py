@@ -9,6 +9,8 @@ import logging
 
 from kafka import KafkaProducer
 
+from easyonline.config.validate_sequences import (validate_multi_value, validate_sequence_groups,
+                                                  validate_shared_sequence_tables)
 from easyonline.config.kafka_settings import confluent_kafka_module, extra_consumer_config, librdkafka_config
 from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import is_id_feature
@@ -137,8 +139,10 @@ def _validate_features(config: pipeline_pb2.PipelineConfig) -> None:
         name = feature.feature_name or input_name
         _require(name not in names, f"{path}.feature_name", f"duplicate feature name {name!r}")
         names.add(name)
+        validate_multi_value(feature, config.data_config.separator, path)
         if feature.boundaries:
-            _require(kind == pipeline_pb2.FeatureConfig.RawFeature, f"{path}.boundaries", "only a RawFeature is bucketized")
+            _require(kind in (pipeline_pb2.FeatureConfig.RawFeature, pipeline_pb2.FeatureConfig.SequenceFeature),
+                     f"{path}.boundaries", "only a RawFeature (or a sequence of numbers) is bucketized")
             _require(all(a < b for a, b in zip(feature.boundaries, feature.boundaries[1:])), f"{path}.boundaries",
                      f"must be strictly ascending, got {list(feature.boundaries)}")
         if feature.combo_input_seps:
@@ -198,10 +202,7 @@ def _validate_features(config: pipeline_pb2.PipelineConfig) -> None:
         table_dims[table] = feature.embedding_dim
         _require(feature.combiner in COMBINERS, f"{path}.combiner", f"{feature.combiner!r} is not one of {', '.join(COMBINERS)}")
         _require(feature.initializer_stddev >= 0, f"{path}.initializer_stddev", "must be >= 0")
-        if kind == pipeline_pb2.FeatureConfig.TagFeature:
-            _require(len(feature.separator) == 1, f"{path}.separator", f"must be exactly one character, got {feature.separator!r}")
-            _require(feature.separator != config.data_config.separator, f"{path}.separator",
-                     "must differ from data_config.separator")
+    validate_shared_sequence_tables(config)
     _require(bool(table_dims), "feature_configs",
              "at least one feature with an embedding (IdFeature, TagFeature, ComboFeature, bucketized RawFeature) is required")
 
@@ -302,17 +303,21 @@ def _validate_loss_sessions(config: pipeline_pb2.PipelineConfig) -> None:
 
 def _validate_feature_groups(config: pipeline_pb2.PipelineConfig) -> None:
     groups = config.model_config.feature_groups
+    validate_sequence_groups(config)
     if not groups:
         return
     known = {f.feature_name or f.input_names[0] for f in config.feature_configs}
-    grouped = set()
+    grouped = {n for g in groups for s in g.sequence_features for m in s.seq_att_map
+               for n in list(m.key) + list(m.hist_seq) + list(m.aux_hist_seq)}
     for i, group in enumerate(groups):
         path = f"model_config.feature_groups[{i}]"
-        _require(len(group.feature_names) > 0, f"{path}.feature_names", "at least one feature name is required")
+        _require(len(group.feature_names) > 0 or len(group.sequence_features) > 0, f"{path}.feature_names",
+                 "at least one feature name (or sequence_features) is required")
         for j, name in enumerate(group.feature_names):
             _require(name in known, f"{path}.feature_names[{j}]", f"{name!r} is not a feature of feature_configs")
             grouped.add(name)
-    deep = {n for g in groups if g.wide_deep != pipeline_pb2.FeatureGroup.WIDE for n in g.feature_names}
+    deep = {n for g in groups if g.wide_deep != pipeline_pb2.FeatureGroup.WIDE
+            for n in list(g.feature_names) + [s.group_name or g.group_name for s in g.sequence_features]}
     _require(bool(deep), "model_config.feature_groups", "no group feeds the deep part (wide_deep DEEP or WIDE_AND_DEEP)")
     unused = sorted(known - grouped)
     if unused:

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.admission import admits
-from easyonline.features.feature_spec import FeatureSpecs, TableSpec
+from easyonline.features.feature_spec import FeatureSpecs, TableSpec, weights_key
 
 tf = ensure_legacy_keras()
 from tensorflow.python.ops import variable_scope  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
@@ -197,7 +197,9 @@ class _TableIds:
 
 
 class DynamicTables(tf.keras.layers.Layer):
-    """Holds the tables; ``call(features)`` returns one [B, dim + extra_dims] row per id feature."""
+    """Holds the tables; ``call(features)`` returns one [B, dim + extra_dims] row per id feature (tags pooled,
+    weighted tags by their weights), and [B, L, dim + extra_dims] per sequence feature: its ids' rows in order,
+    zeros past each sample's length (padding positions are never looked up, so never trained nor published)."""
 
     def __init__(self, specs: FeatureSpecs, extra_dims: int = 0, seed: int = 0, **kwargs):
         super().__init__(**kwargs)
@@ -272,6 +274,18 @@ class DynamicTables(tf.keras.layers.Layer):
                     rows[feature.name] = piece
                     continue
                 ragged = features[feature.name]
+                if feature.sequence:
+                    rows[feature.name] = tf.RaggedTensor.from_row_splits(piece, ragged.row_splits,
+                                                                         validate=False).to_tensor()
+                    continue
+                if feature.weighted:
+                    weights = features[weights_key(feature.name)].flat_values
+                    pooled = tf.math.unsorted_segment_sum(piece * weights[:, None], rowid, ragged.nrows())
+                    if feature.combiner == "mean":  # (weights are > 0: the parser drops the others)
+                        total = tf.math.unsorted_segment_sum(weights, rowid, ragged.nrows())
+                        pooled = tf.math.divide_no_nan(pooled, total[:, None])
+                    rows[feature.name] = pooled
+                    continue
                 pooled = tf.math.unsorted_segment_sum(piece, rowid, ragged.nrows())
                 if feature.combiner == "mean":
                     pooled = pooled / tf.cast(tf.maximum(ragged.row_lengths(), 1), pooled.dtype)[:, None]

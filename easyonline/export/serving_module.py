@@ -2,7 +2,7 @@
 
 ``serve`` takes one tensor per raw input field (strings, ints or floats as the
 config declares them), turns them into ids exactly as the trainer's parser
-does (the same ``feature_ids``), and runs the model in inference mode, where an
+does (the same ``parsed_features``), and runs the model in inference mode, where an
 unknown id looks up as zeros and creates nothing. It returns every task's
 outputs under EasyRec's names (``RankingModel.task_outputs``): ``probs`` and
 ``logits`` for one binary task, ``y`` for one regression, ``probs_<tower>``,
@@ -31,9 +31,8 @@ from typing import Dict
 from google.protobuf import descriptor_pb2
 
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.features.csv_parser import feature_ids
+from easyonline.features.csv_parser import parsed_features
 from easyonline.features.feature_spec import FeatureSpecs
-from easyonline.features.raw_vectors import checked_vectors
 from easyonline.features.signature import feature_signature
 from easyonline.protos import pipeline_pb2, update_pb2
 from easyonline.updates.param_ids import ParameterIds, dense_variables
@@ -141,14 +140,10 @@ class ServingModule(tf.Module):
 
     @staticmethod
     def features_of(specs: FeatureSpecs, inputs):
-        """Model features from raw inputs, exactly as the trainer's parser makes them."""
-        features = {}
-        for feature in specs.id_features:
-            features[feature.name] = feature_ids(feature, inputs.__getitem__)
-        for feature in specs.raw_features:
-            features[feature.name] = (checked_vectors(feature, inputs[feature.input_name]) if feature.is_vector
-                                      else tf.cast(inputs[feature.input_name], tf.float32))
-        return features
+        """Model features from raw inputs, exactly as the trainer's parser makes them (a weighted tag value the
+        parser would reject is dropped here: serving scores every request; a bad vector raw feature is refused
+        with its cause)."""
+        return parsed_features(specs, inputs.__getitem__, serving=True)[0]
 
     def _serve(self, inputs):
         return self._score_features(self.features_of(self._specs, inputs))

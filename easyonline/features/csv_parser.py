@@ -7,6 +7,7 @@ non-numeric number, an id out of int64 range) the batch is split line by line
 so that only the bad lines are rejected, each with its reason.
 """
 import collections.abc
+import csv
 import dataclasses
 import functools
 import re
@@ -15,10 +16,12 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.core.rejections import BAD_LABEL, BAD_VALUE, BAD_WEIGHT, FIELD_COUNT, INVALID_UTF8, rejection
+from easyonline.core.rejections import (BAD_LABEL, BAD_SEQUENCE, BAD_TAG_WEIGHT, BAD_VALUE, BAD_WEIGHT, FIELD_COUNT,
+                                        INVALID_UTF8, rejection)
 from easyonline.features.cross_ops import bucketize, cross_ids
-from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID, FeatureSpecs, IdFeature
-from easyonline.features.raw_vectors import bad_vector_reason, raw_vectors
+from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID, FeatureSpecs, IdFeature, weights_key
+from easyonline.features.multi_value_ops import multi_value_ids
+from easyonline.features.raw_vectors import bad_vector_reason, checked_vectors, raw_vectors
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()
@@ -114,19 +117,11 @@ def ids_of(feature: IdFeature, column: tf.Tensor):
     """int64 ids from a decoded column: hashed strings, or ints passed through.
 
     Padding values (``feature.padding``) and negative int ids become
-    PADDING_ID, which always looks up as zeros; in tag features they are dropped.
+    PADDING_ID, which always looks up as zeros; in tag and sequence features they are dropped
+    (multi_value_ops.py).
     """
     if feature.multi_value:
-        tokens = tf.strings.split(tf.strings.as_string(column) if column.dtype != tf.string else column,
-                                  sep=feature.separator)
-        keep = tf.strings.length(tokens) > 0
-        for pad in feature.padding:
-            keep = tf.logical_and(keep, tf.not_equal(tokens, pad))
-        tokens = tf.ragged.boolean_mask(tokens, keep)
-        if feature.string_ids:
-            return tf.ragged.map_flat_values(tf.strings.to_hash_bucket_fast, tokens, HASH_BUCKETS)
-        ids = tf.ragged.map_flat_values(tf.strings.to_number, tokens, out_type=tf.int64)
-        return tf.ragged.boolean_mask(ids, ids >= 0)
+        return multi_value_ids(feature, column).ids
     if feature.string_ids:
         ids = tf.strings.to_hash_bucket_fast(column, HASH_BUCKETS)
         for pad in feature.padding:
@@ -142,9 +137,35 @@ def feature_ids(feature: IdFeature, column_of: Callable[[str], tf.Tensor]):
     """The feature's ids from its decoded input columns (``column_of(input name)``): plain, crossed or bucketized."""
     if feature.combo:
         return cross_ids([ids_of(part, column_of(part.input_name)) for part in feature.combo], feature.hash_buckets)
-    if feature.boundaries:
+    if feature.boundaries and not feature.multi_value:  # (a sequence of numbers is bucketized value by value)
         return bucketize(column_of(feature.input_name), feature.boundaries)
     return ids_of(feature, column_of(feature.input_name))
+
+
+def parsed_features(specs: FeatureSpecs, column_of: Callable[[str], tf.Tensor], serving: bool = False):
+    """(features by name, {feature name: [B] bool of samples its values reject}, {vector raw feature name:
+    (ok, counts, first bad token) [B] each}) from decoded input columns: every id feature's ids (and a weighted
+    tag feature's weights, under ``weights_key``), every raw feature as float32 ([B, dim] for a vector). The
+    trainer's parser and the export's serving signature both make their features here; ``serving`` refuses a
+    bad vector in the graph (an error naming the feature) instead of returning its checks."""
+    features, bad, vectors = {}, {}, {}
+    for feature in specs.id_features:
+        if feature.weighted:
+            parsed = multi_value_ids(feature, column_of(feature.input_name))
+            features[feature.name], features[weights_key(feature.name)] = parsed.ids, parsed.weights
+            bad[feature.name] = parsed.bad
+        else:
+            features[feature.name] = feature_ids(feature, column_of)
+    for feature in specs.raw_features:
+        if not feature.is_vector:
+            features[feature.name] = tf.cast(column_of(feature.input_name), tf.float32)
+        elif serving:
+            features[feature.name] = checked_vectors(feature, column_of(feature.input_name))
+        else:
+            read = raw_vectors(feature, column_of(feature.input_name))
+            features[feature.name] = read.values
+            vectors[feature.name] = (read.ok, read.counts, read.first_bad)
+    return features, bad, vectors
 
 
 def _reason(message: str) -> str:
@@ -155,6 +176,12 @@ def _reason(message: str) -> str:
             if re.search(pattern, line):
                 return line[:200]
     return (lines[0] if lines else message)[:200]
+
+
+def _field_text(line: bytes, separator: bytes, index: int) -> str:
+    """Field ``index`` of a CSV line (quotes honoured), for a rejection's detail; cut to 100 characters."""
+    row = next(csv.reader([line.decode("utf-8", "replace")], delimiter=separator.decode()), [])
+    return row[index][:100] if index < len(row) else ""
 
 
 class CsvParser:
@@ -187,24 +214,14 @@ class CsvParser:
         columns = tf.io.decode_csv(lines, self._defaults, field_delim=self._specs.separator,
                                    select_cols=self._select_cols)
         column = lambda name: columns[self._position[self._index[name]]]
-        features = {}
-        for feature in self._specs.id_features:
-            features[feature.name] = feature_ids(feature, column)
-        vectors = {}  # a vector raw feature's checks, for the host to reject its bad samples (raw_vectors.py)
-        for feature in self._specs.raw_features:
-            if feature.is_vector:
-                read = raw_vectors(feature, column(feature.input_name))
-                features[feature.name] = read.values
-                vectors[feature.name] = (read.ok, read.counts, read.first_bad)
-            else:
-                features[feature.name] = tf.cast(column(feature.input_name), tf.float32)
+        features, bad, vectors = parsed_features(self._specs, column)
         labels = {}
         for name in self._specs.label_names:  # numeric ones as float32 (a string label stays a string)
             value = column(name)
             labels[name] = value if value.dtype == tf.string else tf.cast(value, tf.float32)
         if self._specs.sample_weight:
             labels[_WEIGHT_KEY] = tf.cast(column(self._specs.sample_weight), tf.float32)
-        return features, labels, vectors
+        return features, labels, (bad, vectors)
 
     def parse(self, lines: Sequence[bytes]) -> ParsedBatch:
         """Parses lines (bytes, no trailing newline); empty lines are ignored."""
@@ -233,13 +250,14 @@ class CsvParser:
         """Decodes lines known to be non-empty (quoted fields allowed); rejects only what fails to decode."""
         rejected = []
         try:
-            features, labels, vectors = self._decode(tf.constant(lines, tf.string))
+            features, labels, (bad_values, vectors) = self._decode(tf.constant(lines, tf.string))
         except tf.errors.InvalidArgumentError:
             lines, rejected = self._split_bad(lines)
-            features, labels, vectors = self._decode(tf.constant(lines, tf.string))
-        bad = self._bad_vectors(vectors)
-        for i, reason in self._bad_labels_and_weights(labels, len(lines)).items():
+            features, labels, (bad_values, vectors) = self._decode(tf.constant(lines, tf.string))
+        bad = self._bad_labels_and_weights(labels, len(lines))
+        for i, reason in self._bad_vectors(vectors).items():
             bad.setdefault(i, reason)
+        bad.update((i, reason) for i, reason in self._bad_values(features, bad_values, lines).items() if i not in bad)
         if bad:  # rare: decode again without them
             rejected += [(line, bad[i]) for i, line in enumerate(lines) if i in bad]
             lines = [line for i, line in enumerate(lines) if i not in bad]
@@ -280,6 +298,28 @@ class CsvParser:
             for i in np.flatnonzero(~(np.isfinite(weights) & (weights >= 0))):
                 bad.setdefault(int(i), rejection(
                     BAD_WEIGHT, f"sample_weight {self._specs.sample_weight} {weights[i]:g} is not a finite number >= 0"))
+        return bad
+
+    def _bad_values(self, features: Mapping[str, tf.Tensor], bad_values: Mapping[str, tf.Tensor],
+                    lines: List[bytes]) -> Dict[int, str]:
+        """{line index: rejection reason} of the lines with a weighted tag value that is not ``id<kv>number``
+        (bad_tag_weight) or with sequences of one attention of different lengths (bad_sequence)."""
+        bad: Dict[int, str] = {}
+        for name, flags in bad_values.items():
+            feature = next(f for f in self._specs.id_features if f.name == name)
+            for i in np.flatnonzero(flags.numpy()):
+                bad.setdefault(int(i), rejection(BAD_TAG_WEIGHT, f"{name}: a value of {feature.input_name} is not "
+                                                 f"id{feature.kv_separator}weight with a number weight: "
+                                                 f"{_field_text(lines[i], self._separator, self._index[feature.input_name])!r}"))
+        for names in self._specs.aligned_sequences:
+            if len(names) < 2:
+                continue
+            lengths = [features[name].row_lengths().numpy() for name in names]
+            for other, length in zip(names[1:], lengths[1:]):
+                for i in np.flatnonzero(length != lengths[0]):
+                    bad.setdefault(int(i), rejection(
+                        BAD_SEQUENCE, f"{names[0]} has {lengths[0][i]} ids, {other} {length[i]}: the sequences of "
+                        "one attention must be as long"))
         return bad
 
     def _split_bad(self, lines: List[bytes]):

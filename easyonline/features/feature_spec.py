@@ -37,6 +37,12 @@ class IdFeature:
     Two kinds are derived from other inputs (see crosses.py): a cross
     (``combo``: one single-input IdFeature per input, whose ids are crossed)
     and a bucketized number (``boundaries``: the bucket index is the id).
+
+    A sequence (``sequence``) is split like tags but not pooled: its first
+    ``max_length`` ids (0: all) are the most recent, and the model reads them
+    position by position (``RankingModel.sequence_input``). Weighted tags
+    (``kv_separator``) carry a weight per id, parsed into the feature
+    ``weights_key(name)``.
     """
     name: str
     input_name: str
@@ -49,6 +55,9 @@ class IdFeature:
     combo: Tuple["IdFeature", ...] = ()
     hash_buckets: int = 0
     boundaries: Tuple[float, ...] = ()
+    sequence: bool = False
+    max_length: int = 0
+    kv_separator: str = ""
 
     @property
     def input_names(self) -> Tuple[str, ...]:
@@ -59,7 +68,16 @@ class IdFeature:
     def split_inputs(self) -> Tuple[str, ...]:
         """The input fields split into several values (decoded as strings)."""
         parts = self.combo or (self,)
-        return tuple(p.input_name for p in parts if p.multi_value and not p.boundaries)
+        return tuple(p.input_name for p in parts if p.multi_value and (p.sequence or not p.boundaries))
+
+    @property
+    def weighted(self) -> bool:
+        return bool(self.kv_separator)
+
+
+def weights_key(feature_name: str) -> str:
+    """The parsed features' key of a weighted tag feature's weights (not a field name: it has a slash)."""
+    return feature_name + "/weights"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +131,10 @@ class FeatureSpecs:
     def features_of_table(self, table: str) -> List[IdFeature]:
         return [f for f in self.id_features if f.table == table]
 
+    #: the sequence features that must be as long as each other in every sample (those of one target
+    #: attention, model_config.feature_groups.sequence_features), one tuple per attention
+    aligned_sequences: Tuple[Tuple[str, ...], ...] = ()
+
     @property
     def dense_width(self) -> int:
         """Columns of the dense part: one per number, ``dim`` per vector raw feature."""
@@ -157,11 +179,51 @@ def build_feature_specs(config: pipeline_pb2.PipelineConfig) -> FeatureSpecs:
                                     string_ids=types[part] == _FT.STRING, multi_value=bool(sep), separator=sep or "|",
                                     combiner=fc.combiner, padding=tuple(fc.padding))
                           for part, sep in zip(fc.input_names, seps))
+        sequence = fc.feature_type == pipeline_pb2.FeatureConfig.SequenceFeature
         id_features.append(IdFeature(
             name=name, input_name=input_name, table=table,
-            string_ids=types[input_name] == _FT.STRING,
-            multi_value=fc.feature_type == pipeline_pb2.FeatureConfig.TagFeature or any(c.multi_value for c in combo),
+            string_ids=types[input_name] == _FT.STRING and not fc.boundaries,
+            multi_value=fc.feature_type == pipeline_pb2.FeatureConfig.TagFeature or sequence
+            or any(c.multi_value for c in combo),
             separator=fc.separator, combiner=fc.combiner, padding=tuple(fc.padding), combo=combo,
-            hash_buckets=fc.hash_bucket_size, boundaries=tuple(fc.boundaries)))
+            hash_buckets=fc.hash_bucket_size, boundaries=tuple(fc.boundaries), sequence=sequence,
+            max_length=sequence_bound(fc) if sequence else 0,
+            kv_separator=fc.kv_separator if fc.feature_type == pipeline_pb2.FeatureConfig.TagFeature else ""))
     return FeatureSpecs(fields, data.separator, tuple(data.label_fields), tuple(id_features),
-                        tuple(raw_features), tables, label_kinds=label_kinds(config), sample_weight=data.sample_weight)
+                        tuple(raw_features), tables, label_kinds=label_kinds(config), sample_weight=data.sample_weight,
+                        aligned_sequences=tuple(g.sequences for g in sequence_groups(config.model_config)))
+
+
+def sequence_bound(fc: pipeline_pb2.FeatureConfig) -> int:
+    """The ids a SequenceFeature keeps per sample: the smaller of sequence_length and max_seq_len set (0: all)."""
+    bounds = [b for b in (fc.sequence_length, fc.max_seq_len) if b > 0]
+    return min(bounds) if bounds else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceGroup:
+    """One target attention (a FeatureGroup's sequence_features entry), its seq_att_maps flattened in order."""
+    name: str
+    feature_group: str
+    keys: Tuple[str, ...]
+    hist_seqs: Tuple[str, ...]
+    aux_hist_seqs: Tuple[str, ...]
+    config: pipeline_pb2.SeqAttGroup
+
+    @property
+    def sequences(self) -> Tuple[str, ...]:
+        """Every sequence it reads (its positions must line up)."""
+        return self.hist_seqs + self.aux_hist_seqs
+
+
+def sequence_groups(model_config: pipeline_pb2.ModelConfig) -> List[SequenceGroup]:
+    """Every target attention of the feature groups, in config order (EasyRec's SeqInputLayer reads each
+    group's maps in order: keys and sequences concatenated)."""
+    groups = []
+    for group in model_config.feature_groups:
+        for seq in group.sequence_features:
+            maps = seq.seq_att_map
+            groups.append(SequenceGroup(seq.group_name or group.group_name, group.group_name,
+                                        tuple(k for m in maps for k in m.key), tuple(h for m in maps for h in m.hist_seq),
+                                        tuple(a for m in maps for a in m.aux_hist_seq), seq))
+    return groups

@@ -3,6 +3,8 @@
 Each record (a dict keyed by input_name) is written as one quoted CSV line in
 input_fields order and decoded by CsvParser, so type checks, hashing and the
 rejection of bad samples (with their reason) are the same for every format.
+A list in a tag or sequence field is its values (joined with the feature's
+separator); an object in a weighted tag field is its {id: weight} pairs.
 """
 import json
 from typing import Any, Callable, Dict, List, Sequence
@@ -33,6 +35,8 @@ class RecordParser:
         self._joiners = {part.input_name: part.separator for f in specs.id_features for part in (f.combo or (f,))
                          if part.multi_value}
         self._joiners.update((f.input_name, f.separator) for f in specs.raw_features if f.is_vector)
+        # weighted tags: a JSON object {id: weight} is their "id<kv>weight" values
+        self._pairs = {f.input_name: f.kv_separator for f in specs.id_features if f.weighted}
         self._separator = specs.separator
 
     def _cell(self, name: str, value: Any) -> str:
@@ -42,6 +46,8 @@ class RecordParser:
             text = "1" if value else "0"
         elif isinstance(value, (list, tuple)) and name in self._joiners:
             text = self._joiners[name].join(str(v) for v in value)
+        elif isinstance(value, dict) and name in self._pairs:
+            text = self._joiners[name].join(f"{k}{self._pairs[name]}{v}" for k, v in value.items())
         elif isinstance(value, (dict, list, tuple)):
             raise ValueError(f"field {name!r} holds a {type(value).__name__}")
         else:

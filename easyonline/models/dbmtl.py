@@ -67,7 +67,7 @@ class DBMTL(RankingModel):
         return 1 if settings.deepfm_terms else 0
 
     def logits_from(self, embeddings, first_order, dense, training):
-        bottom = self.bottom(self.group_input("all", embeddings, dense), training=training)
+        bottom = self.bottom(self.group_input("all", embeddings, dense, training), training=training)
         inputs = self.mixture(bottom, training=training) if self.mixture is not None \
             else [bottom] * len(self.tower_names)
         relation: Dict[str, tf.Tensor] = {}

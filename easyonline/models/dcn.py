@@ -67,6 +67,6 @@ class DCN(RankingModel):
         self.output_logit = self.logit_layer(0.0, "output")
 
     def logits_from(self, embeddings, first_order, dense, training):
-        deep = self.deep_dnn(self.group_input(self.deep_group, embeddings, dense), training=training)
-        cross = self.cross(self.group_input(self.cross_group, embeddings, dense))
+        deep = self.deep_dnn(self.group_input(self.deep_group, embeddings, dense, training), training=training)
+        cross = self.cross(self.group_input(self.cross_group, embeddings, dense, training))
         return self.output_logit(self.final(tf.concat([deep, cross], axis=1), training=training))[:, 0]

@@ -92,10 +92,10 @@ class ESMM(RankingModel):
 
     def logits_from(self, embeddings, first_order, dense, training):
         if self.group_names:
-            shared = tf.concat([tower(self.group_input(name, embeddings, dense), training=training)
+            shared = tf.concat([tower(self.group_input(name, embeddings, dense, training), training=training)
                                 for name, tower in zip(self.group_names, self.group_dnns)], axis=1)
         else:
-            shared = self.group_input("all", embeddings, dense)
+            shared = self.group_input("all", embeddings, dense, training)
         ctr = self.ctr_logit(self.ctr_dnn(shared, training=training))[:, 0]
         cvr = self.cvr_logit(self.cvr_dnn(shared, training=training))[:, 0]
         ctcvr = product_logit(ctr, cvr) if self.cvr_is_binary else cvr * tf.sigmoid(ctr)

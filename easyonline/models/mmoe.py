@@ -57,7 +57,7 @@ class MMoE(RankingModel):
         return 1 if settings.deepfm_terms else 0
 
     def logits_from(self, embeddings, first_order, dense, training):
-        inputs = self.mixture(self.group_input("all", embeddings, dense), training=training)
+        inputs = self.mixture(self.group_input("all", embeddings, dense, training), training=training)
         logits = {name: one_or_all(logit(tower(x, training=training)))
                   for name, x, tower, logit in zip(self.tower_names, inputs, self.towers, self.tower_logits)}
         return self.with_deepfm_terms(logits, embeddings, first_order, dense)

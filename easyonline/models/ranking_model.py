@@ -18,6 +18,12 @@ wide part (first-order weights, the dense features' linear weights) and
 which the deep part (embeddings, and the dense features in the DNN);
 without groups every feature feeds both.
 
+A feature group's ``sequence_features`` (EasyRec's) are target attentions
+over behaviour sequences (``TargetAttention``, one per SeqAttGroup, built
+here for every model): ``group_input`` appends their outputs to the group's
+input, and ``sequence_input`` gives a model the parts themselves (keys,
+sequence, lengths), as DIN's towers read them.
+
 Models of towers over feature groups (MMoE, DBMTL, ESMM, MultiTower, DCN:
 docs/models.md) read a group's input with ``group_input``, build their
 layers with ``mlp`` / ``logit_layer``, check their own settings in the
@@ -25,14 +31,14 @@ classmethod ``validate_settings`` and give their tasks through
 ``task_towers`` / ``tasks_from_settings``; a multi-task one's
 ``logits_from`` returns its logits by task name.
 """
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.embedding.dynamic_tables import DynamicTables
 from easyonline.features.label_kinds import towers_in
-from easyonline.features.feature_spec import FeatureSpecs, RawFeature, is_id_feature
-from easyonline.models.layers import MLP, FMInteraction, normalizes
+from easyonline.features.feature_spec import FeatureSpecs, RawFeature, SequenceGroup, is_id_feature, sequence_groups
+from easyonline.models.layers import MLP, FMInteraction, TargetAttention, normalizes
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import RankingTask, Tasks
 from easyonline.tasks.from_config import tasks_from_towers
@@ -41,6 +47,29 @@ from easyonline.tasks.task import task_label
 tf = ensure_legacy_keras()
 
 DEFAULT_HIDDEN_UNITS = (256, 128, 64)
+# EasyRec's attention DNN of a sequence group without seq_dnn
+DEFAULT_ATTENTION_UNITS = (128, 64, 32, 1)
+
+
+class Embeddings(list):
+    """``embed``'s deep embeddings ([B, dim] each, in deep feature order), plus what target attention reads:
+    ``by_name`` every non-sequence id feature's [B, dim] embedding, ``sequences`` every sequence feature's
+    ([B, L, dim] rows, zeros past each sample's length; lengths [B] int64)."""
+
+    def __init__(self, embeddings, by_name: Dict[str, tf.Tensor], sequences: Dict[str, Tuple[tf.Tensor, tf.Tensor]]):
+        super().__init__(embeddings)
+        self.by_name = by_name
+        self.sequences = sequences
+
+
+class SequenceInput(NamedTuple):
+    """A target attention's input: ``keys`` [B, Dk] (its keys concatenated), ``sequence`` [B, L, D] (its hist_seqs
+    concatenated along dim, zeros past ``lengths``), ``lengths`` [B] (the first hist_seq's), ``aux`` [B, L, Da]
+    (its aux_hist_seqs) or None."""
+    keys: tf.Tensor
+    sequence: tf.Tensor
+    lengths: tf.Tensor
+    aux: Optional[tf.Tensor]
 
 
 class RankingModel(tf.keras.Model):
@@ -91,11 +120,42 @@ class RankingModel(tf.keras.Model):
         self._groups = _group_columns(specs, model_config, self._deep_ids)
         self._seed = seed
         self._built_mlps = 0
+        self.sequence_groups: Dict[str, SequenceGroup] = {g.name: g for g in sequence_groups(model_config)}
+        self._sequence_members = {g.group_name: [s.name for s in sequence_groups(model_config)
+                                                 if s.feature_group == g.group_name] for g in model_config.feature_groups}
+        default_dnn, normalizer = self.attention_defaults(model_config)
+        self.attentions: Dict[str, TargetAttention] = {
+            group.name: self.target_attention(group, group.config.seq_dnn if group.config.HasField("seq_dnn")
+                                              else default_dnn, normalizer, group.config.need_key_feature,
+                                              model_config.l2_regularization, f"seq_dnn{group.name}")
+            for group in self.sequence_groups.values()}
         # EasyRec's final_dnn, when a model has one: build_final_dnn
         self.final_dnn: Optional[MLP] = None
         self.final_logit: Any = None
         # each task's scales of DeepFM's terms, with a multi-task model's deepfm_terms: build_deepfm_terms
         self.deepfm_scales: Any = None
+
+    def attention_defaults(self, model_config: pipeline_pb2.ModelConfig) -> Tuple[pipeline_pb2.DNN, str]:
+        """(attention DNN, normalizer) of the sequence groups without seq_dnn: EasyRec's [128, 64, 32, 1] and
+        softmax (DIN's settings override them)."""
+        del model_config
+        return pipeline_pb2.DNN(hidden_units=DEFAULT_ATTENTION_UNITS), "softmax"
+
+    def target_attention(self, group: SequenceGroup, dnn: pipeline_pb2.DNN, normalizer: str, need_key: bool,
+                         l2: float, name: str) -> TargetAttention:
+        """The target attention of ``group`` with ``dnn`` (its last layer: the one linear score unit)."""
+        width = {f.name: self.tables.table_dim(f.table) for f in self.specs.id_features}
+        key_width = sum(width[k] for k in group.keys)
+        seq_width = sum(width[h] for h in group.hist_seqs)
+        transform = ""
+        if key_width != seq_width:  # (the validator allows it with allow_key_transform only)
+            transform = "pad" if key_width < seq_width and not group.config.transform_dnn else "dense"
+        hidden = pipeline_pb2.DNN()
+        hidden.CopyFrom(dnn)
+        del hidden.hidden_units[-1]
+        return TargetAttention(self.mlp(hidden, l2, f"{name}_hidden"), self.logit_layer(l2, f"{name}_score"),
+                               normalizer, need_key, key_width, seq_width,
+                               sum(width[a] for a in group.aux_hist_seqs), transform, name=name)
 
     def first_order_dim(self, model_config: pipeline_pb2.ModelConfig) -> int:  # pylint: disable=unused-argument
         """Width of each id's first-order weights (stored as extra columns of its row); 0: none."""
@@ -113,17 +173,26 @@ class RankingModel(tf.keras.Model):
         ``labels`` and ``now`` (seconds since STATS_EPOCH) feed the per-id statistics in training.
         """
         rows = self.tables(features, training=training, labels=labels, now=now)
-        embeddings: List[tf.Tensor] = []
+        deep: List[tf.Tensor] = []
+        by_name: Dict[str, tf.Tensor] = {}
+        sequences: Dict[str, Tuple[tf.Tensor, tf.Tensor]] = {}
         first_order = []
         for i, feature in enumerate(self.specs.id_features):
             row = rows[feature.name]
             dim = self.tables.table_dim(feature.table)
-            if i in self._deep_ids:  # a static width: layers built on a group's input need its last dim
-                embeddings.append(tf.reshape(row[:, :dim], [-1, dim]))
+            if feature.sequence:
+                sequences[feature.name] = (row[:, :, :dim], features[feature.name].row_lengths())
+                continue
+            by_name[feature.name] = tf.reshape(row[:, :dim], [-1, dim])  # a static width: layers built on a
+            if i in self._deep_ids:                                        # group's input need its last dim
+                deep.append(by_name[feature.name])
             if self.wide_dim and i in self._wide_ids:
                 first_order.append(row[:, dim] if self.wide_dim == 1 else row[:, dim:dim + self.wide_dim])
+        embeddings = Embeddings(deep, by_name, sequences)
         if self._embedding_l2 > 0:
-            self.add_loss(self._embedding_l2 * tf.add_n([tf.reduce_mean(tf.reduce_sum(tf.square(e), 1)) for e in embeddings]))
+            self.add_loss(self._embedding_l2 * tf.add_n(
+                [tf.reduce_mean(tf.reduce_sum(tf.square(e), 1)) for e in embeddings]
+                + [tf.reduce_mean(tf.reduce_sum(tf.square(rows), [1, 2])) for rows, _ in sequences.values()]))
         dense: Optional[tf.Tensor] = None
         if self.specs.raw_features:  # [B, dense_width]: a number is one column, a vector raw feature dim
             dense = tf.reshape(tf.concat([tf.reshape(_scaled(tf.cast(features[f.name], tf.float32), f), [-1, f.dim])
@@ -131,9 +200,11 @@ class RankingModel(tf.keras.Model):
         return embeddings, (tf.stack(first_order, axis=1) if first_order else None), dense
 
     def deep_hidden(self, embeddings, dense, training):
-        """The DNN's last hidden layer [B, units] over the deep features."""
+        """The DNN's last hidden layer [B, units] over the deep features and every target attention's output."""
         dense = _columns(dense, self._deep_dense)
-        inputs = embeddings + ([dense] if dense is not None else [])
+        inputs = list(embeddings) + ([dense] if dense is not None else [])
+        inputs += [attention(*self.sequence_input(name, embeddings), training=training)
+                   for name, attention in self.attentions.items()]
         return self.deep(tf.concat(inputs, axis=1), training=training)
 
     def deep_part(self, embeddings, dense, training):
@@ -210,10 +281,12 @@ class RankingModel(tf.keras.Model):
                                      kernel_initializer=tf.keras.initializers.GlorotUniform(
                                          seed=self._seed + 1000 * self._built_mlps), name=name)
 
-    def group_input(self, group: str, embeddings: List[tf.Tensor], dense: Optional[tf.Tensor]) -> tf.Tensor:
+    def group_input(self, group: str, embeddings: List[tf.Tensor], dense: Optional[tf.Tensor],
+                    training=False) -> tf.Tensor:
         """The input of feature group ``group`` [B, width] (EasyRec's input layer of a group): its id features'
-        embeddings then its raw features, in the group's order. ``all`` without a group of that name is
-        every deep feature. ``embeddings`` and ``dense`` are what ``embed`` returned."""
+        embeddings then its raw features, in the group's order, then the output of each of its
+        sequence_features' target attentions. ``all`` without a group of that name is every deep feature and
+        every target attention. ``embeddings`` and ``dense`` are what ``embed`` returned."""
         positions, columns = self._groups[group]
         parts = [embeddings[p] for p in positions]
         if dense is not None and (columns is None or columns):
@@ -223,7 +296,25 @@ class RankingModel(tf.keras.Model):
         width = sum(self.tables.table_dim(f.table) for f in self._deep_features(positions))
         if dense is not None and (columns is None or columns):
             width += self.specs.dense_width if columns is None else len(columns)
+        attentions = self._sequence_members.get(group, list(self.attentions) if group == "all" else [])
+        for name in attentions:
+            parts.append(self.attentions[name](*self.sequence_input(name, embeddings), training=training))
+            width += self.attentions[name].output_width
         return tf.reshape(tf.concat(parts, axis=1), [-1, width])
+
+    def sequence_input(self, name: str, embeddings: List[tf.Tensor]) -> SequenceInput:
+        """The parts of target attention ``name`` (a sequence_features group_name): keys [B, Dk], sequence
+        [B, L, D], lengths [B], aux [B, L, Da] or None; ``embeddings`` is what ``embed`` returned."""
+        if not isinstance(embeddings, Embeddings):
+            raise TypeError("sequence_input reads what embed returned")
+        group = self.sequence_groups[name]
+        keys = tf.concat([embeddings.by_name[k] for k in group.keys], axis=1)
+        sequences = [embeddings.sequences[h][0] for h in group.sequences]
+        length = tf.reduce_max(tf.stack([tf.shape(s)[1] for s in sequences]))  # (as long in a parsed batch)
+        padded = [tf.pad(s, [[0, 0], [0, length - tf.shape(s)[1]], [0, 0]]) for s in sequences]
+        hist = len(group.hist_seqs)
+        aux = tf.concat(padded[hist:], axis=2) if len(padded) > hist else None
+        return SequenceInput(keys, tf.concat(padded[:hist], axis=2), embeddings.sequences[group.hist_seqs[0]][1], aux)
 
     def _deep_features(self, positions: Sequence[int]) -> list:
         """The id features at ``positions`` of ``embed``'s embeddings list (the deep ids, in spec order)."""
@@ -297,8 +388,8 @@ def _grouped(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig):
     id_names = [f.name for f in specs.id_features]
     dense_names = [f.name for f in specs.raw_features]
     groups = model_config.feature_groups
-    if not groups:
-        everything = set(range(len(id_names)))
+    if not groups:  # (every feature but sequences: those are read by a group's sequence_features only)
+        everything = {i for i, f in enumerate(specs.id_features) if not f.sequence}
         return everything, everything, None, None
     deep = {n for g in groups if g.wide_deep != pipeline_pb2.FeatureGroup.WIDE for n in g.feature_names}
     wide = {n for g in groups if g.wide_deep != pipeline_pb2.FeatureGroup.DEEP for n in g.feature_names}

@@ -13,7 +13,8 @@ from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 # The modules whose classes register themselves; a new model adds its module here.
 MODEL_MODULES = ("easyonline.models.deepfm", "easyonline.models.wide_and_deep", "easyonline.models.dnn",
                  "easyonline.models.mmoe", "easyonline.models.dbmtl", "easyonline.models.esmm",
-                 "easyonline.models.multi_tower", "easyonline.models.dcn")
+                 "easyonline.models.multi_tower", "easyonline.models.dcn", "easyonline.models.din",
+                 "easyonline.models.multi_tower_din")
 
 T = TypeVar("T")
 

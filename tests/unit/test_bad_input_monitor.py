@@ -60,7 +60,7 @@ def test_counts_by_kind_total_and_status_fields():
     monitor.record(5, _bad(2, rejections.FIELD_COUNT) + [(b"x", "weird reason")], empty_messages=2)
     monitor.record(5, _bad(1, rejections.INVALID_UTF8) + _bad(1, rejections.FIELD_COUNT))
     assert monitor.counts == {"field_count": 3, "bad_value": 1, "invalid_utf8": 1, "bad_label": 0, "bad_weight": 0,
-                              "bad_record": 0, "oversized_message": 0}
+                              "bad_record": 0, "oversized_message": 0, "bad_tag_weight": 0, "bad_sequence": 0}
     assert monitor.total == 5 and monitor.empty_messages == 2
     # only non-zero counts, as strings, prefixed with "bad."
     assert monitor.status_fields() == {"bad.field_count": "3", "bad.bad_value": "1", "bad.invalid_utf8": "1",

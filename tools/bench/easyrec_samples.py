@@ -1,4 +1,5 @@
-"""Judging harness: EasyRec's multi-task and ranking samples (MultiTower, DBMTL, MMoE, ESMM, DCN) given a Kafka input.
+"""Judging harness: EasyRec's multi-task and ranking samples (MultiTower, DBMTL, MMoE, ESMM, DCN, DIN) given a Kafka
+input.
 
 For each config, as a user coming from EasyRec would run it: its file inputs
 (``train_input_path``, ``eval_input_path``) are replaced by a
@@ -57,7 +58,7 @@ from easyonline.core.errors import ConfigError  # noqa: E402
 from easyonline.features import build_feature_specs  # noqa: E402
 from easyonline.protos import pipeline_pb2  # noqa: E402
 
-FAMILIES = ("multi_tower", "dbmtl", "mmoe", "esmm", "dcn")
+FAMILIES = ("multi_tower", "dbmtl", "mmoe", "esmm", "dcn", "din")
 STEPS = ("loaded", "trained", "exported", "served", "replay_equal")
 FieldType = pipeline_pb2.DataConfig.FieldType
 FeatureType = pipeline_pb2.FeatureConfig.FeatureType
@@ -161,7 +162,10 @@ class SampleGenerator:
     Each id feature draws from a small skewed vocabulary (so ids repeat and
     are trained); raw features are numbers (spanning their boundaries or
     min_val..max_val; a vector's raw_input_dim numbers joined by its
-    separator); tag features 1-3 ids joined by their separator.
+    separator); tag features 1-3 ids joined by their separator;
+    sequence features 0-8 ids (as many in every sequence of a sample, as one
+    attention needs), drawn from the vocabulary of the key they are compared
+    with (so a sequence names items the stream also shows as targets).
     Binary labels are 0/1 from a hidden logistic model of the first id
     feature, a later binary label only where the first is 1 (as a purchase
     needs a click); regression labels are numbers.
@@ -180,6 +184,12 @@ class SampleGenerator:
         self.weights = self.rng.normal(0, 1.5, vocab)
         self._probs = 1.0 / np.arange(1, vocab + 1) ** 1.1
         self._probs /= self._probs.sum()
+        fields = {f.input_name: f for f in self.fields}
+        names = {(f.feature_name or f.input_names[0]): f.input_names[0] for f in config.feature_configs}
+        # each sequence's paired key (the i-th key of its attention): its field gives the sequence's ids
+        self._key_field = {names[h]: fields[names[k]] for g in config.model_config.feature_groups
+                           for seq in g.sequence_features for m in seq.seq_att_map for k, h in zip(m.key, m.hist_seq)}
+        self._sequence_count = 0
 
     def _id(self, field: pipeline_pb2.DataConfig.Field, index: int):
         return index if field.input_type in _INTS else f"{field.input_name}_{index}"
@@ -198,6 +208,10 @@ class SampleGenerator:
                 return feature.separator.join(str(round(float(n), 4)) for n in numbers)
             number = self.rng.uniform(low, high)
             return int(number) if field.input_type in _INTS else round(float(number), 4)
+        if feature is not None and feature.feature_type == FeatureType.SequenceFeature:
+            ids = self.rng.choice(self.vocab, self._sequence_count, p=self._probs)
+            key = self._key_field.get(field.input_name, field)
+            return feature.separator.join(str(self._id(key, int(i))) for i in ids)
         if feature is not None and feature.feature_type == FeatureType.TagFeature:
             count = int(self.rng.integers(1, 4))
             ids = self.rng.choice(self.vocab, count, p=self._probs)
@@ -213,6 +227,7 @@ class SampleGenerator:
         rows = []
         for _ in range(count):
             draws = iter(self.rng.choice(self.vocab, len(self.fields), p=self._probs).tolist())
+            self._sequence_count = int(self.rng.integers(0, 9))
             row: Dict[str, object] = {}
             for field in self.fields:
                 hidden = next(draws)
@@ -264,7 +279,7 @@ def export_models(model_dirs: Sequence[str], export_dirs: Sequence[str]) -> List
     written, or ``error: ...``."""
     pairs = [f"{m}={e}" for m, e in zip(model_dirs, export_dirs)]
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--export", *pairs], env=python_env(),
-                          capture_output=True, text=True, timeout=900, check=False)
+                          capture_output=True, text=True, timeout=300 * max(len(pairs), 3), check=False)
     answers = [line.split(" ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("EXPORTED ")]
     if len(answers) != len(pairs):
         raise RuntimeError(f"export exited {proc.returncode}: {proc.stderr[-1500:]}")

@@ -1,0 +1,209 @@
+"""Behaviour sequences end to end: DIN (and every tower model's group input) on a generated stream through the
+broker trains, publishes updates that replay exactly, exports and serves over REST what the trainer scores;
+sequence ids are admitted and evicted as any id of their table; bad sequences are counted and dead-lettered.
+
+The stream: a user clicks far more often when the items they looked at last (``hist_cate``) include one of the
+"hot" categories or the target's own category: a signal only the histories hold (no target id alone holds it);
+``hist_item`` shares the ``item`` table.
+"""
+import collections
+
+import numpy as np
+import pytest
+from kafka import KafkaConsumer
+
+from easyonline.config import parse_pipeline_config
+from easyonline.config.validate import validate_pipeline_config
+from easyonline.core.rejections import BAD_SEQUENCE, BAD_TAG_WEIGHT
+from easyonline.inputs import KafkaInput
+from easyonline.jobs.online_train import build_trainer
+from easyonline.tools.stream_producer import produce
+from easyonline.updates.model_diff import differences_from_model
+from easyonline.updates.param_ids import read_parameter_ids
+from easyonline.updates.readers import KafkaUpdateReader
+from tests.integration.test_export_serve import Server
+from tests.integration.test_incremental_updates import _replay
+from tests.integration.test_multi_task_models import auc
+from tests.integration.test_serve_tasks import replayed, trained_outputs, train_publish_and_export_early
+
+FIELDS = (("clk", "INT32"), ("user", "STRING"), ("item", "STRING"), ("cate", "STRING"), ("price", "FLOAT"),
+          ("hist_item", "STRING"), ("hist_cate", "STRING"), ("tags", "STRING"))
+GROUPS = """
+  feature_groups { group_name: "user" feature_names: ["user", "tags", "price"] }
+  feature_groups { group_name: "item" feature_names: ["item", "cate"]
+    sequence_features { group_name: "din" seq_att_map { key: ["item", "cate"] hist_seq: ["hist_item", "hist_cate"] }
+                        seq_dnn { hidden_units: [8, 1] } } }
+"""
+DIN = 'model_class: "DIN" din { dnn { hidden_units: [16, 8] } l2_regularization: 1e-6 }'
+
+
+def din_lines(start: int, count: int):
+    """clk,user,item,cate,price,hist_item,hist_cate,tags. An item's category is item % 12; a history holds
+    0-6 items; clk is 1 with probability 0.8 when the history holds a category 0-2 or the target's, else 0.1."""
+    rng = np.random.default_rng(start)
+    out = []
+    for _ in range(count):
+        item = int(rng.integers(0, 300))
+        history = rng.integers(0, 300, int(rng.integers(0, 7))).tolist()
+        seen = bool({item % 12, 0, 1, 2} & {h % 12 for h in history})
+        clk = int(rng.random() < (0.8 if seen else 0.1))
+        tags = "|".join(f"t{int(t)}:{float(rng.integers(1, 10)) / 10}" for t in rng.integers(0, 20, int(rng.integers(0, 3))))
+        out.append(",".join([str(clk), f"u{int(rng.integers(0, 50))}", f"i{item}", f"c{item % 12}",
+                             f"{rng.uniform(0, 5):.2f}", "|".join(f"i{h}" for h in history),
+                             "|".join(f"c{h % 12}" for h in history), tags]).encode())
+    return out
+
+
+def din_config(model_dir, model: str = DIN, server: str = "", topic: str = "", publish_to: str = "", item: str = "",
+               groups: str = GROUPS):
+    fields = "".join(f'input_fields {{ input_name: "{n}" input_type: {t} }}' for n, t in FIELDS)
+    publish = f'incr_save_config {{ sparse_save_steps: 2 dense_save_steps: 3 kafka {{ server: "{server}" ' \
+              f'topic: "{publish_to}" }} }}' if publish_to else ""
+    text = f"""
+model_dir: "{model_dir}"
+kafka_train_input {{ server: "{server or '127.0.0.1:9'}" topic: "{topic or 'none'}" group: "g" }}
+data_config {{ {fields} label_fields: "clk" batch_size: 200 batch_timeout_ms: 200 }}
+feature_configs {{ input_names: "user" embedding_dim: 4 }}
+feature_configs {{ input_names: "item" embedding_dim: 4 {item} }}
+feature_configs {{ input_names: "cate" embedding_dim: 4 initializer_stddev: 0.3 }}
+feature_configs {{ input_names: "price" feature_type: RawFeature }}
+feature_configs {{ input_names: "hist_item" feature_type: SequenceFeature embedding_dim: 4 embedding_name: "item"
+                   sequence_length: 5 {item} }}
+feature_configs {{ input_names: "hist_cate" feature_type: SequenceFeature embedding_dim: 4 embedding_name: "cate"
+                   max_seq_len: 5 initializer_stddev: 0.3 }}
+feature_configs {{ input_names: "tags" feature_type: TagFeature embedding_dim: 4 kv_separator: ":" }}
+model_config {{ {groups} {model} }}
+train_config {{ optimizer_config {{ adam_optimizer {{ learning_rate: 0.02 }} }} save_checkpoints_secs: 0
+               log_step_count_secs: 1 seconds_per_day: 10 {publish} }}
+"""
+    config = parse_pipeline_config(text)
+    validate_pipeline_config(config)
+    return config
+
+
+@pytest.mark.parametrize("model", [DIN, 'model_class: "MultiTower" multi_tower { towers { input: "user" dnn { '
+                                   'hidden_units: [8] } } towers { input: "item" dnn { hidden_units: [8] } } }'])
+def test_a_sequence_model_trains_through_the_broker_learns_the_history_and_its_updates_replay_exactly(
+        broker, topic, tmp_path, model):
+    broker.create_topic(topic, 2)
+    samples = 8000
+    produce(broker.bootstrap, topic, [din_lines(0, samples)], partitions=2)
+    updates = topic + "_updates"
+    config = din_config(tmp_path / "model", model, broker.bootstrap, topic, updates)
+    trainer = build_trainer(config, online=False, source=KafkaInput(config.kafka_train_input, 200, 200))
+    summary = trainer.run()
+    assert summary.samples == samples and summary.rejected == 0
+    reader = KafkaUpdateReader(broker.bootstrap, updates)
+    records = reader.read_available()
+    reader.close()
+    replica = _replay(records, "model")
+    ids = read_parameter_ids(str(tmp_path / "model"))
+    assert differences_from_model(replica, trainer.model, ids) == []
+    # the attention's weights are dense parameters like any other: published and replayed
+    assert any(name.startswith("attentions/din/") for name in ids.dense), sorted(ids.dense)
+    # the item table holds the targets' ids and the histories' (one table: "i7" is one row whatever its place)
+    parsed = trainer.parser.parse(din_lines(90000, 400))
+    known = set(trainer.model.tables.embeddings["item"].params.export()[0].numpy().tolist())
+    assert set(parsed.features["hist_item"].flat_values.numpy().tolist()) - known <= set()
+    assert len(known) <= 300
+    outputs = trainer.model.task_outputs(trainer.model(parsed.features, training=False))
+    labels = parsed.labels.numpy()
+    assert auc(labels, outputs["probs"].numpy()) > 0.75  # the category-in-history signal (no id alone holds it)
+
+
+def test_din_exports_and_serves_over_rest_what_the_trainer_scores_after_replaying_updates(tmp_path):
+    config = din_config(tmp_path / "m")
+    trainer, _, updates = train_publish_and_export_early(tmp_path, config, din_lines(0, 1200))
+    lines = din_lines(70000, 8) + [b"0,u1,i3,c3,1.0,,,", b"1,u2,i4,c4,2.0,i4|i16|i9|i1|i2|i3|i5,c4|c4|c9|c1|c2|c3|c5,t1:2"]
+    expected = trained_outputs(trainer, lines)
+    server = Server(tmp_path / "export", tmp_path / "serve.log")
+    try:
+        replayed(server, updates)  # steps 3-6 (attention included) came as updates
+        names = [name for name, _ in FIELDS if name != "clk"]
+        rows = [{n: (float(v) if n == "price" else v) for n, v in zip(names, line.decode().split(",")[1:])}
+                for line in lines]  # a sequence is a string per sample, as a tag field
+        served = server.predict_outputs(rows)
+        for name in ("probs", "logits"):
+            np.testing.assert_allclose(served[name], expected[name], atol=1e-5, err_msg=name)
+    finally:
+        assert server.stop() == 0
+
+
+class Clocked:
+    """A trainer fed by hand with a controllable clock (test_admission_eviction's harness, on din_config)."""
+
+    def __init__(self, tmp_path, item_policy: str):
+        config = din_config(tmp_path, item=item_policy)
+        self.now = 1.7e9 + 1000.0
+        self.trainer = build_trainer(config, online=False)
+        self.trainer.clock = lambda: self.now
+
+    def train(self, item: str, history: str):
+        cates = "|".join("c0" for h in history.split("|") if h)
+        parsed = self.trainer.parser.parse([f"1,u,{item},c0,1,{history},{cates},".encode()])
+        assert not parsed.rejected
+        self.trainer.train_batch(parsed.features, parsed.labels)
+
+    def items(self):
+        return sorted(self.trainer.model.tables.embeddings["item"].params.export()[0].numpy().tolist())
+
+    def ids(self, *names: str):
+        parsed = self.trainer.parser.parse([f"0,u,{n},c0,1,,,".encode() for n in names])
+        return parsed.features["item"].numpy().tolist()
+
+
+def test_sequence_ids_are_admitted_evicted_and_readmitted_as_any_id_of_their_table(tmp_path):
+    h = Clocked(tmp_path, "admission { count_filter { min_count: 2 } } eviction { delete_after_unseen_days: 2 }")
+    a, b, x = h.ids("a", "b", "x")
+    h.train("x", "a|b")  # a and b seen once, in a history only
+    assert h.items() == []
+    h.train("x", "a")  # a's second occurrence (a history counts as any other), x's second as a target
+    assert h.items() == sorted([a, x])
+    stats = h.trainer.model.tables.statistics["item"].export()
+    counts = dict(zip(stats[0].numpy().tolist(), stats[1].numpy()[:, 0].tolist()))
+    assert counts == {a: 2.0, b: 1.0, x: 2.0}
+    h.now += 25  # unseen for 25 s > 2 days of 10 s
+    assert sorted(h.trainer.shrink()["item"].tolist()) == sorted([a, x])  # the rows; b had statistics only
+    assert h.items() == [] and h.trainer.model.tables.statistics["item"].size().numpy() == 0
+    h.train("y", "a")
+    assert h.items() == []  # its statistics went with it: admitted again on its second occurrence, not its first
+    h.train("y", "a|a")
+    assert a in h.items()
+
+
+def _bad(line: bytes, kind: str) -> bytes:
+    fields = line.split(b",")
+    if kind == BAD_TAG_WEIGHT:
+        fields[7] = b"t1:0.5|t2:heavy"
+    else:  # a history whose categories are one short
+        fields[5], fields[6] = b"i1|i2|i3", b"c1|c2"
+    return b",".join(fields)
+
+
+def test_bad_sequences_and_tag_weights_are_counted_dead_lettered_and_nothing_else_lost(broker, topic, tmp_path):
+    good = din_lines(0, 3000)
+    lines, injected = [], collections.Counter()
+    for i, line in enumerate(good):
+        lines.append(line)
+        if i % 50 == 49:
+            kind = (BAD_TAG_WEIGHT, BAD_SEQUENCE)[(i // 50) % 2]
+            lines.append(_bad(din_lines(50000 + i, 1)[0], kind))
+            injected[kind] += 1
+    broker.create_topic(topic, 2)
+    produce(broker.bootstrap, topic, [lines], partitions=2)
+    config = din_config(tmp_path / "m", server=broker.bootstrap, topic=topic)
+    config.data_config.dead_letter_topic = topic + "_dead"
+    trainer = build_trainer(config, online=False, source=KafkaInput(config.kafka_train_input, 200, 200))
+    summary = trainer.run()
+    assert summary.samples == 3000 and summary.rejected == 60
+    assert {k: v for k, v in trainer.bad_input.counts.items() if v} == dict(injected) == {BAD_TAG_WEIGHT: 30,
+                                                                                          BAD_SEQUENCE: 30}
+    consumer = KafkaConsumer(topic + "_dead", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=30000)
+    dead = collections.Counter()
+    for record in consumer:
+        dead[dict(record.headers)["kind"].decode()] += 1
+        if sum(dead.values()) >= 60:
+            break
+    consumer.close()
+    assert dict(dead) == dict(injected)
