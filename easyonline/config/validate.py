@@ -9,7 +9,7 @@ import logging
 
 from kafka import KafkaProducer
 
-from easyonline.config.validate_sequences import (validate_multi_value, validate_sequence_groups,
+from easyonline.features.sequence_settings import (validate_multi_value, validate_sequence_groups,
                                                   validate_shared_sequence_tables)
 from easyonline.config.kafka_settings import confluent_kafka_module, extra_consumer_config, librdkafka_config
 from easyonline.core.errors import ConfigError

@@ -10,7 +10,7 @@ sequence groups without their own ``seq_dnn``.
 """
 from typing import Tuple
 
-from easyonline.config.validate_sequences import NORMALIZERS, validate_attention_dnn
+from easyonline.features.sequence_settings import NORMALIZERS, validate_attention_dnn
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.models.ranking_model import DEFAULT_HIDDEN_UNITS, RankingModel

@@ -8,7 +8,7 @@ target attention of the sequence group named ``input`` (a
 attention DNN: softmax weights, output [pooled sequence, keys], as EasyRec's
 ``MultiTowerDIN.din``.
 """
-from easyonline.config.validate_sequences import sequence_group_names, validate_attention_dnn
+from easyonline.features.sequence_settings import sequence_group_names, validate_attention_dnn
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.models.multi_tower import MultiTower
