@@ -127,3 +127,32 @@ def test_mmoe_with_two_labels_and_weights_trains_on_the_arrays_as_on_csv_parser(
         np.testing.assert_allclose([figures[task]["ctr"], replayed_figures[task]["ctr"]], positives, err_msg=task)
         np.testing.assert_allclose(figures[task]["auc"], replayed_figures[task]["auc"], atol=1e-3)
     assert clicks > buys > 0
+
+
+def test_a_cluster_trainer_feeds_both_labels_and_the_weights_of_a_batch_of_arrays(tmp_path):
+    """The ps cluster's step (distributed/session_engine.py) feeds a batch of arrays as it feeds CsvParser's:
+    each task's label by name into its placeholder, the weights into theirs."""
+    from easyonline.distributed.cluster_config import ClusterConfig  # pylint: disable=g-import-not-at-top
+    from easyonline.distributed.train_graph import TrainGraph  # pylint: disable=g-import-not-at-top
+    from easyonline.features import CsvParser, build_feature_specs  # pylint: disable=g-import-not-at-top
+    from easyonline.features.csv_parser import ParsedBatch  # pylint: disable=g-import-not-at-top
+    from easyonline.features.vector_csv import VectorCsvParser  # pylint: disable=g-import-not-at-top
+    config = weighted_config(tmp_path, "127.0.0.1:9", "none")
+    specs = build_feature_specs(config)
+    cluster = ClusterConfig({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "worker": []}, "chief", 0)
+    graph = TrainGraph(config, specs, cluster)
+    batch = weighted_lines(0, 50)
+    feeds = []
+    for parsed in (ParsedBatch.from_vectors(VectorCsvParser(specs).parse(batch)), CsvParser(specs).parse(batch)):
+        labels = parsed.labels_by_name(specs.label_names[0])  # as SessionEngine.train_and_count reads them
+        feeds.append(graph.feed(parsed.host_features(), {name: labels[name] for name in graph.label_names}, 0.0,
+                                {0: 50}, 0, parsed.sample_weights))
+    arrays, csv = feeds
+    assert sorted(graph.label_feeds) == ["buy", "clk"]
+    for name, placeholder in graph.label_feeds.items():
+        np.testing.assert_array_equal(arrays[placeholder], [float(line.split(b",")[name == "buy"]) for line in batch])
+        assert arrays[placeholder].tobytes() == csv[placeholder].tobytes(), name
+    np.testing.assert_array_equal(arrays[graph.sample_weight], [float(line.split(b",")[-1] or b"2") for line in batch])
+    assert arrays.keys() == csv.keys()
+    for placeholder, value in csv.items():
+        np.testing.assert_array_equal(np.asarray(arrays[placeholder]), np.asarray(value), err_msg=str(placeholder))

@@ -60,19 +60,27 @@ class Timer(Callback):
         self.samples = 0
         self.start = self.end = None
         self.wait_start = self.wait_end = 0.0
+        self.cpu_start = self.cpu_end = 0.0  # this process's CPU (every thread; not the reader process's)
 
     def waited_share(self) -> float:
         """Share of the timed window the trainer spent waiting for its next batch."""
         return (self.wait_end - self.wait_start) / (self.end - self.start)
 
+    def cpu_us_per_sample(self) -> float:
+        """The trainer process's CPU per sample over the timed window: what a slower machine's speed, or
+        other processes on this one, move far less than the wall-clock rate."""
+        return 1e6 * (self.cpu_end - self.cpu_start) / self.samples
+
     def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
         self.batches += 1
         if self.batches == WARMUP_BATCHES:
             self.start = time.perf_counter()
+            self.cpu_start = time.process_time()
             self.wait_start = getattr(trainer, "input_wait_seconds", 0.0)
         elif self.batches > WARMUP_BATCHES:
             self.samples += parsed_batch.size
             self.end = time.perf_counter()
+            self.cpu_end = time.process_time()
             self.wait_end = getattr(trainer, "input_wait_seconds", 0.0)
 
     def rate(self):
@@ -127,7 +135,7 @@ def from_broker(work, broker, topic, arrays: bool = True):
                                                     data.batch_timeout_ms, max_message_bytes=data.max_message_bytes)
     trainer = build_trainer(config, online=False, source=source, callbacks=[timer])
     summary = trainer.run()
-    return timer.rate(), timer.waited_share(), summary
+    return timer.rate(), timer.waited_share(), summary, timer.cpu_us_per_sample()
 
 
 def main() -> None:
@@ -180,7 +188,7 @@ def main() -> None:
             return from_memory(work, lines, BATCH_SIZE)
 
         memory_rates, broker_rates, ratios = alternate(memory_run, broker_run, args.rounds)
-    waits = [waited for _, waited, _ in results]
+    waits = [waited for _, waited, _, _ in results]
     summary = results[-1][2]
     ratio = statistics.median(ratios)
     memory_rate, broker_rate = statistics.median(memory_rates), statistics.median(broker_rates)
@@ -193,6 +201,7 @@ def main() -> None:
         "broker_samples_per_sec": round(broker_rate), "broker_runs": [round(r) for r in broker_rates],
         "ratio_broker_to_memory": round(ratio, 3), "ratios": [round(r, 3) for r in ratios],
         "broker_input_wait_share": [round(w, 3) for w in waits],
+        "broker_trainer_cpu_us_per_sample": [round(r[3], 1) for r in results],
         "broker_run_samples": summary.samples, "broker_run_auc": round(summary.auc, 4),
         "broker_run_task_aucs": {task: round(figures["auc"], 4) for task, figures in summary.tasks.items()
                                  if figures.get("auc") is not None},
@@ -204,13 +213,14 @@ def main() -> None:
                        "ratio_to_feature_step": round(statistics.median(feature_step_ratios), 3),
                        "ratios_to_feature_step": [round(r, 3) for r in feature_step_ratios]})
     if csv_results:
-        csv_rates = [rate for rate, _, _ in csv_results]
+        csv_rates = [rate for rate, _, _, _ in csv_results]
         csv_ratios = neighbour_ratios(memory_rates, csv_rates)
         arrays_over_csv = [a / c for a, c in zip(broker_rates, csv_rates)]
         result.update({"csv_parser_broker_runs": [round(r) for r in csv_rates],
                        "csv_parser_ratios": [round(r, 3) for r in csv_ratios],
                        "ratio_csv_parser_broker_to_memory": round(statistics.median(csv_ratios), 3),
-                       "csv_parser_input_wait_share": [round(w, 3) for _, w, _ in csv_results],
+                       "csv_parser_input_wait_share": [round(w, 3) for _, w, _, _ in csv_results],
+                       "csv_parser_trainer_cpu_us_per_sample": [round(r[3], 1) for r in csv_results],
                        "arrays_over_csv_parser": [round(r, 3) for r in arrays_over_csv],
                        "ratio_arrays_to_csv_parser": round(statistics.median(arrays_over_csv), 3)})
     print(json.dumps(result))
@@ -222,10 +232,12 @@ def main() -> None:
               f"{', '.join(f'{r:.0f}' for r in feature_step_rates)}   "
               "(the per-feature step, before 2026-11-26's baseline)")
     print(f"{'broker':<10} {broker_rate:>18.0f}   {', '.join(f'{r:.0f}' for r in broker_rates)}   "
-          f"(waiting for input {', '.join(f'{w:.0%}' for w in waits)} of the time)")
+          f"(waiting for input {', '.join(f'{w:.0%}' for w in waits)} of the time; trainer CPU "
+          f"{', '.join(f'{r[3]:.1f}' for r in results)} us/sample)")
     if csv_results:
         print(f"{'(CsvParser)':<10} {statistics.median(csv_rates):>17.0f}   {', '.join(f'{r:.0f}' for r in csv_rates)}"
-              f"   (waiting for input {', '.join(f'{w:.0%}' for _, w, _ in csv_results)} of the time)")
+              f"   (waiting for input {', '.join(f'{w:.0%}' for _, w, _, _ in csv_results)} of the time; trainer CPU "
+              f"{', '.join(f'{r[3]:.1f}' for r in csv_results)} us/sample)")
     print(f"ratio broker/memory (median of {len(ratios)}: {', '.join(f'{r:.3f}' for r in ratios)}): {ratio:.3f} "
           f"(target >= 0.86); broker >= 10000/s: {'yes' if broker_rate >= 10000 else 'NO'}")
     if feature_step_rates:
