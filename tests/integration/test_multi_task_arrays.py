@@ -16,7 +16,9 @@ from easyonline.core.callbacks import Callback
 from easyonline.inputs.raw_batch import BatchSource, RawBatch
 from easyonline.jobs.online_train import build_trainer
 from easyonline.tools.stream_producer import produce
-from tests.integration.test_multi_task_models import GROUPS, MMOE, config_for, lines
+import pytest
+
+from tests.integration.test_multi_task_models import ESMM, GROUPS, MMOE, config_for, lines
 
 SAMPLES = 3000
 WEIGHTS = (b"1", b"0", b"2.5", b"0.5", b"", b"3")  # "" takes the field's default, 2
@@ -27,8 +29,8 @@ def weighted_lines(start: int, count: int) -> List[bytes]:
     return [line + b"," + WEIGHTS[(start + i) % len(WEIGHTS)] for i, line in enumerate(lines(start, count))]
 
 
-def weighted_config(model_dir, server: str, topic: str):
-    config = config_for(MMOE, model_dir, GROUPS, server, topic)
+def weighted_config(model_dir, server: str, topic: str, model: str = MMOE):
+    config = config_for(model, model_dir, GROUPS, server, topic)
     config.data_config.input_fields.add(input_name="w", input_type=config.data_config.FLOAT, default_val="2")
     config.data_config.sample_weight = "w"
     return config
@@ -69,11 +71,12 @@ class Replay(BatchSource):
         return RawBatch(self._batches[self._next - 1], {0: self._next}, messages=len(self._batches[self._next - 1]))
 
 
-def test_mmoe_with_two_labels_and_weights_trains_on_the_arrays_as_on_csv_parser(broker, topic, tmp_path, caplog):
+@pytest.mark.parametrize("model", ["MMOE", "ESMM"])  # ESMM: its ctcvr task reads clk times buy
+def test_two_labels_and_weights_train_on_the_arrays_as_on_csv_parser(broker, topic, tmp_path, caplog, model):
     broker.create_topic(topic, 2)
     stream = weighted_lines(0, SAMPLES)
     produce(broker.bootstrap, topic, [stream], partitions=2)
-    config = weighted_config(tmp_path / "arrays", broker.bootstrap, topic)
+    config = weighted_config(tmp_path / "arrays", broker.bootstrap, topic, globals()[model])
     arrays = Recorder()
     trainer = build_trainer(config, online=False, callbacks=[arrays])  # the config's input: the reader process
     with caplog.at_level(logging.INFO, logger="easyonline.inputs.build_source"):
@@ -84,7 +87,7 @@ def test_mmoe_with_two_labels_and_weights_trains_on_the_arrays_as_on_csv_parser(
     assert trainer.engine._vector_steps  # trained by the step that takes the arrays whole
 
     csv = Recorder()
-    replayed = build_trainer(weighted_config(tmp_path / "csv", broker.bootstrap, topic), online=False,
+    replayed = build_trainer(weighted_config(tmp_path / "csv", broker.bootstrap, topic, globals()[model]), online=False,
                              source=Replay(arrays.lines), callbacks=[csv])
     assert replayed.run().samples == SAMPLES
     assert not any(csv.arrays) and not replayed.engine._vector_steps  # CsvParser's batches, the per-feature step
@@ -121,9 +124,11 @@ def test_mmoe_with_two_labels_and_weights_trains_on_the_arrays_as_on_csv_parser(
         np.testing.assert_array_equal(keys[order], other_keys[other_order])
         np.testing.assert_allclose(values[order], other_values[other_order], rtol=1e-5, atol=1e-6, err_msg=table)
     figures, replayed_figures = trainer.engine.task_figures(), replayed.engine.task_figures()
-    assert figures.keys() == replayed_figures.keys() == {"ctr", "cvr"}
+    assert figures.keys() == replayed_figures.keys() == ({"ctr", "cvr"} if model == "MMOE" else {"ctr", "cvr", "ctcvr"})
     clicks, buys = (np.mean([float(by_sample[line][i]) for line in stream]) for i in (0, 1))
-    for task, positives in (("ctr", clicks), ("cvr", buys)):  # each task's metrics read its own label
+    targets = {"ctr": clicks, "cvr": buys, "ctcvr": buys}  # ctcvr: clk x buy; buy is only ever after a click
+    for task in figures:  # each task's metrics read its own label(s)
+        positives = targets[task]
         np.testing.assert_allclose([figures[task]["ctr"], replayed_figures[task]["ctr"]], positives, err_msg=task)
         np.testing.assert_allclose(figures[task]["auc"], replayed_figures[task]["auc"], atol=1e-3)
     assert clicks > buys > 0
