@@ -21,6 +21,7 @@ import pytest
 from tests.integration.test_multi_task_models import ESMM, GROUPS, MMOE, config_for, lines
 
 SAMPLES = 3000
+MODELS = {"MMOE": MMOE, "ESMM": ESMM}
 WEIGHTS = (b"1", b"0", b"2.5", b"0.5", b"", b"3")  # "" takes the field's default, 2
 
 
@@ -76,7 +77,7 @@ def test_two_labels_and_weights_train_on_the_arrays_as_on_csv_parser(broker, top
     broker.create_topic(topic, 2)
     stream = weighted_lines(0, SAMPLES)
     produce(broker.bootstrap, topic, [stream], partitions=2)
-    config = weighted_config(tmp_path / "arrays", broker.bootstrap, topic, globals()[model])
+    config = weighted_config(tmp_path / "arrays", broker.bootstrap, topic, MODELS[model])
     arrays = Recorder()
     trainer = build_trainer(config, online=False, callbacks=[arrays])  # the config's input: the reader process
     with caplog.at_level(logging.INFO, logger="easyonline.inputs.build_source"):
@@ -87,7 +88,7 @@ def test_two_labels_and_weights_train_on_the_arrays_as_on_csv_parser(broker, top
     assert trainer.engine._vector_steps  # trained by the step that takes the arrays whole
 
     csv = Recorder()
-    replayed = build_trainer(weighted_config(tmp_path / "csv", broker.bootstrap, topic, globals()[model]), online=False,
+    replayed = build_trainer(weighted_config(tmp_path / "csv", broker.bootstrap, topic, MODELS[model]), online=False,
                              source=Replay(arrays.lines), callbacks=[csv])
     assert replayed.run().samples == SAMPLES
     assert not any(csv.arrays) and not replayed.engine._vector_steps  # CsvParser's batches, the per-feature step
