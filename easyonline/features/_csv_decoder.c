@@ -3,9 +3,11 @@
  * On two cores every microsecond of input CPU comes out of the training
  * step; numpy needs ~5 us per 40-field sample (twenty passes over the
  * bytes), this one pass needs well under one. It follows the numpy path's
- * rules exactly (vector_csv.py): plain decimals only, labels 0 or 1, every
- * line with every field; anything else returns False and the batch goes to
- * TensorFlow's CsvParser. Ids are FarmHash Fingerprint64 % (2^63 - 1), as
+ * rules exactly (vector_csv.py): plain decimals only, every line with every
+ * field, and CsvParser's checks of labels and weights (a binary label 0 or
+ * 1, any other label finite, a sample weight finite and >= 0); anything else
+ * returns False and the batch goes to TensorFlow's CsvParser, which rejects
+ * just the lines that fail, with their reasons. Ids are FarmHash Fingerprint64 % (2^63 - 1), as
  * tf.strings.to_hash_bucket_fast computes them (port of farmhashna::Hash64,
  * farmhash.cc, MIT licence).
  *
@@ -14,12 +16,14 @@
  *     blob: ``count`` lines joined by newlines; columns: tuple of
  *     (field, kind, out, default_int, default_float, pads), see Column;
  *     ids int64[count, n_ids], dense float32[count, n_dense], labels
- *     float32[count]: writable C-contiguous buffers, filled in place (their
- *     sizes give n_ids and n_dense).
+ *     float32[count, n_labels] (label fields, then the sample weight):
+ *     writable C-contiguous buffers, filled in place (their sizes give
+ *     n_ids, n_dense and n_labels).
  *   fingerprint64(bytes) -> int
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -28,7 +32,10 @@
 #define MAX_FLOAT_DIGITS 15
 #define MAX_INT_DIGITS 18
 
-enum { HASH_ID = 1, INT_ID = 2, FLOAT_DENSE = 3, INT_DENSE = 4, INT_LABEL = 5, FLOAT_LABEL = 6 };
+/* Label columns (5..10) write to labels[row, out] after their check: BINARY 0 or 1, NUMBER finite, WEIGHT
+ * finite and >= 0 (a plain decimal is always finite; checked anyway, as CsvParser checks). */
+enum { HASH_ID = 1, INT_ID = 2, FLOAT_DENSE = 3, INT_DENSE = 4, INT_BINARY = 5, FLOAT_BINARY = 6, INT_NUMBER = 7,
+       FLOAT_NUMBER = 8, INT_WEIGHT = 9, FLOAT_WEIGHT = 10, LAST_KIND = FLOAT_WEIGHT };
 
 /* ---- FarmHash Fingerprint64 (farmhashna::Hash64) ---- */
 
@@ -239,7 +246,7 @@ static Column *read_columns(PyObject *spec, Py_ssize_t num_fields, Py_ssize_t *c
         double default_float;
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, i), "ninLdO!", &c->field, &c->kind, &c->out, &default_int,
                               &default_float, &PyTuple_Type, &pads)) goto fail;
-        if (c->field < 0 || c->field >= num_fields || c->kind < HASH_ID || c->kind > FLOAT_LABEL) {
+        if (c->field < 0 || c->field >= num_fields || c->kind < HASH_ID || c->kind > LAST_KIND) {
             PyErr_Format(PyExc_ValueError, "column %zd: bad field or kind", i);
             goto fail;
         }
@@ -272,7 +279,7 @@ fail:
 
 /* Writes one column of one line; 0 if the field declines the batch. */
 static int convert(const Column *c, const uint8_t *s, size_t len, Py_ssize_t row, int64_t *ids, Py_ssize_t n_ids,
-                   float *dense, Py_ssize_t n_dense, float *labels) {
+                   float *dense, Py_ssize_t n_dense, float *labels, Py_ssize_t n_labels) {
     int64_t i;
     float f;
     switch (c->kind) {
@@ -303,20 +310,25 @@ static int convert(const Column *c, const uint8_t *s, size_t len, Py_ssize_t row
         else if (!parse_int(s, len, &i)) return 0;
         dense[row * n_dense + c->out] = (float)i;
         return 1;
-    case INT_LABEL:
+    case INT_BINARY:
+    case INT_NUMBER:
+    case INT_WEIGHT:
         if (len == 0) i = c->default_int;
         else if (!parse_int(s, len, &i)) return 0;
-        if (i != 0 && i != 1) return 0;
-        labels[row] = (float)i;
-        return 1;
-    case FLOAT_LABEL:
+        f = (float)i; /* CsvParser checks the label cast to float32 */
+        break;
+    default: /* FLOAT_BINARY, FLOAT_NUMBER, FLOAT_WEIGHT */
         if (len == 0) f = c->default_float;
         else if (!parse_float(s, len, &f)) return 0;
-        if (f != 0.0f && f != 1.0f) return 0;
-        labels[row] = f;
-        return 1;
+        break;
     }
-    return 0;
+    if (c->kind == INT_BINARY || c->kind == FLOAT_BINARY) {
+        if (f != 0.0f && f != 1.0f) return 0;
+    } else if (!isfinite(f) || ((c->kind == INT_WEIGHT || c->kind == FLOAT_WEIGHT) && !(f >= 0.0f))) {
+        return 0;
+    }
+    labels[row * n_labels + c->out] = f;
+    return 1;
 }
 
 /* A writable buffer of count rows of itemsize-byte items; *columns gets how many items a row holds. */
@@ -349,10 +361,6 @@ static PyObject *parse(PyObject *self, PyObject *args) {
     if (!writable(ids_obj, &ids_view, count, 8, &n_ids, "ids")) goto done;
     if (!writable(dense_obj, &dense_view, count, 4, &n_dense, "dense")) goto done;
     if (!writable(labels_obj, &labels_view, count, 4, &n_labels, "labels")) goto done;
-    if (n_labels != 1) {
-        PyErr_SetString(PyExc_ValueError, "labels must hold one float32 per line");
-        goto done;
-    }
     columns = read_columns(spec, num_fields, &n_columns);
     starts = PyMem_Calloc(num_fields + 1, sizeof(Py_ssize_t));
     if (!columns || !starts) {
@@ -361,7 +369,7 @@ static PyObject *parse(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t k = 0; k < n_columns; k++) { /* every write stays inside its array */
         int kind = columns[k].kind;
-        Py_ssize_t width = kind <= INT_ID ? n_ids : kind <= INT_DENSE ? n_dense : 1;
+        Py_ssize_t width = kind <= INT_ID ? n_ids : kind <= INT_DENSE ? n_dense : n_labels;
         if (columns[k].out < 0 || columns[k].out >= width) {
             PyErr_Format(PyExc_ValueError, "column %zd writes to column %zd of %zd", k, columns[k].out, width);
             goto done;
@@ -389,7 +397,7 @@ static PyObject *parse(PyObject *self, PyObject *args) {
             const Column *c = &columns[k];
             Py_ssize_t start = starts[c->field];
             if (!convert(c, data + start, (size_t)(starts[c->field + 1] - 1 - start), row, ids_view.buf, n_ids,
-                         dense_view.buf, n_dense, labels_view.buf)) { ok = 0; break; }
+                         dense_view.buf, n_dense, labels_view.buf, n_labels)) { ok = 0; break; }
         }
     }
     Py_END_ALLOW_THREADS

@@ -22,13 +22,12 @@ from easyonline.features.cross_ops import bucketize, cross_ids
 from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID, FeatureSpecs, IdFeature, weights_key
 from easyonline.features.multi_value_ops import multi_value_ids
 from easyonline.features.raw_vectors import bad_vector_reason, checked_vectors, raw_vectors
+from easyonline.features.label_kinds import SAMPLE_WEIGHT_KEY
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()
 
 _FT = pipeline_pb2.DataConfig.FieldType
-# The decoded sample weight's key among the labels (not a field name: it has a slash).
-_WEIGHT_KEY = "/sample_weight"
 
 
 @dataclasses.dataclass
@@ -71,7 +70,10 @@ class ParsedBatch:
         """
         owned = dataclasses.replace(vectors, ids=np.array(vectors.ids), dense=np.array(vectors.dense),
                                     labels=np.array(vectors.labels))
-        return cls(_ColumnFeatures(owned), tf.constant(owned.labels), owned.size, [], vectors=owned)
+        labels = {name: tf.constant(column) for name, column in owned.label_columns.items()}
+        weights = labels.pop(SAMPLE_WEIGHT_KEY, None)
+        return cls(_ColumnFeatures(owned), labels[owned.label_names[0]], owned.size, [], vectors=owned,
+                   label_dict=labels, sample_weights=weights)
 
     def host_features(self) -> Mapping[str, object]:
         """The features for host-side use (a feed dict, the trained keys): the arrays' columns when there
@@ -220,7 +222,7 @@ class CsvParser:
             value = column(name)
             labels[name] = value if value.dtype == tf.string else tf.cast(value, tf.float32)
         if self._specs.sample_weight:
-            labels[_WEIGHT_KEY] = tf.cast(column(self._specs.sample_weight), tf.float32)
+            labels[SAMPLE_WEIGHT_KEY] = tf.cast(column(self._specs.sample_weight), tf.float32)
         return features, labels, (bad, vectors)
 
     def parse(self, lines: Sequence[bytes]) -> ParsedBatch:
@@ -262,7 +264,7 @@ class CsvParser:
             rejected += [(line, bad[i]) for i, line in enumerate(lines) if i in bad]
             lines = [line for i, line in enumerate(lines) if i not in bad]
             features, labels, _ = self._decode(tf.constant(lines, tf.string))
-        weights = labels.pop(_WEIGHT_KEY, None)
+        weights = labels.pop(SAMPLE_WEIGHT_KEY, None)
         first = self._specs.label_names[0]
         return ParsedBatch(features, labels[first], len(lines), rejected, lines, label_dict=labels,
                            sample_weights=weights)
@@ -293,8 +295,8 @@ class CsvParser:
                 wrong, rule = (values != 0) & (values != 1), "is not 0 or 1"
             for i in np.flatnonzero(wrong)[:count]:
                 bad.setdefault(int(i), rejection(BAD_LABEL, f"label {name} {values[i]:g} {rule}"))
-        if _WEIGHT_KEY in labels:
-            weights = labels[_WEIGHT_KEY].numpy()
+        if SAMPLE_WEIGHT_KEY in labels:
+            weights = labels[SAMPLE_WEIGHT_KEY].numpy()
             for i in np.flatnonzero(~(np.isfinite(weights) & (weights >= 0))):
                 bad.setdefault(int(i), rejection(
                     BAD_WEIGHT, f"sample_weight {self._specs.sample_weight} {weights[i]:g} is not a finite number >= 0"))

@@ -19,6 +19,9 @@ BINARY_LOSSES = (LossType.CLASSIFICATION, LossType.BINARY_CROSS_ENTROPY_LOSS)
 REGRESSION_LOSSES = (LossType.L2_LOSS,)
 
 BINARY, REGRESSION = "binary", "regression"
+#: the decoded sample weight's key among a batch's labels (not a field name: it has a slash); CsvParser's and
+#: the reader process's array parser's
+SAMPLE_WEIGHT_KEY = "/sample_weight"
 
 
 def loss_kind(loss_type: int) -> str:

@@ -12,11 +12,12 @@ straight from the bytes by ``fingerprint``, numbers by array arithmetic;
 It covers the common batch exactly and nothing else: CSV with a one-byte
 separator, single-value id features, every line with the right number of
 fields, no quotes, ASCII or valid UTF-8, numbers written as plain decimals
-(``-12``, ``0.25``, ``.5``; at most 15 digits), labels 0 or 1 (and, for
-numpy, ids of at most 64 bytes). For any other
-batch ``parse`` returns None and the batch goes to CsvParser, which decodes
-it with TensorFlow and rejects bad lines with their reasons; both give
-bit-identical features (tests/integration/test_vector_csv.py).
+(``-12``, ``0.25``, ``.5``; at most 15 digits), numeric label fields that
+pass CsvParser's checks (a binary task's label 0 or 1, any other finite, a
+sample weight finite and >= 0), and, for numpy, ids of at most 64 bytes. For
+any other batch ``parse`` returns None and the batch goes to CsvParser, which
+decodes it with TensorFlow and rejects bad lines with their reasons; both
+give bit-identical features and labels (tests/integration/test_vector_csv.py).
 """
 import dataclasses
 import logging
@@ -27,6 +28,7 @@ import numpy as np
 from easyonline.features.crosses import bucketize_np, cross_ids_np
 from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID, FeatureSpecs
 from easyonline.features.fingerprint import fingerprint64, hash_bucket
+from easyonline.features.label_kinds import BINARY, SAMPLE_WEIGHT_KEY
 from easyonline.protos import pipeline_pb2
 
 try:
@@ -36,9 +38,10 @@ except ImportError:  # setup.py builds it; without a C compiler the numpy code b
 
 log = logging.getLogger(__name__)
 _FT = pipeline_pb2.DataConfig.FieldType
-# Column kinds of _csv_decoder.parse.
-_NATIVE_KINDS = {("hash", False): 1, ("int_id", False): 2, ("float", True): 3, ("int", True): 4,
-                 ("int", False): 5, ("float", False): 6}
+# Column kinds of _csv_decoder.parse: (kind, role) -> its number there.
+_NATIVE_KINDS = {("hash", "id"): 1, ("int_id", "id"): 2, ("float", "dense"): 3, ("int", "dense"): 4,
+                 ("int", "binary"): 5, ("float", "binary"): 6, ("int", "number"): 7, ("float", "number"): 8,
+                 ("int", "weight"): 9, ("float", "weight"): 10}
 _MAX_FLOAT_DIGITS = 15  # below 2**53: a decimal's digits are exact in float64
 _MAX_INT_DIGITS = 18  # below 2**63
 _POW10 = 10.0 ** np.arange(23)
@@ -51,12 +54,15 @@ class VectorBatch:
     """A parsed batch as three arrays, so that it crosses to the trainer as three tensors, not one per feature.
 
     ``ids`` [size, len(id_names)] int64, ``dense`` [size, len(dense_names)]
-    float32, ``labels`` [size] float32.
+    float32, ``labels`` [size, len(label_names)] float32: every label field
+    (data_config.label_fields, the first first), then the sample weight
+    (named ``SAMPLE_WEIGHT_KEY``) when the config has one.
     """
     id_names: Tuple[str, ...]
     ids: np.ndarray
     dense_names: Tuple[str, ...]
     dense: np.ndarray
+    label_names: Tuple[str, ...]
     labels: np.ndarray
     size: int
 
@@ -67,27 +73,37 @@ class VectorBatch:
         features.update((name, self.dense[:, i]) for i, name in enumerate(self.dense_names))
         return features
 
+    @property
+    def label_columns(self) -> Dict[str, np.ndarray]:
+        """Label field name (and ``SAMPLE_WEIGHT_KEY``) -> its column, as CsvParser keys them."""
+        return {name: self.labels[:, i] for i, name in enumerate(self.label_names)}
+
 
 @dataclasses.dataclass(frozen=True)
 class _Column:
-    feature: str  # feature name ("" for the label)
+    feature: str  # feature name (a label's: its field name, or SAMPLE_WEIGHT_KEY)
     index: int  # position in the line
     kind: str  # "hash" | "int_id" | "float" | "int"
     default: bytes
     padding: Tuple[bytes, ...] = ()
-    dense: bool = False  # a raw feature: float32 whatever its input type
+    role: str = "id"  # "id" | "dense" (float32 whatever its input type) | a label's check: "binary" | "number"
+    # (finite) | "weight" (finite and >= 0)
+
+    @property
+    def dense(self) -> bool:
+        return self.role == "dense"
 
 
 def supports(specs: FeatureSpecs, data: pipeline_pb2.DataConfig) -> bool:
-    """True when batches of this config can take the numpy path at all."""
+    """True when batches of this config can take the array path at all: plain CSV of single-value features
+    with numeric labels (every label field and the sample weight become float32 columns)."""
+    types = {f.name: f.field_type for f in specs.input_fields}
+    numbers = specs.label_names + ((specs.sample_weight,) if specs.sample_weight else ())
     return (data.input_format == pipeline_pb2.DataConfig.CSV and len(specs.separator.encode()) == 1
             and specs.separator not in '"\n\r' and not any(f.multi_value for f in specs.id_features)
             # a vector raw feature (raw_input_dim) is several columns from one field: CsvParser reads it
             and not any(f.is_vector for f in specs.raw_features)
-            # the arrays carry the first label field, 0/1, and no weight: tasks that read other labels (a
-            # multi-task model's), a regression label or a sample weight take CsvParser
-            and len(specs.label_names) >= 1 and set(specs.label_kinds) <= {specs.label_names[0]}
-            and specs.label_kind(specs.label_names[0]) == "binary" and not specs.sample_weight)
+            and len(specs.label_names) >= 1 and all(types[name] != _FT.STRING for name in numbers))
 
 
 def native_available() -> bool:
@@ -120,7 +136,7 @@ class VectorCsvParser:
             if feature.boundaries:
                 field = fields[feature.input_name]
                 columns.append(_Column(f"{feature.name}/value", index[field.name], _number_kind(field.field_type),
-                                       field.default.encode(), dense=True))
+                                       field.default.encode(), role="dense"))
                 continue
             for part in feature.combo or (feature,):
                 field = fields[part.input_name]
@@ -130,9 +146,15 @@ class VectorCsvParser:
         for feature in specs.raw_features:
             field = fields[feature.input_name]
             columns.append(_Column(feature.name, index[field.name], _number_kind(field.field_type),
-                                   field.default.encode(), dense=True))
-        label = fields[specs.label_names[0]]
-        self._label = _Column("", index[label.name], _number_kind(label.field_type), label.default.encode())
+                                   field.default.encode(), role="dense"))
+        # Every label field, checked as CsvParser checks it (binary: 0 or 1; any other: finite), then the weight.
+        labels = [(name, "binary" if specs.label_kind(name) == BINARY else "number") for name in specs.label_names]
+        if specs.sample_weight:
+            labels.append((specs.sample_weight, "weight"))
+        self._label_columns = tuple(
+            _Column(SAMPLE_WEIGHT_KEY if role == "weight" else name, index[name], _number_kind(fields[name].field_type),
+                    fields[name].default.encode(), role=role) for name, role in labels)
+        self._label_names = tuple(c.feature for c in self._label_columns)
         self._id_columns = tuple(c for c in columns if c.kind in ("hash", "int_id"))
         self._dense_columns = tuple(c for c in columns if c.dense)
         # Where each derived feature reads its inputs, and which decoded dense columns are the model's.
@@ -143,7 +165,7 @@ class VectorCsvParser:
             ("cross", [id_at[part.name] for part in f.combo], f.hash_buckets) if f.combo else
             ("plain", id_at[f.name], None) for f in specs.id_features)
         self._raw_dense = [dense_at[name] for name in self._dense_names]
-        columns.append(self._label)
+        columns.extend(self._label_columns)
         self._groups = {kind: tuple(c for c in columns if c.kind == kind or (kind == "int" and c.kind == "int_id"))
                         for kind in ("hash", "int", "float")}
         hashed = self._groups["hash"]
@@ -154,8 +176,8 @@ class VectorCsvParser:
         if self.native:
             self._native_columns = tuple(
                 _native_column(column, out) for out, column in enumerate(self._id_columns)) + tuple(
-                _native_column(column, out) for out, column in enumerate(self._dense_columns)) + (
-                _native_column(self._label, 0),)
+                _native_column(column, out) for out, column in enumerate(self._dense_columns)) + tuple(
+                _native_column(column, out) for out, column in enumerate(self._label_columns))
 
     @property
     def id_names(self) -> Tuple[str, ...]:
@@ -166,6 +188,11 @@ class VectorCsvParser:
     def dense_names(self) -> Tuple[str, ...]:
         """The numeric features, in the order of a VectorBatch's ``dense`` columns."""
         return self._dense_names
+
+    @property
+    def label_names(self) -> Tuple[str, ...]:
+        """The label fields (and ``SAMPLE_WEIGHT_KEY``), in the order of a VectorBatch's ``labels`` columns."""
+        return self._label_names
 
     def parse(self, lines: Sequence[bytes]) -> Optional[VectorBatch]:
         """Lines without their newline; empty lines are skipped as CsvParser skips them."""
@@ -201,8 +228,10 @@ class VectorCsvParser:
                 return None
             for i, column in enumerate(group):
                 values[column] = parsed[:, i]
-        labels = values.pop(self._label)
-        if not np.all((labels == 0) | (labels == 1)):
+        labels = np.empty((count, len(self._label_columns)), np.float32)
+        for i, column in enumerate(self._label_columns):
+            labels[:, i] = values[column]  # (ints cast to float32 as CsvParser casts them, then checked)
+        if not _labels_pass(labels, [c.role for c in self._label_columns]):
             return None
         ids = np.empty((count, len(self._id_columns)), np.int64)
         for i, column in enumerate(self._id_columns):
@@ -210,12 +239,12 @@ class VectorCsvParser:
         dense = np.empty((count, len(self._dense_columns)), np.float32)
         for i, column in enumerate(self._dense_columns):
             dense[:, i] = values[column]
-        return self._batch(ids, dense, labels.astype(np.float32), count)
+        return self._batch(ids, dense, labels, count)
 
     def _parse_native(self, blob: bytes, count: int) -> Optional[VectorBatch]:
         ids = np.empty((count, len(self._id_columns)), np.int64)
         dense = np.empty((count, len(self._dense_columns)), np.float32)
-        labels = np.empty(count, np.float32)
+        labels = np.empty((count, len(self._label_columns)), np.float32)
         if not _csv_decoder.parse(blob, count, self._num_fields, self._separator[0], self._native_columns,
                                   ids, dense, labels):
             return None
@@ -224,7 +253,7 @@ class VectorCsvParser:
     def _batch(self, ids: np.ndarray, dense: np.ndarray, labels: np.ndarray, count: int) -> VectorBatch:
         """The decoded columns as the model's features: crosses and buckets computed from their inputs' columns."""
         if not self._derived:
-            return VectorBatch(self._id_names, ids, self._dense_names, dense, labels, count)
+            return VectorBatch(self._id_names, ids, self._dense_names, dense, self._label_names, labels, count)
         out = np.empty((count, len(self._derivations)), np.int64)
         for i, (kind, source, parameter) in enumerate(self._derivations):
             if kind == "bucket":
@@ -233,7 +262,8 @@ class VectorCsvParser:
                 out[:, i] = cross_ids_np([ids[:, j] for j in source], parameter)
             else:
                 out[:, i] = ids[:, source]
-        return VectorBatch(self._id_names, out, self._dense_names, dense[:, self._raw_dense], labels, count)
+        return VectorBatch(self._id_names, out, self._dense_names, dense[:, self._raw_dense], self._label_names,
+                           labels, count)
 
     def _field_bounds(self, blob: bytes, count: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         """[count, fields] start offsets and lengths, or None unless every line has exactly the fields."""
@@ -277,11 +307,23 @@ def _native_column(column: _Column, out: int) -> tuple:
     if column.kind == "hash":
         default_id = PADDING_ID if default in column.padding else \
             _csv_decoder.fingerprint64(default) % HASH_BUCKETS
-        return column.index, _NATIVE_KINDS["hash", False], out, default_id, 0.0, column.padding
+        return column.index, _NATIVE_KINDS["hash", "id"], out, default_id, 0.0, column.padding
     default_int = int(float(default)) if default else 0
     pads = tuple(int(float(p)) for p in column.padding) if column.kind == "int_id" else ()
-    return (column.index, _NATIVE_KINDS[column.kind, column.dense], out, default_int,
+    return (column.index, _NATIVE_KINDS[column.kind, column.role], out, default_int,
             float(default) if default else 0.0, pads)
+
+
+def _labels_pass(labels: np.ndarray, roles: Sequence[str]) -> bool:
+    """CsvParser's checks (``_bad_labels_and_weights``) of float32 label columns: a binary label 0 or 1, any
+    other finite, a weight finite and >= 0."""
+    for i, role in enumerate(roles):
+        column = labels[:, i]
+        ok = (column == 0) | (column == 1) if role == "binary" else \
+            np.isfinite(column) & (column >= 0) if role == "weight" else np.isfinite(column)
+        if not ok.all():
+            return False
+    return True
 
 
 def _number_kind(field_type: int) -> str:

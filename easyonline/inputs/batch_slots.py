@@ -35,14 +35,15 @@ SHM_DIR = "/dev/shm"
 MAX_SLOT_BYTES = 16 << 20
 ALIGN = 64
 
-# (blob length, rows, ids columns, dense columns): enough, with the ring's layout, to find every array.
-Layout = Tuple[int, int, int, int]
+# (blob length, rows, ids columns, dense columns, label columns): enough, with the ring's layout, to find
+# every array.
+Layout = Tuple[int, int, int, int, int]
 
 
-def slot_bytes_for(batch_size: int, id_columns: int, dense_columns: int) -> int:
+def slot_bytes_for(batch_size: int, id_columns: int, dense_columns: int, label_columns: int) -> int:
     """A slot for twice batch_size rows (messages of several lines overshoot a batch) of ~256-byte lines."""
     rows = 2 * batch_size
-    return min(rows * (8 * id_columns + 4 * dense_columns + 4 + 256) + 4 * ALIGN, MAX_SLOT_BYTES)
+    return min(rows * (8 * id_columns + 4 * dense_columns + 4 * label_columns + 256) + 4 * ALIGN, MAX_SLOT_BYTES)
 
 
 def _aligned(offset: int) -> int:
@@ -78,30 +79,33 @@ class BatchSlots:
 
     def write(self, index: int, blob: bytes, vectors: VectorBatch) -> Optional[Layout]:
         """Copies a batch into slot ``index % count``; its layout, or None if it does not fit (send it whole)."""
-        rows, id_columns, dense_columns = vectors.size, vectors.ids.shape[1], vectors.dense.shape[1]
-        ids_at, dense_at, labels_at, blob_at, end = self._offsets(index, len(blob), rows, id_columns, dense_columns)
+        layout = (len(blob), vectors.size, vectors.ids.shape[1], vectors.dense.shape[1], vectors.labels.shape[1])
+        _, rows, id_columns, dense_columns, label_columns = layout
+        ids_at, dense_at, labels_at, blob_at, end = self._offsets(index, layout)
         if end > (index % self.count + 1) * self.slot_bytes:
             return None
         np.ndarray((rows, id_columns), np.int64, self._map, ids_at)[...] = vectors.ids
         np.ndarray((rows, dense_columns), np.float32, self._map, dense_at)[...] = vectors.dense
-        np.ndarray((rows,), np.float32, self._map, labels_at)[...] = vectors.labels
+        np.ndarray((rows, label_columns), np.float32, self._map, labels_at)[...] = vectors.labels
         self._map[blob_at:blob_at + len(blob)] = blob
-        return len(blob), rows, id_columns, dense_columns
+        return layout
 
-    def read(self, index: int, layout: Layout, id_names, dense_names) -> Tuple[bytes, VectorBatch]:
+    def read(self, index: int, layout: Layout, id_names, dense_names, label_names) -> Tuple[bytes, VectorBatch]:
         """The blob (copied) and arrays (views: copy them before the slot is written again) of a batch."""
-        blob_length, rows, id_columns, dense_columns = layout
-        ids_at, dense_at, labels_at, blob_at, _ = self._offsets(index, blob_length, rows, id_columns, dense_columns)
+        blob_length, rows, id_columns, dense_columns, label_columns = layout
+        ids_at, dense_at, labels_at, blob_at, _ = self._offsets(index, layout)
         vectors = VectorBatch(tuple(id_names), np.ndarray((rows, id_columns), np.int64, self._map, ids_at),
                               tuple(dense_names), np.ndarray((rows, dense_columns), np.float32, self._map, dense_at),
-                              np.ndarray((rows,), np.float32, self._map, labels_at), rows)
+                              tuple(label_names),
+                              np.ndarray((rows, label_columns), np.float32, self._map, labels_at), rows)
         return self._map[blob_at:blob_at + blob_length], vectors
 
-    def _offsets(self, index: int, blob_length: int, rows: int, id_columns: int, dense_columns: int):
+    def _offsets(self, index: int, layout: Layout):
+        blob_length, rows, id_columns, dense_columns, label_columns = layout
         ids_at = (index % self.count) * self.slot_bytes
         dense_at = _aligned(ids_at + 8 * rows * id_columns)
         labels_at = _aligned(dense_at + 4 * rows * dense_columns)
-        blob_at = _aligned(labels_at + 4 * rows)
+        blob_at = _aligned(labels_at + 4 * rows * label_columns)
         return ids_at, dense_at, labels_at, blob_at, blob_at + blob_length
 
     def close(self) -> None:

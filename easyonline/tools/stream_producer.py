@@ -26,16 +26,23 @@ _SAMPLE_BLOCK = 1000  # samples are generated in seeded blocks: sample i never d
 _ID_BLOCK = 4096
 
 
-def input_field_names() -> List[str]:
-    return ["label"] + [f"I{i}" for i in range(1, NUM_NUMERIC + 1)] + [f"C{i}" for i in range(1, NUM_CATEGORICAL + 1)]
+def input_field_names(conversions: bool = False) -> List[str]:
+    """The fields of a line: label, (buy,) I1..I13, C1..C26."""
+    return ["label"] + (["buy"] if conversions else []) + [f"I{i}" for i in range(1, NUM_NUMERIC + 1)] + \
+        [f"C{i}" for i in range(1, NUM_CATEGORICAL + 1)]
 
 
 class SyntheticCtrStream:
-    """Deterministic generator of CSV lines; ``lines(start, count)``."""
+    """Deterministic generator of CSV lines; ``lines(start, count)``.
+
+    ``conversions``: a second label after the click, ``buy`` (a conversion: only ever after a click, on a
+    third of C1's ids), for two-task models (samples/online_multitask.config).
+    """
 
     def __init__(self, seed: int = 7, drift_at: Optional[int] = None, informative: int = 12,
                  base_vocab: int = 500, new_ids_per_10k: int = 20, id_weight_std: float = 0.9,
-                 bias: float = -1.0, vocab_skew: float = 1.6):
+                 bias: float = -1.0, vocab_skew: float = 1.6, conversions: bool = False):
+        self.conversions = conversions
         self.seed = seed
         self.drift_at = drift_at
         self.informative = informative
@@ -88,11 +95,13 @@ class SyntheticCtrStream:
 
     def lines(self, start: int, count: int) -> List[bytes]:
         labels, numerics, cats = self.arrays(start, count)
+        heads = [f"{c},{b}" for c, b in zip(labels, labels * (cats[:, 0] % 3 == 0))] if self.conversions \
+            else [str(c) for c in labels]
         out = []
         for i in range(count):
             num = ",".join(f"{v:g}" for v in numerics[i])
             cat = ",".join(f"{j}_{cats[i, j]:x}" for j in range(NUM_CATEGORICAL))
-            out.append(f"{labels[i]},{num},{cat}".encode())
+            out.append(f"{heads[i]},{num},{cat}".encode())
         return out
 
     def chunks(self, start: int, count: int, chunk: int = 5000) -> Iterator[List[bytes]]:
@@ -145,12 +154,15 @@ def define_flags() -> None:
     flags.DEFINE_integer("lines_per_message", 1, "CSV lines per Kafka message.")
     flags.DEFINE_integer("partitions", 0, "Spread over this many partitions round-robin (0: producer's choice).")
     flags.DEFINE_string("output_csv", "", "Write the samples to this CSV file instead of Kafka.")
+    flags.DEFINE_bool("conversions", False, "A second label after the click, buy (a conversion after a click), "
+                      "for two-task models: samples/online_multitask.config.")
 
 
 def main(argv) -> None:
     del argv
     FLAGS = flags.FLAGS
-    stream = SyntheticCtrStream(seed=FLAGS.seed, drift_at=None if FLAGS.drift_at < 0 else FLAGS.drift_at)
+    stream = SyntheticCtrStream(seed=FLAGS.seed, drift_at=None if FLAGS.drift_at < 0 else FLAGS.drift_at,
+                                conversions=FLAGS.conversions)
     chunks = stream.chunks(FLAGS.start, FLAGS.samples)
     if FLAGS.output_csv:
         with open(FLAGS.output_csv, "wb") as f:

@@ -18,6 +18,7 @@ from easyonline.core.metrics import WindowFigures
 from easyonline.embedding.change_tracker import ChangeTracker
 from easyonline.embedding.dynamic_tables import STATS_EPOCH, checkpoint_shards
 from easyonline.embedding.eviction import EagerTableOps, TableOps
+from easyonline.features.label_kinds import SAMPLE_WEIGHT_KEY
 from easyonline.features.signature import empty_features, feature_signature
 from easyonline.inputs.build_source import build_source
 from easyonline.inputs.raw_batch import BatchSource
@@ -57,8 +58,6 @@ class EagerEngine:
         self.optimizer = build_train_optimizer(config.train_config)
         self.task = self.model.tasks.primary
         self._label_names = check_task_labels(self.model.tasks.label_names, self.specs.label_names)
-        # a batch the reader parsed into arrays carries the first label field only
-        self._vectors_fit = self._label_names == self.specs.label_names[:1]
         shards = len(self.model.tables.devices or [""])
         if saved_shards and shards != saved_shards:
             raise ConfigError("TF_CONFIG.cluster.ps", f"the checkpoint in {config.model_dir} has {saved_shards} "
@@ -81,7 +80,7 @@ class EagerEngine:
                                        autograph=False)
         self._score_step = tf.function(self._score_impl, input_signature=[signature], autograph=False)
         self._concrete_steps: Dict[int, Any] = {}
-        self._vector_steps: Dict[Tuple[Tuple[str, ...], Tuple[str, ...]], Any] = {}
+        self._vector_steps: Dict[Tuple[Tuple[str, ...], ...], Any] = {}
         self._table_rows: Optional[TableRows] = None
         self._build_variables()
         self.restored_from = self._restore()
@@ -159,31 +158,37 @@ class EagerEngine:
 
     def train_vectors(self, vectors) -> Dict[str, np.ndarray]:
         """``train_batch`` of a batch parsed into arrays (``vector_csv.VectorBatch``): they go into the step
-        whole and are split into features inside it."""
-        step = self._vector_steps.get((vectors.id_names, vectors.dense_names))
+        whole and are split into features, labels (by name) and sample weights inside it."""
+        names = (vectors.id_names, vectors.dense_names, vectors.label_names)
+        step = self._vector_steps.get(names)
         if step is None:
-            step = self._trace_vector_step(vectors.id_names, vectors.dense_names)
+            step = self._trace_vector_step(*names)
         logits = step(vectors.ids, vectors.dense, vectors.labels, self._now())
         return {task.name: task.predictions(logits[task.name].numpy()) for task in self.model.tasks}
 
-    def _trace_vector_step(self, id_names: Tuple[str, ...], dense_names: Tuple[str, ...]):
+    def _trace_vector_step(self, id_names: Tuple[str, ...], dense_names: Tuple[str, ...],
+                           label_names: Tuple[str, ...]):
+        columns = {name: i for i, name in enumerate(label_names)}
+
         def step(ids, dense, labels, now):
             features = dict(zip(id_names, tf.unstack(ids, len(id_names), axis=1)))
             features.update(zip(dense_names, tf.unstack(dense, len(dense_names), axis=1)))
-            return self._train_step_impl(features, {self._label_names[0]: labels}, now)
+            by_name = {name: labels[:, columns[name]] for name in self._label_names}
+            weights = labels[:, columns[SAMPLE_WEIGHT_KEY]] if self.specs.sample_weight else None
+            return self._train_step_impl(features, by_name, now, weights)
 
         signature = [tf.TensorSpec([None, len(id_names)], tf.int64), tf.TensorSpec([None, len(dense_names)], tf.float32),
-                     tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float64)]
+                     tf.TensorSpec([None, len(label_names)], tf.float32), tf.TensorSpec([], tf.float64)]
         concrete = tf.function(step, input_signature=signature, autograph=False).get_concrete_function()
-        self._vector_steps[(id_names, dense_names)] = concrete
+        self._vector_steps[(id_names, dense_names, label_names)] = concrete
         return concrete
 
     def train_and_count(self, raw, parsed) -> np.ndarray:
         """Scores and trains a non-empty batch, adds it to the metrics and counts; returns its probabilities."""
         predictions: Dict[str, np.ndarray]
-        if parsed.vectors is not None and self._vectors_fit and not self.model.scores_differ_in_training:
+        if parsed.vectors is not None and not self.model.scores_differ_in_training:
             predictions = self.train_vectors(parsed.vectors)
-            labels = {self._label_names[0]: parsed.vectors.labels}
+            labels = parsed.vectors.label_columns
         else:
             by_name = parsed.labels_by_name(self.specs.label_names[0])
             labels = {name: np.asarray(by_name[name]) for name in self._label_names}

@@ -13,6 +13,15 @@ def test_sample_i_does_not_depend_on_how_it_is_asked_for():
     assert len(a[0].split(b",")) == len(input_field_names()) == 40
 
 
+def test_conversions_add_a_second_label_only_ever_after_a_click():
+    plain, two = SyntheticCtrStream().lines(0, 3000), SyntheticCtrStream(conversions=True).lines(0, 3000)
+    assert input_field_names(conversions=True)[:3] == ["label", "buy", "I1"]
+    assert all(len(line.split(b",")) == 41 for line in two)
+    assert [line.split(b",", 2)[0::2] for line in two] == [line.split(b",", 1) for line in plain]  # else the same
+    clicks, buys = (np.array([int(line.split(b",")[i]) for line in two]) for i in (0, 1))
+    assert buys.sum() > 0.2 * clicks.sum() and not (buys & (1 - clicks)).any()
+
+
 def test_ids_grow_and_drift_changes_labels_not_ids():
     stream = SyntheticCtrStream(drift_at=5000)
     _, _, early = stream.arrays(0, 2000)

@@ -3,8 +3,11 @@
 Random batches (ids of every length up to 70 bytes, empty fields, padding
 values, signed and fractional numbers, int ids, malformed lines) are parsed
 by TensorFlow and by both VectorCsvParser backends; whenever a backend
-accepts a batch its ids, floats and labels must equal TensorFlow's exactly,
-and it must decline every batch CsvParser would reject a line of.
+accepts a batch its ids, floats, labels and sample weights must equal
+TensorFlow's exactly, and it must decline every batch CsvParser would reject
+a line of. A multi-task config (two binary labels, one INT and one FLOAT, a
+regression label, a label no task reads, a sample weight) checks the label
+columns against CsvParser's label checks.
 """
 import os
 
@@ -15,6 +18,7 @@ from hypothesis import given, settings, strategies as st
 from easyonline.features import build_feature_specs
 from easyonline.features.csv_parser import CsvParser
 from easyonline.features.fingerprint import fingerprint64, hash_bucket
+from easyonline.features.label_kinds import SAMPLE_WEIGHT_KEY
 from easyonline.features.vector_csv import VectorCsvParser, native_available, supports
 from easyonline.protos import pipeline_pb2
 from tests.conftest import online_config
@@ -74,7 +78,15 @@ def _lines(draw):
 
 def _assert_same(vector, parsed):
     assert vector.size == parsed.size
-    np.testing.assert_array_equal(vector.labels, parsed.labels.numpy())
+    expected_labels = dict(parsed.label_dict)
+    if parsed.sample_weights is not None:
+        expected_labels[SAMPLE_WEIGHT_KEY] = parsed.sample_weights
+    assert vector.label_names == tuple(expected_labels)  # every label field, in order, then the weight
+    for name, values in vector.label_columns.items():
+        expected = expected_labels[name].numpy()
+        assert values.dtype == expected.dtype == np.float32, name
+        assert np.ascontiguousarray(values).tobytes() == expected.tobytes(), (name, values, expected)
+    assert np.ascontiguousarray(vector.labels[:, 0]).tobytes() == parsed.labels.numpy().tobytes()
     assert set(vector.features) == set(parsed.features)
     for name, values in vector.features.items():
         expected = parsed.features[name].numpy()
@@ -194,6 +206,159 @@ def test_supports_only_plain_csv_configs(tmp_path):
     assert supports(build_feature_specs(config), config.data_config)
     config.data_config.input_format = pipeline_pb2.DataConfig.JSON
     assert not supports(build_feature_specs(config), config.data_config)
+
+
+# --- several labels of several kinds, and a sample weight -------------------------------------------------
+
+MULTI_CONFIG = """
+  data_config {
+    input_fields { input_name: "click" input_type: INT32 }
+    input_fields { input_name: "buy" input_type: FLOAT default_val: "1" }
+    input_fields { input_name: "rating" input_type: FLOAT default_val: "2.5" }
+    input_fields { input_name: "spare" input_type: INT64 default_val: "-3" }
+    input_fields { input_name: "w" input_type: FLOAT default_val: "1" }
+    input_fields { input_name: "price" input_type: FLOAT }
+    input_fields { input_name: "item" input_type: STRING }
+    label_fields: ["click", "buy", "rating", "spare"] sample_weight: "w" separator: "," batch_size: 64
+  }
+  feature_configs { input_names: "price" feature_type: RawFeature }
+  feature_configs { input_names: "item" feature_type: IdFeature embedding_dim: 4 }
+  model_config {
+    model_class: "MMoE"
+    mmoe { expert_dnn { hidden_units: [4] } num_expert: 2
+           task_towers { tower_name: "ctr" label_name: "click" }
+           task_towers { tower_name: "cvr" label_name: "buy" }
+           task_towers { tower_name: "stars" label_name: "rating" loss_type: L2_LOSS } }
+  }
+"""
+
+
+def _multi_config():
+    from google.protobuf import text_format  # pylint: disable=g-import-not-at-top
+    return text_format.Parse(MULTI_CONFIG, pipeline_pb2.PipelineConfig())
+
+
+MULTI_SPECS = build_feature_specs(_multi_config())
+MULTI_TF_PARSER = CsvParser(MULTI_SPECS)
+MULTI_PARSERS = {"compiled": VectorCsvParser(MULTI_SPECS, native=native_available() or None),
+                 "numpy": VectorCsvParser(MULTI_SPECS, native=False)}
+# what each label field and the weight may be written as: good, bad for its kind, and not plain decimals
+_binary_int = st.sampled_from(["0", "1", "1", "0", "", "-0", "2", "-1", "1.0", "0.5", "nan", "inf"])
+_binary_float = st.sampled_from(["0", "1", "1.0", "0.0", "-0", "", ".0", "1.", "0.5", "0.99999999999", "2",
+                                 "-1", "nan", "inf", "1e0"])
+_number = st.one_of(st.floats(-1e6, 1e6, allow_nan=False).map(lambda v: repr(round(v, 4))),
+                    st.sampled_from(["4.5", "-3", "", "-0", "0", "nan", "inf", "-inf", "1e3", "NaN"]))
+_int_label = st.one_of(st.integers(-10**12, 10**12).map(str), st.sampled_from(["", "-3", "4.5", "nan"]))
+_weight = st.one_of(st.floats(0, 1e4, allow_nan=False).map(lambda v: repr(round(v, 3))),
+                    st.sampled_from(["1", "0", "-0", "", "2.5", "-1", "-0.5", "nan", "inf", "-inf", "1e2"]))
+
+
+@st.composite
+def _multi_lines(draw):
+    rows = draw(st.lists(st.tuples(_binary_int, _binary_float, _number, _int_label, _weight, _decimal, _token),
+                         min_size=1, max_size=30))
+    return [",".join(row).encode() for row in rows]
+
+
+def test_the_multi_task_config_carries_every_label_field_then_the_weight():
+    assert MULTI_SPECS.label_kinds == {"click": "binary", "buy": "binary", "rating": "regression"}
+    assert MULTI_PARSERS["compiled"].label_names == ("click", "buy", "rating", "spare", SAMPLE_WEIGHT_KEY)
+    config = _multi_config()
+    assert supports(MULTI_SPECS, config.data_config)
+
+
+@pytest.mark.parametrize("backend", sorted(MULTI_PARSERS))
+@settings(max_examples=300, deadline=None)
+@given(lines=_multi_lines())
+def test_labels_and_weights_equal_tensorflow_or_decline(backend, lines):
+    parsed = MULTI_TF_PARSER.parse(lines)
+    vector = MULTI_PARSERS[backend].parse(lines)
+    if vector is None:
+        return
+    assert not parsed.rejected, f"{backend} path accepted a batch CsvParser rejects: {parsed.rejected}"
+    _assert_same(vector, parsed)
+
+
+_valid_multi_rows = st.lists(st.tuples(
+    st.sampled_from(["0", "1", "", "-0"]), st.sampled_from(["0", "1", "1.0", "0.0", "-0", "", ".0", "1."]),
+    st.one_of(st.floats(-1e6, 1e6, allow_nan=False).map(lambda v: f"{v:.{abs(hash(v)) % 5}f}"), st.just("")),
+    st.one_of(st.integers(-10**15, 10**15).map(str), st.just("")),
+    st.one_of(st.floats(0, 1e6, allow_nan=False).map(lambda v: f"{v:.{abs(hash(v)) % 5}f}"), st.just(""),
+              st.just("-0")),
+    st.floats(-1e3, 1e3, allow_nan=False).map(lambda v: f"{v:.2f}"), st.text(alphabet="abc_019", max_size=12)),
+    min_size=1, max_size=50)
+
+
+@pytest.mark.parametrize("backend", sorted(MULTI_PARSERS))
+@settings(max_examples=200, deadline=None)
+@given(rows=_valid_multi_rows)
+def test_accepts_valid_labels_and_weights_with_identical_values(backend, rows):
+    lines = [",".join(row).encode() for row in rows]
+    parsed = MULTI_TF_PARSER.parse(lines)
+    assert not parsed.rejected
+    vector = MULTI_PARSERS[backend].parse(lines)
+    assert vector is not None
+    _assert_same(vector, parsed)
+
+
+@pytest.mark.parametrize("backend", sorted(MULTI_PARSERS))
+def test_regression_labels_defaults_and_weights_are_taken(backend):
+    """Declining is always safe, so check that ordinary multi-task batches are in fact accepted."""
+    lines = [b"1,0,4.5,7,2,0.5,a", b"0,,-3,,,1,b", b"1,1.0,,-2,0,-1,c", b"0,0.0,0,0,-0,2,"]
+    vector = MULTI_PARSERS[backend].parse(lines)
+    assert vector is not None
+    _assert_same(vector, MULTI_TF_PARSER.parse(lines))
+    columns = vector.label_columns
+    assert columns["rating"].tolist() == [4.5, -3.0, 2.5, 0.0]  # a regression label; its default
+    assert columns["buy"].tolist() == [0.0, 1.0, 1.0, 0.0]  # an empty binary label takes its default, 1
+    assert columns["spare"].tolist() == [7.0, -3.0, -2.0, 0.0]  # no task reads it: any number
+    assert columns[SAMPLE_WEIGHT_KEY].tolist() == [2.0, 1.0, 0.0, 0.0]  # default 1; 0 is a weight
+
+
+@pytest.mark.parametrize("backend", sorted(MULTI_PARSERS))
+@pytest.mark.parametrize("line, kind", [
+    (b"1,0.5,4.5,7,2,0.5,a", "bad_label"),  # 0.5 as a binary label
+    (b"2,0,4.5,7,2,0.5,a", "bad_label"),  # 2 as a binary INT label
+    (b"1,-1,4.5,7,2,0.5,a", "bad_label"),  # -1 as a binary FLOAT label
+    (b"1,0,4.5,7,-1,0.5,a", "bad_weight"),  # a negative weight
+    (b"1,0,4.5,7,-0.5,0.5,a", "bad_weight"),
+    (b"1,0,nan,7,2,0.5,a", "bad_label"),  # a regression label "nan"
+    (b"1,0,inf,7,2,0.5,a", "bad_label"),
+    (b"1,0,4.5,7,nan,0.5,a", "bad_weight"),  # a weight "nan"
+    (b"1,0,4.5,7,inf,0.5,a", "bad_weight"),
+    (b"1,0,4.5,4.5,2,0.5,a", "bad_value"),  # a fraction in an INT64 label: TensorFlow cannot read it
+])
+def test_a_batch_with_a_bad_label_or_weight_goes_to_csv_parser(backend, line, kind):
+    """The array path declines the whole batch; CsvParser then rejects just that line, with its reason."""
+    from easyonline.core.rejections import rejection_kind  # pylint: disable=g-import-not-at-top
+    good = b"0,1,-3,5,1,2,b"
+    assert MULTI_PARSERS[backend].parse([good]) is not None
+    assert MULTI_PARSERS[backend].parse([good, line]) is None
+    parsed = MULTI_TF_PARSER.parse([good, line])
+    assert parsed.size == 1 and [(bad, rejection_kind(reason)) for bad, reason in parsed.rejected] == [(line, kind)]
+
+
+def test_a_string_label_or_a_multi_value_feature_keeps_the_config_off_the_array_path():
+    config = _multi_config()
+    config.data_config.input_fields[3].input_type = pipeline_pb2.DataConfig.STRING  # "spare": CsvParser keeps text
+    assert not supports(build_feature_specs(config), config.data_config)
+    config = _multi_config()
+    config.feature_configs[1].feature_type = pipeline_pb2.FeatureConfig.TagFeature
+    config.feature_configs[1].separator = "|"
+    assert not supports(build_feature_specs(config), config.data_config)
+
+
+@pytest.mark.parametrize("backend", sorted(MULTI_PARSERS))
+def test_parsed_batches_from_arrays_carry_labels_by_name_and_weights(backend):
+    """ParsedBatch.from_vectors hands labels and weights over as CsvParser's batch does."""
+    from easyonline.features.csv_parser import ParsedBatch  # pylint: disable=g-import-not-at-top
+    lines = [b"1,0,4.5,7,2,0.5,a", b"0,,-3,,,1,b"]
+    batch, expected = ParsedBatch.from_vectors(MULTI_PARSERS[backend].parse(lines)), MULTI_TF_PARSER.parse(lines)
+    assert list(batch.label_dict) == list(expected.label_dict) == ["click", "buy", "rating", "spare"]
+    for name, values in expected.label_dict.items():
+        assert batch.label_dict[name].numpy().tobytes() == values.numpy().tobytes(), name
+    assert batch.sample_weights.numpy().tobytes() == expected.sample_weights.numpy().tobytes()
+    assert batch.labels.numpy().tobytes() == expected.labels.numpy().tobytes()
 
 
 def _produce_to_one_partition(broker, topic, lines) -> None:

@@ -7,17 +7,18 @@ from easyonline.features.vector_csv import VectorBatch
 from easyonline.inputs import batch_slots
 from easyonline.inputs.batch_slots import BatchSlots, slot_bytes_for
 
-ID_NAMES, DENSE_NAMES = ("a", "b", "c"), ("x", "y")
+ID_NAMES, DENSE_NAMES, LABEL_NAMES = ("a", "b", "c"), ("x", "y"), ("click", "rating", "/sample_weight")
 
 
 def _batch(rows: int, seed: int) -> VectorBatch:
     rng = np.random.default_rng(seed)
     return VectorBatch(ID_NAMES, rng.integers(-2**62, 2**62, (rows, 3), dtype=np.int64), DENSE_NAMES,
-                       rng.random((rows, 2), dtype=np.float32), rng.integers(0, 2, rows).astype(np.float32), rows)
+                       rng.random((rows, 2), dtype=np.float32), LABEL_NAMES,
+                       rng.normal(size=(rows, 3)).astype(np.float32), rows)
 
 
 def test_batches_written_by_one_mapping_read_back_equal_through_another():
-    writer = BatchSlots.create(4, slot_bytes_for(64, 3, 2))
+    writer = BatchSlots.create(4, slot_bytes_for(64, 3, 2, 3))
     assert writer is not None and os.path.getsize(writer.path) == 4 * writer.slot_bytes
     reader = BatchSlots(writer.path, writer.count, writer.slot_bytes, create=False)  # as the trainer maps it
     os.unlink(writer.path)
@@ -26,9 +27,10 @@ def test_batches_written_by_one_mapping_read_back_equal_through_another():
             batch, blob = _batch(64 - index, index), bytes([65 + index]) * (100 + index)
             layout = writer.write(index, blob, batch)
             assert layout is not None
-            got_blob, got = reader.read(index, layout, ID_NAMES, DENSE_NAMES)
+            got_blob, got = reader.read(index, layout, ID_NAMES, DENSE_NAMES, LABEL_NAMES)
             assert got_blob == blob and got.size == batch.size
-            assert got.id_names == ID_NAMES and got.dense_names == DENSE_NAMES
+            assert got.id_names == ID_NAMES and got.dense_names == DENSE_NAMES and got.label_names == LABEL_NAMES
+            assert got.labels.shape == (batch.size, 3)  # every label column (and the weight), by row
             np.testing.assert_array_equal(got.ids, batch.ids)
             np.testing.assert_array_equal(got.dense, batch.dense)
             np.testing.assert_array_equal(got.labels, batch.labels)
@@ -44,6 +46,8 @@ def test_a_batch_larger_than_its_slot_is_refused_not_truncated():
         assert slots.write(0, b"x" * 100, _batch(10, 0)) is not None
         assert slots.write(1, b"x" * 5000, _batch(10, 1)) is None  # the blob alone is over 4 KB
         assert slots.write(2, b"", _batch(1000, 2)) is None  # 1000 rows of ids: 24 KB
+        # ids and dense alone would fit (110 x 32 B: 3.5 KB); with the three label columns 4.8 KB do not
+        assert slots.write(2, b"", _batch(110, 2)) is None
     finally:
         slots.close()
         os.unlink(slots.path)
@@ -57,5 +61,5 @@ def test_without_shared_memory_the_ring_is_not_made(tmp_path, monkeypatch, caplo
 
 
 def test_slot_size_covers_overshooting_batches_and_is_capped():
-    assert slot_bytes_for(1024, 26, 13) >= 2 * 1024 * (8 * 26 + 4 * 13 + 4)
-    assert slot_bytes_for(10_000_000, 26, 13) == batch_slots.MAX_SLOT_BYTES
+    assert slot_bytes_for(1024, 26, 13, 3) >= 2 * 1024 * (8 * 26 + 4 * 13 + 4 * 3)
+    assert slot_bytes_for(10_000_000, 26, 13, 1) == batch_slots.MAX_SLOT_BYTES

@@ -11,6 +11,13 @@ from tests.conftest import SAMPLES, online_config
 def test_sample_configs_are_valid():
     validate_pipeline_config(load_pipeline_config(os.path.join(SAMPLES, "online.config")), online=True)
     validate_pipeline_config(load_pipeline_config(os.path.join(SAMPLES, "offline.config")), online=False)
+    multitask = load_pipeline_config(os.path.join(SAMPLES, "online_multitask.config"))
+    validate_pipeline_config(multitask, online=True)
+    from easyonline.features import build_feature_specs  # pylint: disable=g-import-not-at-top
+    from easyonline.features.vector_csv import supports  # pylint: disable=g-import-not-at-top
+    specs = build_feature_specs(multitask)
+    assert specs.label_kinds == {"label": "binary", "buy": "binary"}
+    assert supports(specs, multitask.data_config)  # both labels ride the reader process's arrays
 
 
 def test_unknown_field_names_its_path():

@@ -105,28 +105,23 @@ def test_label_kinds_come_from_the_models_tasks():
     assert CsvParser(build_feature_specs(_config())).parse([b"1,4.5,1,1"]).size == 1
 
 
-def test_the_array_path_declines_weights_and_regression_labels():
+def test_the_array_path_takes_weights_regression_labels_and_a_second_tasks_label():
+    """The reader process's arrays carry every label field and the weight (vector_csv.py); CsvParser's label
+    checks are the array parser's too (tests/integration/test_vector_csv.py)."""
     config = _config()
-    assert not supports(build_feature_specs(config), config.data_config)  # a sample weight
-    plain = _config(CONFIG.replace('sample_weight: "w"', ''))
-    assert supports(build_feature_specs(plain), plain.data_config)
-    regression = _config(CONFIG.replace('sample_weight: "w"', '').replace(
-        'model_class: "dnn"', 'model_class: "dnn" loss_type: L2_LOSS'))
-    assert not supports(build_feature_specs(regression), regression.data_config)
-
-
-def test_the_array_path_declines_a_batch_whose_tasks_read_a_second_label():
-    """The arrays carry the first label field only: a multi-task model's batches take CsvParser, which hands
-    every label over by name (before, a trainer whose reader parsed arrays stopped at its first batch with
-    KeyError on the second task's label)."""
-    two_tasks = _config(CONFIG.replace('sample_weight: "w"', '').replace('model_class: "dnn"', """
+    assert supports(build_feature_specs(config), config.data_config)  # a sample weight
+    regression = _config(CONFIG.replace('model_class: "dnn"', 'model_class: "dnn" loss_type: L2_LOSS'))
+    assert supports(build_feature_specs(regression), regression.data_config)
+    two_tasks = _config(CONFIG.replace('model_class: "dnn"', """
     model_class: "MMoE"
     mmoe { expert_dnn { hidden_units: [4] } num_expert: 2
            task_towers { tower_name: "click" label_name: "click" }
            task_towers { tower_name: "rating" label_name: "rating" loss_type: L2_LOSS } }"""))
     specs = build_feature_specs(two_tasks)
     assert specs.label_kinds == {"click": "binary", "rating": "regression"}
-    assert not supports(specs, two_tasks.data_config)
+    assert supports(specs, two_tasks.data_config)
+    json = _config(CONFIG.replace('sample_weight: "w"', 'sample_weight: "w"\n  input_format: JSON'))
+    assert not supports(build_feature_specs(json), json.data_config)  # other formats: CsvParser's kin
 
 
 @pytest.mark.parametrize("weight, message", [("nope", "'nope' is not an input field"),

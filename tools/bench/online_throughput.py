@@ -13,7 +13,15 @@ input path costs. Each memory run also times the per-feature step
 (``train_batch`` of CsvParser's tensors), the baseline of the figures
 before 2026-11-26 (``ratio_to_feature_step``), which is slower.
 
+``--multitask``: samples/online_multitask.config instead (MMoE, two labels,
+the same features) on the stream with conversions. ``--compare_csv_parser``:
+each round runs the broker twice, once with the reader process parsing into
+arrays (the default) and once with it leaving the lines to CsvParser on the
+trainer (the path configs the arrays did not carry took), in alternating
+order, and reports their ratio; the per-feature memory runs are left out.
+
     .venv/bin/python tools/bench/online_throughput.py [--samples 300000] [--rounds 3] [--lines_per_message 1]
+        [--multitask] [--compare_csv_parser]
 """
 import argparse
 import json
@@ -35,6 +43,8 @@ from easyonline.jobs.online_train import build_trainer  # noqa: E402
 from easyonline.utils.logs import setup_logging  # noqa: E402
 from easyonline.features.csv_parser import ParsedBatch  # noqa: E402
 from easyonline.features.vector_csv import VectorCsvParser  # noqa: E402
+from easyonline.inputs.raw_batch import RawBatch  # noqa: E402
+from easyonline.inputs.reader_process import KafkaReaderProcess  # noqa: E402
 from tools.bench.alternating_runs import alternate, neighbour_ratios  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -50,19 +60,27 @@ class Timer(Callback):
         self.samples = 0
         self.start = self.end = None
         self.wait_start = self.wait_end = 0.0
+        self.cpu_start = self.cpu_end = 0.0  # this process's CPU (every thread; not the reader process's)
 
     def waited_share(self) -> float:
         """Share of the timed window the trainer spent waiting for its next batch."""
         return (self.wait_end - self.wait_start) / (self.end - self.start)
 
+    def cpu_us_per_sample(self) -> float:
+        """The trainer process's CPU per sample over the timed window: what a slower machine's speed, or
+        other processes on this one, move far less than the wall-clock rate."""
+        return 1e6 * (self.cpu_end - self.cpu_start) / self.samples
+
     def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
         self.batches += 1
         if self.batches == WARMUP_BATCHES:
             self.start = time.perf_counter()
+            self.cpu_start = time.process_time()
             self.wait_start = getattr(trainer, "input_wait_seconds", 0.0)
         elif self.batches > WARMUP_BATCHES:
             self.samples += parsed_batch.size
             self.end = time.perf_counter()
+            self.cpu_end = time.process_time()
             self.wait_end = getattr(trainer, "input_wait_seconds", 0.0)
 
     def rate(self):
@@ -71,10 +89,11 @@ class Timer(Callback):
 
 EDITS = {}  # train_config fields set from the command line (thread counts)
 CLIENT = ["CONFLUENT_KAFKA"]  # kafka_train_input.client of the broker runs (--client)
+SAMPLE = ["online.config"]  # the sample config (--multitask: online_multitask.config)
 
 
 def config_for(model_dir, server="", topic=""):
-    config = load_pipeline_config(os.path.join(ROOT, "samples", "online.config"))
+    config = load_pipeline_config(os.path.join(ROOT, "samples", SAMPLE[0]))
     for field, value in EDITS.items():
         setattr(config.train_config, field, value)
     config.model_dir = model_dir
@@ -101,22 +120,22 @@ def from_memory(work, lines, batch_size, matrices: bool = True):
         batches = [trainer.parser.parse(lines[i:i + batch_size]) for i in range(0, len(lines), batch_size)]
     timer = Timer()
     for parsed in batches:
-        if matrices:
-            probs = trainer.train_vectors(parsed.vectors)
-            trainer.task.update_metrics(parsed.vectors.labels, probs)
-        else:
-            probs = trainer.train_batch(parsed.features, parsed.labels)
-            trainer.task.update_metrics(parsed.labels.numpy(), probs)
+        # what the loop does per batch: the arrays' step when the batch has arrays, every task's metrics
+        probs = trainer.engine.train_and_count(RawBatch([], {}), parsed)
         timer.on_batch_end(trainer, None, parsed, probs)
     return timer.rate()
 
 
-def from_broker(work, broker, topic):
+def from_broker(work, broker, topic, arrays: bool = True):
+    """Samples/s from the broker; ``arrays`` False: the reader process leaves parsing to CsvParser."""
     timer = Timer()
-    trainer = build_trainer(config_for(os.path.join(work, f"broker_{time.time()}"), broker.bootstrap, topic),
-                            online=False, callbacks=[timer])
+    config = config_for(os.path.join(work, f"broker_{time.time()}"), broker.bootstrap, topic)
+    data = config.data_config
+    source = None if arrays else KafkaReaderProcess(config.kafka_train_input, data.batch_size,
+                                                    data.batch_timeout_ms, max_message_bytes=data.max_message_bytes)
+    trainer = build_trainer(config, online=False, source=source, callbacks=[timer])
     summary = trainer.run()
-    return timer.rate(), timer.waited_share(), summary
+    return timer.rate(), timer.waited_share(), summary, timer.cpu_us_per_sample()
 
 
 def main() -> None:
@@ -129,8 +148,14 @@ def main() -> None:
     parser.add_argument("--client", default="CONFLUENT_KAFKA", choices=["KAFKA_PYTHON", "CONFLUENT_KAFKA"],
                         help="kafka_train_input.client of the broker runs (default: the config's default)")
     parser.add_argument("--inter_op_threads", type=int, default=None, help="default: the sample config's")
+    parser.add_argument("--multitask", action="store_true",
+                        help="samples/online_multitask.config (MMoE, two labels) on the stream with conversions")
+    parser.add_argument("--compare_csv_parser", action="store_true",
+                        help="each round also runs the broker with CsvParser parsing on the trainer (no arrays), "
+                             "the two in alternating order; reports arrays / CsvParser")
     args = parser.parse_args()
     CLIENT[0] = args.client
+    SAMPLE[0] = "online_multitask.config" if args.multitask else "online.config"
     EDITS.update({k: getattr(args, k) for k in ("intra_op_threads", "inter_op_threads")
                   if getattr(args, k) is not None})
     setup_logging("WARNING")
@@ -138,54 +163,89 @@ def main() -> None:
     # Whole batches only: an offline run's last, partial batch waits batch_timeout_ms for samples
     # that never come, a pause of the benchmark's making that a stream in production does not have.
     args.samples = -(-args.samples // BATCH_SIZE) * BATCH_SIZE
-    lines = SyntheticCtrStream().lines(0, args.samples)
+    lines = SyntheticCtrStream(conversions=args.multitask).lines(0, args.samples)
     with LocalBroker() as broker:
         broker.create_topic("bench", args.partitions)
         produce(broker.bootstrap, "bench", [lines], lines_per_message=args.lines_per_message,
                 partitions=args.partitions)
-        results = []
+        results, csv_results = [], []
 
         def broker_run() -> float:
-            results.append(from_broker(work, broker, "bench"))
+            if not args.compare_csv_parser:
+                results.append(from_broker(work, broker, "bench"))
+                return results[-1][0]
+            # both paths back to back, the arrays first in even rounds, CsvParser first in odd ones
+            order = (True, False) if len(results) % 2 == 0 else (False, True)
+            for arrays in order:
+                (results if arrays else csv_results).append(from_broker(work, broker, "bench", arrays))
             return results[-1][0]
 
         feature_step_rates = []
 
         def memory_run() -> float:
-            feature_step_rates.append(from_memory(work, lines, BATCH_SIZE, matrices=False))
+            if not args.compare_csv_parser:
+                feature_step_rates.append(from_memory(work, lines, BATCH_SIZE, matrices=False))
             return from_memory(work, lines, BATCH_SIZE)
 
         memory_rates, broker_rates, ratios = alternate(memory_run, broker_run, args.rounds)
-        feature_step_ratios = neighbour_ratios(feature_step_rates, broker_rates)
-    waits = [waited for _, waited, _ in results]
+    waits = [waited for _, waited, _, _ in results]
     summary = results[-1][2]
     ratio = statistics.median(ratios)
     memory_rate, broker_rate = statistics.median(memory_rates), statistics.median(broker_rates)
     result = {
-        "model": "deepfm", "categorical_fields": 26, "numeric_fields": 13, "embedding_dim": 16, "batch_size": 1024,
+        "model": "mmoe" if args.multitask else "deepfm", "labels": 2 if args.multitask else 1,
+        "categorical_fields": 26, "numeric_fields": 13, "embedding_dim": 16, "batch_size": 1024,
         "samples": args.samples, "lines_per_message": args.lines_per_message, "partitions": args.partitions,
         "client": args.client,
         "memory_samples_per_sec": round(memory_rate), "memory_runs": [round(r) for r in memory_rates],
         "broker_samples_per_sec": round(broker_rate), "broker_runs": [round(r) for r in broker_rates],
         "ratio_broker_to_memory": round(ratio, 3), "ratios": [round(r, 3) for r in ratios],
-        "feature_step_runs": [round(r) for r in feature_step_rates],
-        "ratio_to_feature_step": round(statistics.median(feature_step_ratios), 3),
-        "ratios_to_feature_step": [round(r, 3) for r in feature_step_ratios],
         "broker_input_wait_share": [round(w, 3) for w in waits],
+        "broker_trainer_cpu_us_per_sample": [round(r[3], 1) for r in results],
         "broker_run_samples": summary.samples, "broker_run_auc": round(summary.auc, 4),
+        "broker_run_task_aucs": {task: round(figures["auc"], 4) for task, figures in summary.tasks.items()
+                                 if figures.get("auc") is not None},
         "targets": {"ratio_at_least": 0.86, "broker_samples_per_sec_at_least": 10000},
     }
+    if feature_step_rates:
+        feature_step_ratios = neighbour_ratios(feature_step_rates, broker_rates)
+        result.update({"feature_step_runs": [round(r) for r in feature_step_rates],
+                       "ratio_to_feature_step": round(statistics.median(feature_step_ratios), 3),
+                       "ratios_to_feature_step": [round(r, 3) for r in feature_step_ratios]})
+    if csv_results:
+        csv_rates = [rate for rate, _, _, _ in csv_results]
+        csv_ratios = neighbour_ratios(memory_rates, csv_rates)
+        arrays_over_csv = [a / c for a, c in zip(broker_rates, csv_rates)]
+        result.update({"csv_parser_broker_runs": [round(r) for r in csv_rates],
+                       "csv_parser_ratios": [round(r, 3) for r in csv_ratios],
+                       "ratio_csv_parser_broker_to_memory": round(statistics.median(csv_ratios), 3),
+                       "csv_parser_input_wait_share": [round(w, 3) for _, w, _, _ in csv_results],
+                       "csv_parser_trainer_cpu_us_per_sample": [round(r[3], 1) for r in csv_results],
+                       "arrays_over_csv_parser": [round(r, 3) for r in arrays_over_csv],
+                       "ratio_arrays_to_csv_parser": round(statistics.median(arrays_over_csv), 3)})
     print(json.dumps(result))
     print()
     print(f"{'source':<10} {'samples/s (median)':>18}   runs")
     print(f"{'memory':<10} {memory_rate:>18.0f}   {', '.join(f'{r:.0f}' for r in memory_rates)}")
-    print(f"{'(features)':<10} {statistics.median(feature_step_rates):>18.0f}   "
-          f"{', '.join(f'{r:.0f}' for r in feature_step_rates)}   (the per-feature step, before 2026-11-26's baseline)")
+    if feature_step_rates:
+        print(f"{'(features)':<10} {statistics.median(feature_step_rates):>18.0f}   "
+              f"{', '.join(f'{r:.0f}' for r in feature_step_rates)}   "
+              "(the per-feature step, before 2026-11-26's baseline)")
     print(f"{'broker':<10} {broker_rate:>18.0f}   {', '.join(f'{r:.0f}' for r in broker_rates)}   "
-          f"(waiting for input {', '.join(f'{w:.0%}' for w in waits)} of the time)")
+          f"(waiting for input {', '.join(f'{w:.0%}' for w in waits)} of the time; trainer CPU "
+          f"{', '.join(f'{r[3]:.1f}' for r in results)} us/sample)")
+    if csv_results:
+        print(f"{'(CsvParser)':<10} {statistics.median(csv_rates):>17.0f}   {', '.join(f'{r:.0f}' for r in csv_rates)}"
+              f"   (waiting for input {', '.join(f'{w:.0%}' for _, w, _, _ in csv_results)} of the time; trainer CPU "
+              f"{', '.join(f'{r[3]:.1f}' for r in csv_results)} us/sample)")
     print(f"ratio broker/memory (median of {len(ratios)}: {', '.join(f'{r:.3f}' for r in ratios)}): {ratio:.3f} "
           f"(target >= 0.86); broker >= 10000/s: {'yes' if broker_rate >= 10000 else 'NO'}")
-    print(f"ratio broker/per-feature step (median): {statistics.median(feature_step_ratios):.3f}")
+    if feature_step_rates:
+        print(f"ratio broker/per-feature step (median): {result['ratio_to_feature_step']:.3f}")
+    if csv_results:
+        print(f"ratio CsvParser broker/memory (median): {result['ratio_csv_parser_broker_to_memory']:.3f}; "
+              f"arrays/CsvParser, same round (median of {', '.join(f'{r:.3f}' for r in arrays_over_csv)}): "
+              f"{result['ratio_arrays_to_csv_parser']:.3f}")
 
 
 if __name__ == "__main__":
