@@ -102,3 +102,31 @@ def test_a_batch_parsed_into_arrays_feeds_the_cluster_step_as_csv_parsers_featur
     assert set(got) == set(expected)
     for placeholder, value in expected.items():
         assert np.asarray(got[placeholder]).tobytes() == np.asarray(value).tobytes(), placeholder.name
+
+
+def test_a_sequence_model_feeds_ragged_ids_and_weights_and_shares_the_target_table_on_its_ps(tmp_path):
+    """DIN's cluster graph: a history (``hist_item``) looks up in its target's table (``item``), one table on
+    one ps; a ragged feature feeds its flat values and row splits, a weighted tag its weights too."""
+    from easyonline.features.csv_parser import CsvParser  # pylint: disable=g-import-not-at-top
+    from tests.integration.test_din import din_config, din_lines  # pylint: disable=g-import-not-at-top
+
+    config = din_config(tmp_path)
+    cluster = ClusterConfig({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2", "127.0.0.1:3"], "worker": []},
+                            "chief", 0)
+    graph = TrainGraph(config, build_feature_specs(config), cluster)
+    tables = graph.model.tables.embeddings
+    assert sorted(tables) == ["cate", "item", "tags", "user"]  # hist_item and hist_cate: no table of their own
+    assert all(table.ps_device in ("/job:ps/task:0", "/job:ps/task:1") for table in tables.values())
+    feeds = {name: (values, splits) for name, values, splits in graph._feature_feeds}  # pylint: disable=protected-access
+    assert all(feeds[name][1] is not None for name in ("hist_item", "hist_cate", "tags", "tags/weights"))
+    batch = CsvParser(graph.model.specs).parse(din_lines(0, 50) + [b"1,u1,i3,c3,1.0,i9|i3,c9|c3,t1:0.5|t2:2"])
+    feed = graph.feed(batch.features, batch.labels.numpy(), 0.0, {0: 51}, 0)
+    values, splits = feeds["tags/weights"]
+    np.testing.assert_allclose(feed[values][-2:], [0.5, 2.0])
+    assert feed[splits][-1] == len(feed[values]) == len(feed[feeds["tags"][0]])
+    values, splits = feeds["hist_item"]
+    assert feed[values][-1] == batch.features["item"].numpy()[-1]  # "i3": one id, in a history as a target
+    assert np.diff(feed[splits]).max() <= 5  # sequence_length: 5
+    # the item table's lookup takes the targets' and the histories' ids in one vector, on the table's ps
+    assert len(tables["item"].wrappers) == 1, tables["item"].wrappers
+    assert tables["item"].wrappers[0].device == tables["item"].ps_device
