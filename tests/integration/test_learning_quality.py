@@ -87,3 +87,42 @@ def test_the_multitask_config_trains_both_tasks_and_the_bench_reports_them(tmp_p
     assert rmse["multitask"]["second_half"] < 1.5, result
     assert 0.5 < rmse["item_mean_baseline"]["second_half"] < 1.5, result
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _movielens_files(directory, count: int, seed: int = 13) -> None:
+    """MovieLens-shaped ``u.item`` (19 genre flags) and ``u.data`` (user, movie, rating, time; ties in time as
+    MovieLens has them), ratings from the user's bias, the movie's quality and the user's taste per genre."""
+    rng = np.random.default_rng(seed)
+    users, movies, genres = 40, 60, 19
+    flags = rng.random((movies, genres)) < 0.15
+    with open(directory / "u.item", "w", encoding="latin-1") as f:
+        for m in range(movies):
+            f.write(f"{m + 1}|Movie {m}|01-Jan-1995||http://x|" + "|".join(str(int(x)) for x in flags[m]) + "\n")
+    bias, quality, taste = rng.normal(0, 0.6, users), rng.normal(0, 0.8, movies), rng.normal(0, 0.8, (users, genres))
+    with open(directory / "u.data", "w") as f:
+        for i in range(count):
+            user, movie = int(rng.integers(users)), int(rng.integers(movies))
+            liked_genres = taste[user, flags[movie]]
+            mean = 3.5 + bias[user] + quality[movie] + (liked_genres.mean() if len(liked_genres) else 0.0)
+            rating = int(np.clip(np.rint(mean + rng.normal(0, 0.5)), 1, 5))
+            f.write(f"{user + 1}\t{movie + 1}\t{rating}\t{880000000 + i // 3}\n")
+
+
+def test_the_sequence_config_trains_with_the_histories_and_the_bench_reports_it(tmp_path):
+    """samples/movielens_din.config loads and trains 800 generated ratings, each with the user's earlier likes,
+    through the broker (the bench: tools/bench/sequence_quality.py, without its single-task run)."""
+    _movielens_files(tmp_path, 800)
+    png = tmp_path / "sequence.png"
+    proc = subprocess.run([PYTHON, "tools/bench/sequence_quality.py", f"--data={tmp_path}", f"--png={png}",
+                           "--window=200", "--skip_single"], cwd=ROOT, env=python_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.index("\n}\n") + 2])
+    assert result["samples"] == 800 and result["half"] == 400, result
+    assert result["auc"]["single"] is None and result["targets"]["AUC >= single + 0.005"] is None
+    # 40 users with ~20 ratings each, about half liked: most samples carry a history, none longer than 20
+    assert 0 < result["history"]["empty_share"] < 0.2 and 3 < result["history"]["mean_length"] <= 20, result
+    # The generating model's own AUC is about 0.9 (its mean rating as the score); chance is 0.5.
+    assert result["auc"]["sequence"]["second_half"] > 0.7, result
+    assert result["samples_per_sec"]["sequence"] > 0, result
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -53,6 +53,11 @@ GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy",
 
 def movielens_ratings(directory: str) -> List[Tuple[str, str, int, str, int, int]]:
     """u.data + u.item as time-ordered (user, movie, rating, genres joined by ``|``, hour, weekday in UTC)."""
+    return [rating[1:] for rating in movielens_timed_ratings(directory)]
+
+
+def movielens_timed_ratings(directory: str) -> List[Tuple[int, str, str, int, str, int, int]]:
+    """As ``movielens_ratings``, each led by its Unix time: (time, user, movie, rating, genres, hour, weekday)."""
     genres = {}
     with open(os.path.join(directory, "u.item"), encoding="latin-1") as f:
         for line in f:
@@ -67,7 +72,7 @@ def movielens_ratings(directory: str) -> List[Tuple[str, str, int, str, int, int
     out = []
     for stamp, user, movie, rating in ratings:
         t = time.gmtime(stamp)
-        out.append((user, movie, rating, genres[movie], t.tm_hour, t.tm_wday))
+        out.append((stamp, user, movie, rating, genres[movie], t.tm_hour, t.tm_wday))
     return out
 
 

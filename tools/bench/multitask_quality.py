@@ -37,7 +37,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -114,6 +114,8 @@ class TaskRecorder(Callback):
         self.labels: Dict[str, List[np.ndarray]] = {}
         self.predictions: Dict[str, List[np.ndarray]] = {}
         self.seen = 0
+        self.first_batch: Optional[Tuple[float, int]] = None  # when the first batch ended, its samples
+        self.last_batch_at = 0.0
 
     def on_train_begin(self, trainer) -> None:
         for task in trainer.model.tasks:
@@ -122,8 +124,17 @@ class TaskRecorder(Callback):
 
     def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
         self.seen += len(np.asarray(probs).reshape(-1))
+        self.last_batch_at = time.perf_counter()
+        if self.first_batch is None:
+            self.first_batch = (self.last_batch_at, self.seen)
         if self.seen >= self.total:
             trainer.stop("the whole stream was trained")
+
+    def samples_per_sec(self) -> float:
+        """Training throughput from the end of the first batch (the model built, the graph traced) to the last."""
+        if self.first_batch is None or self.last_batch_at <= self.first_batch[0]:
+            return float("nan")
+        return (self.seen - self.first_batch[1]) / (self.last_batch_at - self.first_batch[0])
 
     def task(self, name: str):
         """(labels, predictions) of task ``name`` over the whole stream."""
