@@ -189,10 +189,12 @@ def run_seed(args, lines: List[bytes], liked: np.ndarray, ratings: np.ndarray, s
     return run
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", required=True, help="directory with stream.csv, or MovieLens's u.data and u.item")
-    parser.add_argument("--config", default=os.path.join(ROOT, "samples", "movielens_multitask.config"))
+
+def comparison_arguments(parser: argparse.ArgumentParser, sample_config: str, plot: str) -> None:
+    """The flags of a bench comparing ``--config`` (default samples/<sample_config>) with the single-task
+    samples/movielens.config in one run: config overrides, --skip_single, --seeds, --png (``plot``),
+    --window, --assert_targets (sequence_quality.py takes them too)."""
+    parser.add_argument("--config", default=os.path.join(ROOT, "samples", sample_config))
     parser.add_argument("--single_config", default=os.path.join(ROOT, "samples", "movielens.config"))
     parser.add_argument("--edit_config_json", default="{}", help="overrides of --config, as for easyonline.train")
     parser.add_argument("--single_edit_config_json", default="{}", help="overrides of --single_config, as above")
@@ -201,12 +203,23 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=1,
                         help="train both models with N seeds (train_config.seed = the config's, its + 1, ...); "
                              "the figures and the targets are then the means over the seeds")
-    parser.add_argument("--png", default="", help="where to write the windowed AUC and RMSE plot ('' : none)")
+    parser.add_argument("--png", default="", help=f"where to write {plot} ('' : none)")
     parser.add_argument("--window", type=int, default=5000, help="samples per point of the plot")
     parser.add_argument("--assert_targets", action="store_true", help="exit 1 when a target is missed")
+
+
+def parse_comparison_arguments(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The parsed flags; --seeds below 1 is refused."""
     args = parser.parse_args()
     if args.seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
+    return args
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True, help="directory with stream.csv, or MovieLens's u.data and u.item")
+    comparison_arguments(parser, "movielens_multitask.config", "the windowed AUC and RMSE plot")
+    args = parse_comparison_arguments(parser)
     lines = multitask_lines(args.data)
     n, half = len(lines), len(lines) // 2
     fields = [line.decode().split(",") for line in lines]

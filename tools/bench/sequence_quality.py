@@ -41,8 +41,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from easyonline.config import load_pipeline_config  # noqa: E402
 from easyonline.scoring.auc_curves import exact_auc as auc  # noqa: E402
 from easyonline.scoring.auc_curves import plot_panels, windowed_auc  # noqa: E402
-from tools.bench.learning_quality import ROOT, movielens_timed_ratings  # noqa: E402
-from tools.bench.multitask_quality import halves, mean_halves, train  # noqa: E402
+from tools.bench.learning_quality import movielens_timed_ratings  # noqa: E402
+from tools.bench.multitask_quality import (comparison_arguments, halves, mean_halves,  # noqa: E402
+                                          parse_comparison_arguments, train)
 
 TARGET_GAIN = 0.005  # issue 36: the sequence model's second-half AUC >= the single-task model's + this
 
@@ -113,22 +114,9 @@ def run_seed(args, lines: List[bytes], labels: np.ndarray, seed: Optional[int]) 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="directory with MovieLens's u.data and u.item")
-    parser.add_argument("--config", default=os.path.join(ROOT, "samples", "movielens_din.config"))
-    parser.add_argument("--single_config", default=os.path.join(ROOT, "samples", "movielens.config"))
-    parser.add_argument("--edit_config_json", default="{}", help="overrides of --config, as for easyonline.train")
-    parser.add_argument("--single_edit_config_json", default="{}", help="overrides of --single_config, as above")
     parser.add_argument("--history", type=int, default=20, help="liked movies per sample, at most (the stream's)")
-    parser.add_argument("--skip_single", action="store_true",
-                        help="do not train --single_config (for tuning: its AUC and the target are then absent)")
-    parser.add_argument("--seeds", type=int, default=1,
-                        help="train both models with N seeds (train_config.seed = the config's, its + 1, ...); "
-                             "the figures and the target are then the means over the seeds")
-    parser.add_argument("--png", default="", help="where to write the windowed AUC plot ('' : none)")
-    parser.add_argument("--window", type=int, default=5000, help="samples per point of the plot")
-    parser.add_argument("--assert_targets", action="store_true", help="exit 1 when the target is missed")
-    args = parser.parse_args()
-    if args.seeds < 1:
-        raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
+    comparison_arguments(parser, "movielens_din.config", "the windowed AUC plot")
+    args = parse_comparison_arguments(parser)
     lines = sequence_lines(args.data, args.history)
     n, half = len(lines), len(lines) // 2
     labels = np.array([float(line.split(b",", 1)[0]) for line in lines])
