@@ -152,10 +152,13 @@ def parsed_features(specs: FeatureSpecs, column_of: Callable[[str], tf.Tensor], 
     bad vector in the graph (an error naming the feature) instead of returning its checks."""
     features, bad, vectors = {}, {}, {}
     for feature in specs.id_features:
-        if feature.weighted:
+        if feature.multi_value and not feature.combo:
             parsed = multi_value_ids(feature, column_of(feature.input_name))
-            features[feature.name], features[weights_key(feature.name)] = parsed.ids, parsed.weights
-            bad[feature.name] = parsed.bad
+            features[feature.name] = parsed.ids
+            if feature.weighted:
+                features[weights_key(feature.name)] = parsed.weights
+            if parsed.bad is not None:
+                bad[feature.name] = parsed.bad
         else:
             features[feature.name] = feature_ids(feature, column_of)
     for feature in specs.raw_features:
@@ -168,6 +171,14 @@ def parsed_features(specs: FeatureSpecs, column_of: Callable[[str], tf.Tensor], 
             features[feature.name] = read.values
             vectors[feature.name] = (read.ok, read.counts, read.first_bad)
     return features, bad, vectors
+
+
+def _malformed(feature: IdFeature) -> Tuple[str, str]:
+    """(rejection kind, what each value must be) of a tag or sequence feature with a malformed value."""
+    item = "a number" if feature.boundaries else "an int64 id" if not feature.string_ids else "an id"
+    if feature.weighted:
+        return BAD_TAG_WEIGHT, f"id{feature.kv_separator}weight with {item} and a number weight"
+    return (BAD_SEQUENCE if feature.sequence else BAD_VALUE), item
 
 
 def _reason(message: str) -> str:
@@ -304,15 +315,17 @@ class CsvParser:
 
     def _bad_values(self, features: Mapping[str, tf.Tensor], bad_values: Mapping[str, tf.Tensor],
                     lines: List[bytes]) -> Dict[int, str]:
-        """{line index: rejection reason} of the lines with a weighted tag value that is not ``id<kv>number``
-        (bad_tag_weight) or with sequences of one attention of different lengths (bad_sequence)."""
+        """{line index: rejection reason} of the lines with a malformed value in a tag or sequence feature (a
+        weighted tag value not ``id<kv>number``: bad_tag_weight; a sequence value: bad_sequence; a tag of int
+        ids: bad_value) or with sequences of one attention of different lengths (bad_sequence)."""
         bad: Dict[int, str] = {}
         for name, flags in bad_values.items():
             feature = next(f for f in self._specs.id_features if f.name == name)
+            kind, what = _malformed(feature)
             for i in np.flatnonzero(flags.numpy()):
-                bad.setdefault(int(i), rejection(BAD_TAG_WEIGHT, f"{name}: a value of {feature.input_name} is not "
-                                                 f"id{feature.kv_separator}weight with a number weight: "
-                                                 f"{_field_text(lines[i], self._separator, self._index[feature.input_name])!r}"))
+                text = _field_text(lines[i], self._separator, self._index[feature.input_name])
+                bad.setdefault(int(i), rejection(kind, f"{name}: a value of {feature.input_name} is not {what}: "
+                                                 f"{text!r}"))
         for names in self._specs.aligned_sequences:
             if len(names) < 2:
                 continue

@@ -7,7 +7,11 @@ IdFeature's, ints passed through. Empty values (``a||b``, a trailing
 separator) and padding values are dropped; a sequence keeps its first
 ``max_length`` ids (the most recent, as EasyRec keeps them). Weighted tags
 drop ids of weight <= 0, as TensorFlow's safe embedding lookup (EasyRec's)
-does, and flag the samples with a value that is not ``id<kv>number``.
+does. Samples with a value that is not ``id<kv>number`` (weighted tags), not
+an int64 id (tags and sequences of int ids) or not a number (sequences of
+bucketized numbers) are flagged in ``bad``, so the trainer's parser rejects
+that sample alone with a reason naming the feature; the malformed value is
+dropped, never converted (a conversion error would fail the whole batch).
 """
 from typing import NamedTuple, Optional
 
@@ -19,11 +23,15 @@ tf = ensure_legacy_keras()
 
 # A finite decimal number, as a weight must be written ("1", "-0.5", ".5", "2e-3").
 NUMBER_PATTERN = r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?"
+# An int64 id as TensorFlow's string-to-int64 conversion reads it (no "+", no decimal point); its range is
+# checked apart (_int_ids).
+INT_PATTERN = r"-?[0-9]+"
+_INT64_MAX_HEAD, _INT64_MAX_LAST = 922337203685477580, 7  # 9223372036854775807 = head * 10 + last
 
 
 class MultiValueIds(NamedTuple):
     """``ids`` ragged [B, None] int64; ``weights`` ragged [B, None] float32 of a weighted tag feature (None
-    otherwise); ``bad`` [B] bool: samples with a malformed weighted value (None when there can be none)."""
+    otherwise); ``bad`` [B] bool: samples with a malformed value (module docstring)."""
     ids: tf.RaggedTensor
     weights: Optional[tf.RaggedTensor] = None
     bad: Optional[tf.Tensor] = None
@@ -43,8 +51,28 @@ def _not_padding(feature: IdFeature, tokens: tf.Tensor) -> tf.Tensor:
     return keep
 
 
+def _well_formed(feature: IdFeature, tokens: tf.Tensor) -> tf.Tensor:
+    """[n] bool: which of the (flat, non-empty) tokens the feature's ids can be made of."""
+    if feature.string_ids:
+        return tf.ones_like(tokens, tf.bool)
+    if feature.boundaries:
+        return tf.strings.regex_full_match(tokens, NUMBER_PATTERN)
+    written = tf.strings.regex_full_match(tokens, INT_PATTERN)
+    digits = tf.strings.regex_replace(tokens, r"^-?0*", "")  # (int64's range holds every 18-digit number)
+    length = tf.strings.length(digits)
+    longest = written & (length == 19)
+    nineteen = tf.where(longest, digits, "0" * 19)
+    head = tf.strings.to_number(tf.strings.substr(nineteen, 0, 18), tf.int64)
+    last = tf.strings.to_number(tf.strings.substr(nineteen, 18, 1), tf.int64)
+    negative = tf.cast(tf.strings.regex_full_match(tokens, "-.*"), tf.int64)  # (down to -9223372036854775808)
+    in_range = (length < 19) | (longest & ((head < _INT64_MAX_HEAD) | (
+        (head == _INT64_MAX_HEAD) & (last <= _INT64_MAX_LAST + negative))))
+    return written & in_range
+
+
 def _ids(feature: IdFeature, tokens: tf.RaggedTensor) -> tf.RaggedTensor:
-    """Ids of non-empty, non-padding tokens: hashed strings, ints (negative ones dropped) or buckets."""
+    """Ids of non-empty, non-padding, well-formed tokens: hashed strings, ints (negative ones dropped) or
+    buckets."""
     if feature.string_ids:
         return tf.ragged.map_flat_values(tf.strings.to_hash_bucket_fast, tokens, HASH_BUCKETS)
     if feature.boundaries:  # a sequence of numbers (sub_feature_type RawFeature), bucketized
@@ -54,25 +82,31 @@ def _ids(feature: IdFeature, tokens: tf.RaggedTensor) -> tf.RaggedTensor:
     return tf.ragged.boolean_mask(ids, ids >= 0)
 
 
+def _rows_with(flags: tf.Tensor, values: tf.RaggedTensor) -> tf.Tensor:
+    """[B] bool: the rows of ``values`` where one of the flat ``flags`` is true."""
+    return tf.math.unsorted_segment_max(tf.cast(flags, tf.int32), values.value_rowids(), values.nrows()) > 0
+
+
 def multi_value_ids(feature: IdFeature, column: tf.Tensor) -> MultiValueIds:
     """The ids (and weights) of a TagFeature or SequenceFeature from its decoded string column [B]."""
     values = _values(feature, column)
     if not feature.weighted:
+        well_formed = _well_formed(feature, values.flat_values)
         ids = _ids(feature, tf.ragged.boolean_mask(values, values.with_flat_values(
-            _not_padding(feature, values.flat_values))))
+            well_formed & _not_padding(feature, values.flat_values))))
         if feature.sequence and feature.max_length:
             ids = ids[:, :feature.max_length]
-        return MultiValueIds(ids)
+        return MultiValueIds(ids, bad=None if feature.string_ids else _rows_with(~well_formed, values))
     flat = values.flat_values
     pairs = tf.strings.split(flat, sep=feature.kv_separator, maxsplit=1)
     parts = pairs.to_tensor(default_value="", shape=[tf.size(flat), 2])
     id_text, weight_text = parts[:, 0], parts[:, 1]
     well_formed = (pairs.row_lengths() == 2) & (tf.strings.length(id_text) > 0) & \
-        tf.strings.regex_full_match(weight_text, NUMBER_PATTERN)
+        tf.strings.regex_full_match(weight_text, NUMBER_PATTERN) & _well_formed(feature, id_text)
     weights = tf.strings.to_number(tf.where(well_formed, weight_text, "0"), tf.float32)
     keep = well_formed & (weights > 0) & _not_padding(feature, id_text)
     rows = values.value_rowids()
-    bad = tf.math.unsorted_segment_max(tf.cast(~well_formed, tf.int32), rows, values.nrows()) > 0
+    bad = _rows_with(~well_formed, values)
     kept_ids = tf.RaggedTensor.from_value_rowids(tf.boolean_mask(id_text, keep), tf.boolean_mask(rows, keep),
                                                  values.nrows())
     kept_weights = tf.RaggedTensor.from_value_rowids(tf.boolean_mask(weights, keep), tf.boolean_mask(rows, keep),

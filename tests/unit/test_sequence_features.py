@@ -117,6 +117,28 @@ def test_a_bad_weight_rejects_its_sample_alone_with_a_named_reason(value):
     assert rejection_kind(reason) == BAD_TAG_WEIGHT and "wtags" in reason and value.decode() in reason, reason
 
 
+@pytest.mark.parametrize("field,value,what", [
+    (5, b"0.5;abc;7", "a number"),  # nums: bucketized numbers
+    (5, b"1e3;;x1", "a number"),
+    (7, b"5|cate_id_3|7", "an int64 id"),  # ihist: int ids
+    (7, b"5|+7", "an int64 id"),
+    (7, b"5|1.0", "an int64 id"),
+    (7, b"9223372036854775808", "an int64 id"),  # one past int64's range
+])
+def test_a_sequence_value_of_the_wrong_kind_rejects_its_sample_alone_naming_the_feature(field, value, what):
+    """A value that cannot be converted is flagged, not converted: a conversion error would fail the whole batch
+    (EasyRec's numeric-boundary samples fed ids once rejected every sample as "Graph execution error")."""
+    good = b"1,a,x,a|b,x|y,0.5;5,t:1,5|9223372036854775807"
+    fields = good.split(b",")
+    fields[field] = value
+    batch = _parser().parse([good, b",".join(fields), good])
+    assert batch.size == 2 and batch.features["ihist"].to_list() == [[5, 9223372036854775807]] * 2
+    [(_, reason)] = batch.rejected
+    name = ["nums", "ihist"][field == 7]
+    assert rejection_kind(reason) == BAD_SEQUENCE, reason
+    assert f"{name}: a value of {name} is not {what}: {value.decode()!r}" in reason, reason
+
+
 def test_sequences_of_one_attention_of_different_lengths_reject_the_sample():
     batch = _parser().parse([b"1,a,x,a|b,x|y,,,", b"0,a,x,a|b|c,x|y,,,", b"0,a,x,a|b|c|d,x|y|z|w,,,"])
     assert batch.size == 2  # a 4th id beyond sequence_length 3 on both sides is no mismatch

@@ -165,7 +165,8 @@ class SampleGenerator:
     separator); tag features 1-3 ids joined by their separator;
     sequence features 0-8 ids (as many in every sequence of a sample, as one
     attention needs), drawn from the vocabulary of the key they are compared
-    with (so a sequence names items the stream also shows as targets).
+    with (so a sequence names items the stream also shows as targets), or
+    numbers spanning the boundaries of a bucketized one.
     Binary labels are 0/1 from a hidden logistic model of the first id
     feature, a later binary label only where the first is 1 (as a purchase
     needs a click); regression labels are numbers.
@@ -208,6 +209,9 @@ class SampleGenerator:
                 return feature.separator.join(str(round(float(n), 4)) for n in numbers)
             number = self.rng.uniform(low, high)
             return int(number) if field.input_type in _INTS else round(float(number), 4)
+        if feature is not None and feature.feature_type == FeatureType.SequenceFeature and feature.boundaries:
+            numbers = self.rng.uniform(feature.boundaries[0] - 1, feature.boundaries[-1] + 1, self._sequence_count)
+            return feature.separator.join(str(round(float(n), 2)) for n in numbers)  # bucketized, as RawFeature
         if feature is not None and feature.feature_type == FeatureType.SequenceFeature:
             ids = self.rng.choice(self.vocab, self._sequence_count, p=self._probs)
             key = self._key_field.get(field.input_name, field)
