@@ -66,7 +66,8 @@ def write_config(tmp_path, broker, topic, updates):
     config.data_config.input_fields.add(input_name="number")  # read by the recorder, by no feature
     config.data_config.batch_size = 100
     config.data_config.batch_timeout_ms = 500
-    config.train_config.save_checkpoints_steps = 6
+    # (7: the first half, about 18 batches of 100, drained, still ends on trained samples)
+    config.train_config.save_checkpoints_steps = 7
     config.train_config.incr_save_config.model_name = "model"
     path = tmp_path / "mmoe.config"
     path.write_text(to_text(config))
@@ -96,6 +97,9 @@ def test_mmoe_from_a_transactional_compressed_stream_survives_sigkill_with_its_l
             break
         time.sleep(0.02)
     time.sleep(random.Random(20261126).uniform(0.0, 0.5))
+    # ... and not right after a checkpoint (the first half drained and saved would leave nothing to repeat)
+    while time.time() < deadline and [r[0] for r in read_records(records_path) if r[0] in "CT"][-1] != "T":
+        time.sleep(0.01)
     children = descendants(proc.pid)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
