@@ -4,7 +4,9 @@ The configs are written here in the shape of EasyRec's taobao samples (file inpu
 features }``, ``input_type: CSVInput``, two 0/1 labels, id, tag and raw features, EasyRec's model messages),
 not copied. tools/bench/easyrec_samples.run_samples gives each a Kafka input as a user would, trains a
 stream generated from its input_fields through the real local broker with publishing, exports them, serves
-each over REST and replays the published updates; every step must pass for every family.
+each over REST and replays the published updates; every step must pass for every family. The MultiTower,
+MMoE and DBMTL samples are the ones with several losses (model-level F1 + pairwise; a tower of
+classification + pairwise; JRC over sessions with dice), so one harness run covers the families and the losses.
 """
 import pytest
 
@@ -65,7 +67,7 @@ MODELS = {
 """),
 }
 EXPECTED_OUTPUTS = {"multi_tower": ["probs"], "dcn": ["probs"], "mmoe": ["probs_ctr", "probs_cvr"],
-                    "dbmtl": ["probs_ctr", "probs_cvr"], "esmm": ["probs_ctcvr", "probs_ctr", "probs_cvr"]}
+                    "dbmtl": ["probs_ctr", "probs_cvr", "pos_logits_cvr"], "esmm": ["probs_ctcvr", "probs_ctr", "probs_cvr"]}
 
 
 def easyrec_sample(family: str) -> str:
@@ -101,13 +103,62 @@ export_config {{ multi_placeholder: false }}
 """
 
 
+MODEL_LOSSES = """  losses { loss_type: F1_REWEIGHTED_LOSS weight: 1.0 f1_reweighted_loss { f1_beta_square: 2.25 } }
+  losses { loss_type: PAIR_WISE_LOSS weight: 1.0 }
+"""
+MMOE_CTR = ('losses { loss_type: CLASSIFICATION weight: 1.0 } losses { loss_type: PAIR_WISE_LOSS weight: 1.0 } '
+            'dnn { hidden_units: [16, 8] }')
+DBMTL = """  dbmtl {
+    bottom_dnn { hidden_units: [16] activation: "dice" }
+    task_towers { tower_name: "ctr" label_name: "clk"
+      losses { loss_type: F1_REWEIGHTED_LOSS weight: 1.0 f1_reweighted_loss { f1_beta_square: 1.0 } }
+      losses { loss_type: PAIR_WISE_LOSS weight: 1.0 }
+      metrics_set { auc {} } dnn { hidden_units: [16, 8] activation: "dice" }
+      relation_dnn { hidden_units: [8] activation: "dice" } weight: 1.0 }
+    task_towers { tower_name: "cvr" label_name: "buy" num_class: 2
+      losses { loss_type: JRC_LOSS jrc_loss { session_name: "user_id" alpha: 0.5 } }
+      metrics_set { auc {} } dnn { hidden_units: [16, 8] activation: "dice" }
+      relation_tower_names: ["ctr"] relation_dnn { hidden_units: [8] activation: "dice" } weight: 1.0 }
+    l2_regularization: 1e-6
+  }
+"""
+
+
+def with_model_losses() -> str:
+    """MultiTower with model-level F1_REWEIGHTED_LOSS + PAIR_WISE_LOSS (multi_tower_on_taobao's)."""
+    text = easyrec_sample("multi_tower")
+    return text.replace("  multi_tower {", MODEL_LOSSES + "  multi_tower {", 1)
+
+
+def mmoe_with_tower_losses() -> str:
+    """MMoE whose ctr tower has CLASSIFICATION + PAIR_WISE_LOSS (mmoe_on_taobao_with_multi_loss's)."""
+    text = easyrec_sample("mmoe")
+    old = 'loss_type: CLASSIFICATION num_class: 1 weight: 1.0 metrics_set { auc {} } dnn { hidden_units: [16, 8] } '
+    assert old in text
+    return text.replace(old, 'num_class: 1 weight: 1.0 metrics_set { auc {} } ' + MMOE_CTR + " ", 1)
+
+
+def dbmtl_with_jrc_and_dice() -> str:
+    """DBMTL of F1 + PAIR_WISE and JRC towers with dice (dbmtl_on_taobao_with_multi_loss's)."""
+    text = easyrec_sample("dbmtl")
+    start, end = text.index("  dbmtl {"), text.index("  embedding_regularization")
+    return text[:start] + DBMTL + text[end:]
+
+
+
+# The harness run: each family once, the MultiTower, MMoE and DBMTL samples with their several losses
+# (test_easyrec_losses.py checks their tasks).
+SAMPLES = {"multi_tower": with_model_losses, "dcn": lambda: easyrec_sample("dcn"), "mmoe": mmoe_with_tower_losses,
+           "dbmtl": dbmtl_with_jrc_and_dice, "esmm": lambda: easyrec_sample("esmm")}
+
+
 @pytest.fixture(scope="module")
 def results(broker, tmp_path_factory):
     configs = tmp_path_factory.mktemp("configs")
     paths = []
-    for family in MODELS:
+    for family, make in SAMPLES.items():
         path = configs / f"{family}_on_generated.config"
-        path.write_text(easyrec_sample(family))
+        path.write_text(make())
         paths.append(str(path))
     return {r.family: r for r in run_samples(paths, broker, str(tmp_path_factory.mktemp("runs")), samples=600,
                                              predict_rows=4)}
