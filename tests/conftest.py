@@ -14,6 +14,22 @@ SAMPLES = os.path.join(ROOT, "samples")
 _topic_ids = itertools.count()
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "scenario: a production scenario of minutes (random kills, a long soak); "
+                                       "CI (CI=true) skips it to keep the suite under 25 minutes; "
+                                       "SCENARIOS=1 or a run without CI=true includes it")
+
+
+def pytest_collection_modifyitems(config, items):
+    """CI skips the ``scenario`` tests, naming how to run them; every other run includes them."""
+    if os.environ.get("CI") != "true" or os.environ.get("SCENARIOS") == "1":
+        return
+    skip = pytest.mark.skip(reason="a scenario of minutes: CI skips it; run with SCENARIOS=1 (README.md)")
+    for item in items:
+        if "scenario" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory):
     log = tmp_path_factory.mktemp("broker") / "broker.log"

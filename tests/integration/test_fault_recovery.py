@@ -19,6 +19,8 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from easyonline.checkpoint.checkpointer import latest_checkpoint
 from easyonline.config import load_pipeline_config, to_text
 from easyonline.features.record_parser import make_parser
@@ -134,6 +136,7 @@ def held_out_auc(model_dir):
     return metrics.auc()
 
 
+@pytest.mark.scenario  # ~2.5 minutes; one SIGKILL and restart runs in CI (test_multi_task_production.py)
 def test_sigkill_at_random_moments_loses_nothing_and_repeats_only_the_unsaved(broker, topic, tmp_path):
     broker.create_topic(topic, 2)
     kills_done, produced = threading.Event(), [0]
