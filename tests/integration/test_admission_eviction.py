@@ -147,7 +147,7 @@ def test_tables_stay_bounded_with_eviction_and_grow_without(tmp_path):
     path = tmp_path / "s.csv"
     stream = SyntheticCtrStream(base_vocab=200, new_ids_per_10k=3000)  # 3 new ids per feature every 10 samples
     with open(path, "wb") as f:
-        for chunk in stream.chunks(0, 40000):
+        for chunk in stream.chunks(0, 16000):
             f.write(b"\n".join(chunk) + b"\n")
     sizes = {}
     for name, edits in (("bounded", {"eviction": {"max_size": 300}}), ("unbounded", {})):
