@@ -76,12 +76,15 @@ class ServingState:
     """What the handlers share: the model, the follower, counters."""
 
     def __init__(self, export: LoadedExport, follower: UpdateFollower, model_name: str, max_request_bytes: int,
-                 max_rows_per_request: int = 10000):
+                 max_rows_per_request: int = 10000, follows_updates: bool = True):
+        """``follows_updates`` False: the server does not read the stream; the update signatures over gRPC
+        (grpc_api.py) are then how updates arrive."""
         self.export, self.follower, self.model_name = export, follower, model_name
+        self.follows_updates = follows_updates
         self.max_request_bytes = max_request_bytes
         self.max_rows_per_request = max_rows_per_request
         self.requests: Dict[str, int] = {"ok": 0, "bad_request": 0, "too_large": 0, "not_found": 0, "error": 0,
-                                         "over_capacity": 0}
+                                         "over_capacity": 0, "update": 0}  # update: an update signature run over gRPC
         self.open_connections = 0
         self.predicted = 0
         self.predict_seconds = 0.0
