@@ -110,7 +110,7 @@ class ServingState:
 
     def status(self) -> dict:
         follower = self.follower
-        lag = follower.lag_seconds()
+        lag = follower.lag_seconds() if self.follows_updates else None  # not reading the stream: unknown
         return {"model_version_status": [{"version": self.export.version, "state": "AVAILABLE",
                                           "status": {"error_code": "OK", "error_message": ""}}],
                 "model_name": self.model_name, "export": self.export.path,
@@ -172,7 +172,8 @@ class ServingState:
         for reason in sorted(set(REFUSAL_REASONS) | set(follower.refused)):
             lines.append(f'easyonline_serving_refused_updates_total{{reason="{reason}"}} {follower.refused[reason]}')
         gauge("update_lag_messages", follower.lag_messages, "update messages on the stream not yet read")
-        gauge("update_lag_seconds", follower.lag_seconds(), "age of the newest applied update while behind")
+        gauge("update_lag_seconds", follower.lag_seconds() if self.follows_updates else None,
+              "age of the newest applied update while behind")
         gauge("seconds_since_update", round(follower.seconds_since_update(), 3),
               "seconds since this server last applied an update message (since start when none)")
         gauge("behind", 0 if follower.ready else 1, "1 while the server knows it differs from the trainer "

@@ -31,6 +31,7 @@ stopped, 2 bad flags, 3 no export, 4 the server unreachable or without the
 model or its update signature.
 """
 import logging
+import os
 import signal
 import sys
 import threading
@@ -84,8 +85,13 @@ class TfServingTarget:
         self.max_batch_bytes, self.rpc_timeout_secs = max_batch_bytes, rpc_timeout_secs
         self.stop_event = stop or threading.Event()
         self.reload()
-        self._channel = grpc.insecure_channel(target)
+        # A connection that breaks (a server restarting, which reloads its export) is seen even when no call
+        # failed: the resend must not wait for one. The idle timeout is off, so that only a break counts.
+        self._channel = grpc.insecure_channel(target, options=[("grpc.client_idle_timeout_ms", 2 ** 31 - 1)])
         self._stub = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)
+        self._connected = False
+        self._connection_lost = False
+        self._channel.subscribe(self._on_connectivity, try_to_connect=True)
         self.follower: Optional[UpdateFollower] = None  # set by follow()
         self._batch: List[bytes] = []
         self._batch_bytes = 0
@@ -96,11 +102,24 @@ class TfServingTarget:
         self.resends = 0  # times the follower started again from the export's position
         self.last_sequence: Optional[int] = None  # the server's last answer
         self.last_step: Optional[int] = None
+        self._served_version: Optional[str] = None  # the version the server answered from, when not the export's
 
-    def reload(self) -> None:
-        """Reads the newest export version's assets again (where the stream starts, the parameters)."""
-        self.info = ExportInfo.read(self.export_dir)
+    def reload(self, version: Optional[str] = None) -> None:
+        """Reads the export's assets again (where the stream starts, the parameters): of ``version``, the one
+        the server answered from, else of the newest version."""
+        path = self.export_dir
+        if version is not None and os.path.basename(os.path.normpath(path)) != version:
+            path = os.path.join(path, version)
+        self.info = ExportInfo.read(path)
         self.update_info, self.config = self.info.update_info, self.info.config
+
+    def _on_connectivity(self, state: grpc.ChannelConnectivity) -> None:
+        """gRPC's callback: a READY connection that goes away means the server may have restarted."""
+        if state == grpc.ChannelConnectivity.READY:
+            self._connected = True
+        elif self._connected and state != grpc.ChannelConnectivity.CONNECTING:
+            self._connected = False
+            self._connection_lost = True
 
     def check_server(self, timeout_secs: float) -> None:
         """Waits up to ``timeout_secs`` for the server to answer; ServerUnusable when it does not, serves no
@@ -155,11 +174,18 @@ class TfServingTarget:
 
     def after_poll(self) -> None:
         """Sends the poll's batch; after the server was lost, starts again from the export's position."""
+        if self._connection_lost and not self._rewind_pending:  # what is not sent yet is resent after the rewind
+            log.warning("the connection to %s broke (the server may have restarted and reloaded its export)",
+                        self.target)
+            self._batch, self._batch_bytes, self._last_header = [], 0, None
+            self._wait_for_server(None)
+            self._rewind_pending = True
         self._send()
         if self._rewind_pending and not self.stop_event.is_set():
-            self.reload()
+            self._connection_lost = False
+            self.reload(self._served_version)
             self.follower.rewind()
-            self._rewind_pending = False
+            self._rewind_pending, self._served_version, self.last_sequence = False, None, None
             self.resends += 1
             log.info("resending from the export's start position (version %s, sequence %s): the server may "
                      "have restarted and reloaded its export", self.info.version, self.update_info.get("sequence"))
@@ -183,6 +209,13 @@ class TfServingTarget:
                 self.follower.refuse("failed", f"the server refused {len(batch)} message(s) up to sequence "
                                                f"{last.sequence}: {e.code().name}: {e.details()}")
             return
+        served = str(response.model_spec.version.value)
+        if response.model_spec.HasField("version") and served != self.info.version:
+            # TF Serving loaded another version (a newer export): it starts at that version's own position
+            log.warning("the server answers from version %s, not %s: following from that version's position",
+                        served, self.info.version)
+            self._served_version, self._rewind_pending = served, True
+            return
         sequence = int(tf.make_ndarray(response.outputs["last_sequence"]))
         self.last_step = int(tf.make_ndarray(response.outputs["last_global_step"]))
         self.last_sequence = sequence
@@ -192,18 +225,20 @@ class TfServingTarget:
             self.follower.refuse("failed", f"the server applied up to sequence {sequence}, sent up to "
                                            f"{last.sequence}")
 
-    def _wait_for_server(self, error: grpc.RpcError) -> None:
+    def _wait_for_server(self, error: Optional[grpc.RpcError]) -> None:
         """Retries with backoff until the server answers for the model again (or the follower stops)."""
-        log.warning("TF Serving at %s unavailable (%s: %s): retrying with backoff, then resending from the "
-                    "export's start position", self.target, error.code().name, error.details())
+        if error is not None:
+            log.warning("TF Serving at %s unavailable (%s: %s): retrying with backoff, then resending from the "
+                        "export's start position", self.target, error.code().name, error.details())
         backoff, started = 0.5, time.time()
-        while not self.stop_event.wait(backoff):
+        while not self.stop_event.is_set():
             try:
                 self._signatures(5.0)
                 log.info("TF Serving at %s answers again after %.1f s", self.target, time.time() - started)
                 return
             except grpc.RpcError:
-                backoff = min(backoff * 2, 10.0)
+                self.stop_event.wait(backoff)
+                backoff = min(backoff * 2, 4.0)
 
     def follow(self, kafka_settings: Optional[Dict] = None) -> UpdateFollower:
         """Starts reading the stream in a thread (UpdateFollower, with this target)."""
