@@ -3,6 +3,7 @@
 Kept apart from the exporter so that serving can find its files without
 importing models, embeddings or the trainer.
 """
+import os
 
 SAVED_MODEL_FILE = "saved_model.pb"  # a version is complete once it has this
 ASSETS_DIR = "assets"
@@ -13,3 +14,14 @@ PIPELINE_FILE = "pipeline.config"  # the config the model was trained with (secr
 SERVING_SIGNATURE = "serving_default"
 UPDATE_SIGNATURE = "incr_update_sig"
 UPDATE_MESSAGE_SIGNATURE = "incr_update_message_sig"  # the same, from serialized update messages
+
+
+def newest_version(export_dir: str) -> str:
+    """The highest numbered version directory in ``export_dir`` (or ``export_dir`` itself if it is one)."""
+    if os.path.exists(os.path.join(export_dir, SAVED_MODEL_FILE)):
+        return export_dir
+    versions = [name for name in os.listdir(export_dir) if name.isdigit()
+                and os.path.exists(os.path.join(export_dir, name, SAVED_MODEL_FILE))]
+    if not versions:
+        raise FileNotFoundError(f"no exported version (a numbered directory with saved_model.pb) in {export_dir}")
+    return os.path.join(export_dir, max(versions, key=int))

@@ -20,7 +20,7 @@ from easyonline.config.kafka_settings import consumer_settings_from_flags, extra
 from easyonline.config.secrets import REDACTED
 from easyonline.core.exit_codes import run_job
 from easyonline.core.stop_signal import StopSignal
-from easyonline.export.layout import ASSETS_DIR, PIPELINE_FILE
+from easyonline.export.layout import ASSETS_DIR, PIPELINE_FILE, newest_version
 from easyonline.features import build_feature_specs
 from easyonline.features.record_parser import make_parser
 from easyonline.inputs import FileInput, KafkaInput
@@ -30,7 +30,6 @@ from easyonline.predict import predictor
 from easyonline.predict.sinks import FileSink, PredictionSink, TopicSink
 from easyonline.protos import pipeline_pb2
 from easyonline.scoring.passes import parsed_batches
-from easyonline.serve.loaded_export import newest_version
 from easyonline.utils.cli import run_command
 from easyonline.utils.logs import setup_logging
 

@@ -1,8 +1,9 @@
 """``python -m easyonline.serve --export_dir D --port P``: the serving processor.
 
 Loads the newest version in ``export_dir``, follows the update stream from
-the position the export recorded, and answers HTTP on 127.0.0.1 (see
-http_api.py). Stops on SIGTERM or Ctrl-C. Exit codes: 0 stopped, 2 bad flags,
+the position the export recorded (unless ``--follow_updates=false``: then
+updates arrive through the update signatures over gRPC, grpc_api.py), and
+answers HTTP on 127.0.0.1 (see http_api.py). Stops on SIGTERM or Ctrl-C. Exit codes: 0 stopped, 2 bad flags,
 3 no export found.
 """
 import logging
@@ -30,8 +31,14 @@ def define_flags() -> None:
     flags.DEFINE_integer("port", 8501, "HTTP port; 0 picks a free one (printed at start).")
     flags.DEFINE_string("host", "127.0.0.1", "Address to bind; loopback unless you mean otherwise.")
     flags.DEFINE_integer("grpc_port", -1, "Also answer TF Serving's gRPC PredictionService (Predict, "
-                         "GetModelMetadata) on this port of --host (TF Serving uses 8500); 0 picks a free one "
+                         "GetModelMetadata; Predict runs serving_default, and the update signatures with "
+                         "--follow_updates=false) on this port of --host (TF Serving uses 8500); 0 picks a free one "
                          "(printed at start), -1: off.")
+    flags.DEFINE_boolean("follow_updates", True, "Follow the update stream the export names (its "
+                         "incr_update.txt). false: do not read it; the update signatures (incr_update_message_sig, "
+                         "incr_update_sig) over gRPC are then the only writer, as with stock TF Serving fed by "
+                         "python -m easyonline.tools.tfserving_follower (needs --grpc_port). While true, gRPC "
+                         "update requests are refused (FAILED_PRECONDITION): two writers would interleave.")
     flags.DEFINE_string("model_name", "", "Name in the URLs; default: the export's model name.")
     flags.DEFINE_integer("max_request_bytes", 16 * 1024 * 1024, "Larger predict requests get HTTP 413 (gRPC: "
                          "RESOURCE_EXHAUSTED, its receive limit).")
@@ -71,8 +78,13 @@ def main(argv) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 3
     name = FLAGS.model_name or export.update_info.get("model_name") or "model"
-    follower = UpdateFollower(export, kafka_settings=kafka_settings).start()
-    state = ServingState(export, follower, name, FLAGS.max_request_bytes, FLAGS.max_rows_per_request)
+    follower = UpdateFollower(export, kafka_settings=kafka_settings)
+    if FLAGS.follow_updates:
+        follower.start()
+    else:
+        log.info("not following the update stream (--follow_updates=false): updates arrive over gRPC only")
+    state = ServingState(export, follower, name, FLAGS.max_request_bytes, FLAGS.max_rows_per_request,
+                         follows_updates=FLAGS.follow_updates)
     server = make_server(state, FLAGS.host, FLAGS.port, FLAGS.idle_timeout_secs, FLAGS.max_connections)
     grpc_server = None
     if FLAGS.grpc_port >= 0:

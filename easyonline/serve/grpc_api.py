@@ -5,7 +5,13 @@ written for TF Serving's gRPC API (``tensorflow_serving.apis``) works
 unchanged, with this model's name, ``serving_default`` (or no signature
 name) and the served version or none. Bad requests get INVALID_ARGUMENT
 naming the input, too many rows RESOURCE_EXHAUSTED, another model or
-version NOT_FOUND. Predict answers every output tensor of the export (every
+version NOT_FOUND, a signature the export lacks FAILED_PRECONDITION (TF
+Serving's answer). The update signatures (incr_update_sig,
+incr_update_message_sig) run as TF Serving runs them, inputs and outputs by
+name, when the server does not follow the stream itself
+(``--follow_updates=false``: the external follower, tools/tfserving_follower.py,
+is then the one writer); they take the export's update lock and are counted
+as applied updates.  Predict answers every output tensor of the export (every
 task's, as REST does). The tensors' declared sizes are checked before any is
 built (request_limits.py); a message over --max_request_bytes is refused by
 gRPC itself.
@@ -15,10 +21,12 @@ import contextlib
 import time
 
 import grpc
+from google.protobuf.message import DecodeError
 from tensorflow_serving.apis import get_model_metadata_pb2, predict_pb2, prediction_service_pb2_grpc
 
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.export.layout import SERVING_SIGNATURE
+from easyonline.export.layout import SERVING_SIGNATURE, UPDATE_MESSAGE_SIGNATURE
+from easyonline.protos import update_pb2
 from easyonline.serve.http_api import ServingState
 from easyonline.serve.request_limits import BadRequest, TooManyRows, check_tensor_inputs
 
@@ -60,6 +68,9 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def Predict(self, request, context):  # pylint: disable=invalid-name
         started = time.perf_counter()
         self._check_spec(request.model_spec, context)
+        signature = request.model_spec.signature_name
+        if signature not in ("", SERVING_SIGNATURE):
+            return self._update(request, signature, context)
         with self._refusals(context):  # the declared sizes, before make_ndarray fills them ([2**31] with one value)
             check_tensor_inputs(request.inputs, self.state.max_rows_per_request, self.state.export.inputs)
         try:
@@ -80,6 +91,47 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         for name, value in outputs.items():
             response.outputs[name].CopyFrom(tf.make_tensor_proto(value))
         self.state.count("ok", rows, time.perf_counter() - started)
+        return response
+
+    def _update(self, request, signature: str, context):
+        """An update signature, run as TF Serving runs any signature (inputs and outputs by name), under the
+        export's update lock, and counted as the server's own follower counts what it applies."""
+        signatures = self.state.export.signature_defs()
+        if signature not in signatures:  # TF Serving's answer (FAILED_PRECONDITION), with the names there are
+            self.state.count("bad_request")
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f'Serving signature name: "{signature}" not found in signature def (this model has '
+                          f'{sorted(signatures)})')
+        if self.state.follows_updates:
+            self.state.count("bad_request")
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"signature {signature!r} applies updates, and this server follows the update stream "
+                          "itself: a second writer would interleave with it out of order. Start it with "
+                          "--follow_updates=false to apply updates over gRPC only")
+        with self._refusals(context):  # declared sizes first; the message itself is bounded by --max_request_bytes
+            check_tensor_inputs(request.inputs, self.state.max_request_bytes, signatures[signature].inputs)
+        expected = signatures[signature].inputs
+        wrong = sorted(name for name, proto in request.inputs.items() if proto.dtype != expected[name].dtype)
+        if wrong:
+            self.state.count("bad_request")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"signature {signature!r}: input(s) {wrong} have "
+                                                            "another dtype than the signature's (metadata lists them)")
+        try:
+            inputs = {name: tf.make_ndarray(proto) for name, proto in request.inputs.items()}
+            headers = []
+            if signature == UPDATE_MESSAGE_SIGNATURE:  # what the messages are, for the status
+                headers = [update_pb2.UpdateMessage.FromString(m).header for m in inputs["messages"].reshape(-1)]
+            outputs = self.state.export.run_update_signature(signature, inputs)
+        except (TypeError, ValueError, DecodeError) as e:
+            self.state.count("bad_request")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e) or type(e).__name__)
+        self.state.follower.record_external(headers, None if headers else 1)
+        self.state.count("update")
+        response = predict_pb2.PredictResponse()
+        self._fill_spec(response.model_spec)
+        response.model_spec.signature_name = signature
+        for name, value in outputs.items():
+            response.outputs[name].CopyFrom(tf.make_tensor_proto(value))
         return response
 
     def GetModelMetadata(self, request, context):  # pylint: disable=invalid-name

@@ -76,12 +76,15 @@ class ServingState:
     """What the handlers share: the model, the follower, counters."""
 
     def __init__(self, export: LoadedExport, follower: UpdateFollower, model_name: str, max_request_bytes: int,
-                 max_rows_per_request: int = 10000):
+                 max_rows_per_request: int = 10000, follows_updates: bool = True):
+        """``follows_updates`` False: the server does not read the stream; the update signatures over gRPC
+        (grpc_api.py) are then how updates arrive."""
         self.export, self.follower, self.model_name = export, follower, model_name
+        self.follows_updates = follows_updates
         self.max_request_bytes = max_request_bytes
         self.max_rows_per_request = max_rows_per_request
         self.requests: Dict[str, int] = {"ok": 0, "bad_request": 0, "too_large": 0, "not_found": 0, "error": 0,
-                                         "over_capacity": 0}
+                                         "over_capacity": 0, "update": 0}  # update: an update signature run over gRPC
         self.open_connections = 0
         self.predicted = 0
         self.predict_seconds = 0.0
@@ -107,7 +110,7 @@ class ServingState:
 
     def status(self) -> dict:
         follower = self.follower
-        lag = follower.lag_seconds()
+        lag = follower.lag_seconds() if self.follows_updates else None  # not reading the stream: unknown
         return {"model_version_status": [{"version": self.export.version, "state": "AVAILABLE",
                                           "status": {"error_code": "OK", "error_message": ""}}],
                 "model_name": self.model_name, "export": self.export.path,
@@ -169,7 +172,8 @@ class ServingState:
         for reason in sorted(set(REFUSAL_REASONS) | set(follower.refused)):
             lines.append(f'easyonline_serving_refused_updates_total{{reason="{reason}"}} {follower.refused[reason]}')
         gauge("update_lag_messages", follower.lag_messages, "update messages on the stream not yet read")
-        gauge("update_lag_seconds", follower.lag_seconds(), "age of the newest applied update while behind")
+        gauge("update_lag_seconds", follower.lag_seconds() if self.follows_updates else None,
+              "age of the newest applied update while behind")
         gauge("seconds_since_update", round(follower.seconds_since_update(), 3),
               "seconds since this server last applied an update message (since start when none)")
         gauge("behind", 0 if follower.ready else 1, "1 while the server knows it differs from the trainer "

@@ -12,32 +12,19 @@ import json
 import os
 import re
 import threading
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import numpy as np
 
-from easyonline.config.loader import parse_pipeline_config
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.export.layout import (ASSETS_DIR, DENSE_SHAPES_FILE, INCR_UPDATE_FILE, PIPELINE_FILE, PREDICTIONS_FILE,
-                                      SAVED_MODEL_FILE)
+from easyonline.export.export_info import ExportInfo
+from easyonline.export.layout import ASSETS_DIR, PREDICTIONS_FILE, SAVED_MODEL_FILE
 from easyonline.protos import update_pb2
 from easyonline.updates.apply_rules import message_changes
-from easyonline.updates.param_ids import read_parameter_ids
 
 tf = ensure_legacy_keras()
 import tensorflow_recommenders_addons  # noqa: E402,F401  pylint: disable=g-import-not-at-top,unused-import
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2  # noqa: E402  pylint: disable=g-import-not-at-top
-
-
-def newest_version(export_dir: str) -> str:
-    """The highest numbered version directory in ``export_dir`` (or ``export_dir`` itself if it is one)."""
-    if os.path.exists(os.path.join(export_dir, SAVED_MODEL_FILE)):
-        return export_dir
-    versions = [name for name in os.listdir(export_dir) if name.isdigit()
-                and os.path.exists(os.path.join(export_dir, name, SAVED_MODEL_FILE))]
-    if not versions:
-        raise FileNotFoundError(f"no exported version (a numbered directory with saved_model.pb) in {export_dir}")
-    return os.path.join(export_dir, max(versions, key=int))
 
 
 def _refusal(message: str) -> str:
@@ -53,20 +40,19 @@ def _refusal(message: str) -> str:
 
 class LoadedExport:
     def __init__(self, export_dir: str):
-        self.path = newest_version(export_dir)
-        self.version = os.path.basename(os.path.normpath(self.path))
+        info = ExportInfo.read(export_dir)
+        self.info = info
+        self.path, self.version = info.path, info.version
         self._module = tf.saved_model.load(self.path)
         # The module's own functions keep the exported input names as dict keys (signature argument
         # names are sanitized and lowercased); the signatures are there for saved_model_cli and TF Serving.
         self._update = self._module.incr_update
         self._table_keys = getattr(self._module, "table_keys", None)  # exports before it existed lack it
         assets = os.path.join(self.path, ASSETS_DIR)
-        self.ids = read_parameter_ids(assets)
-        with open(os.path.join(assets, INCR_UPDATE_FILE)) as f:
-            self.update_info = json.load(f)
-        with open(os.path.join(assets, PIPELINE_FILE)) as f:
-            self.pipeline_config = f.read()
-        self.config = parse_pipeline_config(self.pipeline_config, PIPELINE_FILE)
+        self.ids = info.ids
+        self.update_info = info.update_info
+        self.pipeline_config = info.pipeline_config
+        self.config = info.config
         # each task's prediction output, the primary task's first (what score_features and predict write)
         # (an export written before the file existed has one binary task)
         predictions = os.path.join(assets, PREDICTIONS_FILE)
@@ -81,14 +67,10 @@ class LoadedExport:
         # 39 inputs); predict builds every tensor from self.inputs' dtypes, so the check cannot fail there.
         self._flat_order = tf.nest.flatten({name: name for name in raw_specs})
         self._call_flat = getattr(self._serve_concrete, "_call_flat", None)  # TF's own, not public API
-        self._widths = {table_id: width for table_id, width in self.ids.tables.values()}
+        self._widths = info.widths
         # The served dense shapes: an update's dense entries are checked against them, not only against
         # themselves (exports made before the file existed check the latter only).
-        shapes_path = os.path.join(assets, DENSE_SHAPES_FILE)
-        self._dense_shapes: Optional[Dict[int, Tuple[int, ...]]] = None
-        if os.path.exists(shapes_path):
-            with open(shapes_path) as f:
-                self._dense_shapes = {int(i): tuple(shape) for i, shape in json.load(f).items()}
+        self._dense_shapes = info.dense_shapes
         self._update_lock = threading.Lock()
         self._signature_defs: Optional[Dict[str, meta_graph_pb2.SignatureDef]] = None
 
@@ -171,6 +153,32 @@ class LoadedExport:
             except tf.errors.OpError as e:  # checked above; a message that still breaks the graph is refused too
                 raise ValueError(f"the update function refused the message: {e.message}") from None
 
+
+    def run_update_signature(self, name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Runs the update signature ``name`` (incr_update_sig, incr_update_message_sig) as TF Serving runs any
+        signature: inputs and outputs by their names in the SignatureDef; under the lock every update and
+        row listing takes. Raises ValueError naming a bad input (the graph's refusal included)."""
+        expected = self.signature_defs()[name].inputs
+        missing = sorted(set(expected) - set(inputs))
+        if missing:
+            raise ValueError(f"signature {name!r}: missing input(s) {missing}; it takes {sorted(expected)}")
+        unknown = sorted(set(inputs) - set(expected))
+        if unknown:
+            raise ValueError(f"signature {name!r}: unknown input(s) {unknown}; it takes {sorted(expected)}")
+        tensors = {}
+        for key, array in inputs.items():
+            dtype = tf.as_dtype(expected[key].dtype)
+            try:
+                tensors[key] = tf.constant(array, dtype)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"signature {name!r}: input {key!r} is not {dtype.name} ({e})") from None
+        with self._update_lock:
+            try:
+                out = self._module.signatures[name](**tensors)
+            except (tf.errors.OpError, TypeError, ValueError) as e:  # a shape the signature does not take, a
+                text = e.message if isinstance(e, tf.errors.OpError) else str(e)  # message the graph refuses
+                raise ValueError(f"signature {name!r} refused the request: {_refusal(text)}") from None
+        return {key: value.numpy() for key, value in out.items()}
 
     @property
     def can_list_rows(self) -> bool:

@@ -28,49 +28,56 @@ import collections
 import logging
 import threading
 import time
-from typing import Dict, Optional
+from typing import Callable, Dict, List, Optional, Protocol
 
+import numpy as np
+
+from easyonline.protos import pipeline_pb2, update_pb2
 from easyonline.updates.apply_rules import DUPLICATE, GAP, NEXT, OTHER_MODEL, OTHER_STREAM, StreamCursor
 from easyonline.updates.codec import MalformedUpdateError, decode_update
 from easyonline.updates.full_sync import FullSyncTracker, rows_to_remove, written_keys
 from easyonline.updates.transport import KAFKA, StreamLocation, kafka_security, open_reader
-from easyonline.serve.loaded_export import LoadedExport
 from easyonline.serve.status_log import broker_outage
 
 log = logging.getLogger(__name__)
 
 
+class UpdateTarget(Protocol):
+    """What a follower applies the stream to: a LoadedExport (serve), or another server's update signature
+    (tools/tfserving_follower.py). ``update_info`` is the export's incr_update.txt (read again by ``rewind``)."""
+
+    update_info: dict
+    config: pipeline_pb2.PipelineConfig
+
+    def apply(self, message: update_pb2.UpdateMessage) -> int:
+        """Applies one decoded message; ValueError (before anything is applied) when it does not fit."""
+
+    @property
+    def can_list_rows(self) -> bool:
+        """False when the rows a full sync did not carry cannot be listed (so they stay)."""
+
+    def held_keys(self) -> Dict[int, np.ndarray]:
+        """The keys each table holds now, by table id."""
+
+    def remove_rows(self, keys: Dict[int, np.ndarray]) -> int:
+        """Removes ``keys`` ({table id: keys}); the number asked to remove."""
+
+
 class UpdateFollower:
-    def __init__(self, export: LoadedExport, poll_secs: float = 0.2, kafka_settings: Optional[Dict] = None):
+    def __init__(self, export: UpdateTarget, poll_secs: float = 0.2, kafka_settings: Optional[Dict] = None):
         """``kafka_settings``: consumer settings for a Kafka stream (SASL/SSL, fetch tuning), over the
         SASL/SSL settings of the export's pipeline.config (its ``${NAME}`` references resolved here)."""
         self.export = export
-        info = export.update_info
-        self.location = StreamLocation.from_info(info)
-        if self.location is not None and self.location.storage == KAFKA:
-            incr = export.config.train_config.incr_save_config
-            own = kafka_security(incr) if incr.WhichOneof("storage") == "kafka" else {}
-            self.location = self.location.with_settings({**own, **(kafka_settings or {})})
-        self.model_name = info.get("model_name", "")
-        stream_id = info.get("stream_id")
-        self.cursor = StreamCursor(self.model_name, int(info.get("sequence", 1)),
-                                   None if stream_id is None else int(stream_id))
+        self._kafka_settings = kafka_settings or {}
         self.stale_since: Optional[float] = None  # when a message of the model was refused, until one applies
-        # Why this reader knows it differs from the trainer (None: equal as far as it can tell), and since when.
-        self.behind: Optional[str] = info.get("behind")
-        self.behind_since: Optional[float] = time.time() if self.behind else None
-        self.full_sync = FullSyncTracker()
         self.removed_by_sync = 0
         self.started = time.time()
         self.last_applied_at: Optional[float] = None  # when this server last applied a message
         self._other_stream: Optional[tuple] = None  # (stream id, when) of the last other_stream refusal
-        self.step: Optional[int] = info.get("step")
         self.last_create_time: Optional[float] = None
         self.applied = 0
         self.skipped = 0
         self.refused: Dict[str, int] = collections.Counter()
-        if self.behind:  # the export found the messages after its step gone (retention)
-            self.refused["retention"] += 1
         self.lag_messages: Optional[int] = None
         self.error: Optional[str] = None
         self._poll_secs = poll_secs
@@ -78,6 +85,59 @@ class UpdateFollower:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._reader = None
+        # Called in the follower's thread after each poll's messages were handled (a target that batches
+        # what ``apply`` gave it sends the batch then).
+        self.after_poll: Optional[Callable[[], None]] = None
+        self._start_position()
+
+    def _start_position(self) -> None:
+        """Where the export says the stream starts, and what it says it lacks (retention)."""
+        info = self.export.update_info
+        self.location = StreamLocation.from_info(info)
+        if self.location is not None and self.location.storage == KAFKA:
+            incr = self.export.config.train_config.incr_save_config
+            own = kafka_security(incr) if incr.WhichOneof("storage") == "kafka" else {}
+            self.location = self.location.with_settings({**own, **self._kafka_settings})
+        self.model_name = info.get("model_name", "")
+        stream_id = info.get("stream_id")
+        self.cursor = StreamCursor(self.model_name, int(info.get("sequence", 1)),
+                                   None if stream_id is None else int(stream_id))
+        # Why this reader knows it differs from the trainer (None: equal as far as it can tell), and since when.
+        self.behind: Optional[str] = info.get("behind")
+        self.behind_since: Optional[float] = time.time() if self.behind else None
+        self.full_sync = FullSyncTracker()
+        self.step: Optional[int] = info.get("step")
+        if self.behind:  # the export found the messages after its step gone (retention)
+            self.refused["retention"] += 1
+
+    def rewind(self) -> None:
+        """Starts again where ``export.update_info`` (read again by the caller) says the stream starts: for a
+        target that lost what was applied (a server restarted from its export). Messages carry absolute
+        values, so applying them again in order ends where the stream is. Called in the follower's thread."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        self._start_position()
+
+    def record_external(self, headers: List[update_pb2.UpdateHeader], applied: Optional[int] = None) -> None:
+        """Counts updates applied by another writer (serve --follow_updates=false: the update signatures over
+        gRPC): the headers of the messages applied, in order, or ``applied`` updates without headers
+        (incr_update_sig's tensors). The status then says what the server holds."""
+        for header in headers:
+            self.cursor.advance(header)
+            self.step = header.global_step
+            self.last_create_time = header.create_time
+        count = len(headers) if applied is None else applied
+        if count:
+            self.last_applied_at = time.time()
+            self.applied += count
+            self.stale_since = None
+
+    def refuse(self, reason: str, detail: str) -> None:
+        """A message the target refused after ``apply`` accepted it (a batch its server refused): counted,
+        logged, and the reader is behind until the next full sync."""
+        self._refuse(reason, detail)
+        self._mark_behind(reason)
 
     def start(self) -> "UpdateFollower":
         if self.location is None:
@@ -153,6 +213,8 @@ class UpdateFollower:
                         self._refuse("failed", f"message at {position}: {type(e).__name__}: {e}")
                         self._mark_behind("failed")
                 self.lag_messages = self._reader.lag_messages()
+                if self.after_poll is not None:
+                    self.after_poll()
                 if self.error is not None:
                     log.info("update stream readable again")
                 self.error = None
@@ -246,8 +308,9 @@ class UpdateFollower:
             if removed:
                 log.info("a full sync ended: removed %d row(s) the trainer no longer has", removed)
         else:
-            log.warning("a full sync ended, but this export cannot list its rows (exported before table_keys "
-                        "existed): rows the trainer no longer has stay; re-export to have them removed")
+            log.warning("a full sync ended, but %s", getattr(self.export, "cannot_list_rows_why",
+                        "this export cannot list its rows (exported before table_keys existed): rows the trainer "
+                        "no longer has stay; re-export to have them removed"))
         if self.behind is not None:
             log.info("serving equals the trainer again after a full sync (was behind: %s, for %.0f s)",
                      self.behind, time.time() - (self.behind_since or time.time()))

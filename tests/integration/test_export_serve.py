@@ -635,10 +635,11 @@ def test_tf_serving_grpc_clients_predict_and_read_metadata(served_from_files):
 
     # the same checks, and messages, as the REST API: the signature named, the row limit
     request.inputs["C1"].CopyFrom(tf.make_tensor_proto([row["C1"] for row in rows], dtype=tf.string))
-    request.model_spec.signature_name = "incr_update_sig"
+    request.model_spec.signature_name = "incr_update_sig"  # a server following the stream takes no other writer
     with pytest.raises(grpc.RpcError) as e:
         stub.Predict(request, timeout=30)
-    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "incr_update_sig" in e.value.details()
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "incr_update_sig" in e.value.details()
+    assert "--follow_updates=false" in e.value.details()
     request.model_spec.signature_name = ""
     many = instances(SyntheticCtrStream().lines(0, 21))  # --max_rows_per_request=20
     for name in many[0]:
