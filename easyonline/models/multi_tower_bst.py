@@ -9,10 +9,9 @@ first ``seq_len - 1`` positions of the sequence group named ``input`` (a
 group's keys), every position's output flattened, as EasyRec's
 ``MultiTowerBST.bst``.
 """
-from typing import Dict
-
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
+from easyonline.features.feature_spec import sequence_groups
 from easyonline.features.sequence_settings import feature_name, validate_sequence_groups
 from easyonline.models.layers import SequenceTransformer
 from easyonline.models.multi_tower import MultiTower
@@ -20,11 +19,6 @@ from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()
-
-
-def _sequence_groups(config: pipeline_pb2.PipelineConfig) -> Dict[str, pipeline_pb2.SeqAttGroup]:
-    return {seq.group_name or group.group_name: seq for group in config.model_config.feature_groups
-            for seq in group.sequence_features}
 
 
 @register("multi_tower_bst", "MultiTowerBST")
@@ -39,7 +33,7 @@ class MultiTowerBST(MultiTower):
         if settings.towers:
             super().validate_settings(config, path)
         validate_sequence_groups(config)  # (first: the widths below read its features)
-        groups = _sequence_groups(config)
+        groups = {group.name: group for group in sequence_groups(config.model_config)}
         dims = {feature_name(f): f.embedding_dim for f in config.feature_configs}
         for i, tower in enumerate(settings.bst_towers):
             tpath = f"{path}.bst_towers[{i}]"
@@ -51,12 +45,12 @@ class MultiTowerBST(MultiTower):
                                   "of the sequence")
             if tower.multi_head_size < 1:
                 raise ConfigError(f"{tpath}.multi_head_size", "must be at least 1")
-            maps = groups[tower.input].seq_att_map
-            if any(m.aux_hist_seq for m in maps):
+            group = groups[tower.input]
+            if group.aux_hist_seqs:
                 raise ConfigError(f"{tpath}.input", f"sequence group {tower.input!r} has aux_hist_seq: a BST tower "
                                   "reads its keys and hist_seqs only (EasyRec's ignores them); read them elsewhere")
-            key_width = sum(dims[k] for m in maps for k in m.key)
-            width = sum(dims[h] for m in maps for h in m.hist_seq)
+            key_width = sum(dims[k] for k in group.keys)
+            width = sum(dims[h] for h in group.hist_seqs)
             if key_width != width:
                 raise ConfigError(f"{tpath}.input", f"sequence group {tower.input!r}: the keys are {key_width} wide "
                                   f"and the sequences {width}: the target is a position of the sequence, so they "
