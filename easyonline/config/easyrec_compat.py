@@ -33,10 +33,11 @@ def _message_field(name: str) -> "re.Pattern[str]":
 # EasyRec's LearningRate message, read as ``learning_rate_schedule``; its repeated optimizer_config.
 _LEARNING_RATE_MESSAGE = _message_field("learning_rate")
 _OPTIMIZER_MESSAGE = _message_field("optimizer_config")
-# MultiTowerDIN's settings (EasyRec's multi_tower message) and its model_config.seq_att_groups.
+# MultiTowerDIN's and MultiTowerBST's settings (EasyRec's multi_tower message) and their
+# model_config.seq_att_groups; the model_class names the settings field.
 _MULTI_TOWER_MESSAGE = _message_field("multi_tower")
 _SEQ_ATT_GROUPS_MESSAGE = _message_field("seq_att_groups")
-_MULTI_TOWER_DIN = re.compile(r'model_class\s*:\s*["\'](MultiTowerDIN|multi_tower_din)["\']')
+_SEQUENCE_TOWERS = re.compile(r'model_class\s*:\s*["\'](MultiTowerDIN|multi_tower_din|MultiTowerBST|multi_tower_bst)["\']')
 _SKIPPED = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|#[^\n]*|[{}<>]')
 
 # EasyRec's metrics the eval job computes (it always reports AUC, log loss and CTR).
@@ -93,15 +94,15 @@ def read_easyrec_text(text: str) -> str:
     """Config text with EasyRec's forms that protobuf text format cannot take as they are, renamed.
 
     ``learning_rate { ... }`` messages become ``learning_rate_schedule``;
-    MultiTowerDIN's ``multi_tower`` and ``seq_att_groups`` its own forms
-    (``_multi_tower_din``). Two
+    MultiTowerDIN's and MultiTowerBST's ``multi_tower`` and ``seq_att_groups``
+    their own forms (``_sequence_towers``). Two
     ``optimizer_config`` in a row (EasyRec: the first trains the embeddings,
     the second the rest) become ``sparse_optimizer_config`` and
     ``optimizer_config``; more than two are an error.
     """
     text = _LEARNING_RATE_MESSAGE.sub(
         lambda m: "learning_rate_schedule" if m.group(0) == "learning_rate" else m.group(0), text)
-    text = _multi_tower_din(text)
+    text = _sequence_towers(text)
     optimizers = [m for m in _OPTIMIZER_MESSAGE.finditer(text) if m.group(0) == "optimizer_config"]
     if len(optimizers) > 2:
         raise ConfigError("train_config.optimizer_config", f"{len(optimizers)} optimizers: give one, or two (EasyRec's "
@@ -128,13 +129,15 @@ def _message_end(text: str, start: int) -> int:
     raise ConfigError("model_config.seq_att_groups", "the message is not closed")
 
 
-def _multi_tower_din(text: str) -> str:
-    """EasyRec's MultiTowerDIN: its ``multi_tower`` settings read as ``multi_tower_din``, and each
-    ``model_config.seq_att_groups { ... }`` as a feature group holding it (``feature_groups { sequence_features
-    { ... } }``, named after it by ``normalize``)."""
-    if not _MULTI_TOWER_DIN.search(text):
+def _sequence_towers(text: str) -> str:
+    """EasyRec's MultiTowerDIN and MultiTowerBST: their ``multi_tower`` settings read as ``multi_tower_din`` or
+    ``multi_tower_bst``, and each ``model_config.seq_att_groups { ... }`` as a feature group holding it
+    (``feature_groups { sequence_features { ... } }``, named after it by ``normalize``)."""
+    found_class = _SEQUENCE_TOWERS.search(text)
+    if not found_class:
         return text
-    text = _MULTI_TOWER_MESSAGE.sub(lambda m: "multi_tower_din" if m.group(0) == "multi_tower" else m.group(0), text)
+    field = "multi_tower_bst" if found_class.group(1) in ("MultiTowerBST", "multi_tower_bst") else "multi_tower_din"
+    text = _MULTI_TOWER_MESSAGE.sub(lambda m: field if m.group(0) == "multi_tower" else m.group(0), text)
     while True:
         found = next((m for m in _SEQ_ATT_GROUPS_MESSAGE.finditer(text) if m.group(0) == "seq_att_groups"), None)
         if found is None:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 MODEL_MODULES = ("easyonline.models.deepfm", "easyonline.models.wide_and_deep", "easyonline.models.dnn",
                  "easyonline.models.mmoe", "easyonline.models.dbmtl", "easyonline.models.esmm",
                  "easyonline.models.multi_tower", "easyonline.models.dcn", "easyonline.models.din",
-                 "easyonline.models.multi_tower_din")
+                 "easyonline.models.multi_tower_din", "easyonline.models.multi_tower_bst")
 
 T = TypeVar("T")
 

@@ -1,5 +1,6 @@
-"""Behaviour sequences end to end: DIN (and every tower model's group input) on a generated stream through the
-broker trains, publishes updates that replay exactly, exports and serves over REST what the trainer scores;
+"""Behaviour sequences end to end: DIN (and every tower model's group input) and MultiTowerBST on a generated
+stream through the broker train, publish updates that replay exactly, export and serve over REST what the trainer
+scores;
 sequence ids are admitted and evicted as any id of their table; bad sequences are counted and dead-lettered.
 
 The stream: a user clicks far more often when the items they looked at last (``hist_cate``) include one of the
@@ -21,7 +22,7 @@ from easyonline.tools.stream_producer import produce
 from easyonline.updates.model_diff import differences_from_model
 from easyonline.updates.param_ids import read_parameter_ids
 from easyonline.updates.readers import KafkaUpdateReader
-from tests.integration.test_export_serve import Server
+from tests.integration.test_export_serve import Server, export
 from tests.integration.test_incremental_updates import _replay
 from tests.integration.test_multi_task_models import auc
 from tests.integration.test_serve_tasks import replayed, trained_outputs, train_publish_and_export_early
@@ -122,6 +123,54 @@ def test_din_exports_and_serves_over_rest_what_the_trainer_scores_after_replayin
         names = [name for name, _ in FIELDS if name != "clk"]
         rows = [{n: (float(v) if n == "price" else v) for n, v in zip(names, line.decode().split(",")[1:])}
                 for line in lines]  # a sequence is a string per sample, as a tag field
+        served = server.predict_outputs(rows)
+        for name in ("probs", "logits"):
+            np.testing.assert_allclose(served[name], expected[name], atol=1e-5, err_msg=name)
+    finally:
+        assert server.stop() == 0
+
+
+BST_GROUPS = """
+  feature_groups { group_name: "user" feature_names: ["user", "tags", "price"] }
+  feature_groups { group_name: "item" feature_names: ["item", "cate"] }
+  feature_groups { group_name: "bst"
+    sequence_features { seq_att_map { key: ["item", "cate"] hist_seq: ["hist_item", "hist_cate"] } } }
+"""
+BST = ('model_class: "MultiTowerBST" multi_tower_bst { towers { input: "user" dnn { hidden_units: [8] } } '
+       'towers { input: "item" dnn { hidden_units: [8] } } bst_towers { input: "bst" seq_len: 6 multi_head_size: 2 } '
+       'final_dnn { hidden_units: [16] } l2_regularization: 1e-6 }')
+
+
+def test_a_bst_trains_through_the_broker_replays_its_updates_exactly_and_its_export_serves_what_it_scores(
+        broker, topic, tmp_path):
+    broker.create_topic(topic, 2)
+    samples = 3000
+    produce(broker.bootstrap, topic, [din_lines(0, samples)], partitions=2)
+    updates = topic + "_updates"
+    config = din_config(tmp_path / "m", BST, broker.bootstrap, topic, updates, groups=BST_GROUPS)
+    trainer = build_trainer(config, online=False, source=KafkaInput(config.kafka_train_input, 200, 200))
+    summary = trainer.run()
+    assert summary.samples == samples and summary.rejected == 0
+    reader = KafkaUpdateReader(broker.bootstrap, updates)
+    records = reader.read_available()
+    reader.close()
+    ids = read_parameter_ids(str(tmp_path / "m"))
+    assert differences_from_model(_replay(records, "m"), trainer.model, ids) == []
+    # the transformer's weights are dense parameters like any other: published and replayed
+    assert "bst_towers/0/projections/1/1/kernel" in ids.dense, sorted(ids.dense)  # (head 1's key)
+    parsed = trainer.parser.parse(din_lines(90000, 400))
+    outputs = trainer.model.task_outputs(trainer.model(parsed.features, training=False))
+    assert auc(parsed.labels.numpy(), outputs["probs"].numpy()) > 0.7  # the category-in-history signal
+    export(tmp_path / "m", tmp_path / "export")
+    # an empty history (the target alone), and one longer than seq_len - 1 (cut)
+    lines = din_lines(70000, 6) + [b"0,u1,i3,c3,1.0,,,", b"1,u2,i4,c4,2.0,i4|i16|i9|i1|i2|i3|i5,c4|c4|c9|c1|c2|c3|c5,t1:2"]
+    expected = trained_outputs(trainer, lines)
+    assert np.all(np.isfinite(expected["probs"]))
+    server = Server(tmp_path / "export", tmp_path / "serve.log")
+    try:
+        names = [name for name, _ in FIELDS if name != "clk"]
+        rows = [{n: (float(v) if n == "price" else v) for n, v in zip(names, line.decode().split(",")[1:])}
+                for line in lines]
         served = server.predict_outputs(rows)
         for name in ("probs", "logits"):
             np.testing.assert_allclose(served[name], expected[name], atol=1e-5, err_msg=name)

@@ -1,5 +1,5 @@
-"""Judging harness: EasyRec's multi-task and ranking samples (MultiTower, DBMTL, MMoE, ESMM, DCN, DIN) given a Kafka
-input.
+"""Judging harness: EasyRec's multi-task and ranking samples (MultiTower, DBMTL, MMoE, ESMM, DCN, DIN, BST) given a
+Kafka input.
 
 For each config, as a user coming from EasyRec would run it: its file inputs
 (``train_input_path``, ``eval_input_path``) are replaced by a
@@ -24,11 +24,11 @@ first error:
 
 A config that does not load reports the ConfigError (the field and why): that
 is docs/easyrec.md's table. Prints a table and JSON (``--json FILE`` writes it
-too); exits 1 unless every family has at least one sample passing every step.
+too); exits 1 unless every family run (all, without ``--only``) has at least one sample passing every step.
 
     .venv/bin/python tools/bench/easyrec_samples.py [--configs DIR | --mirror EASYREC_GIT_DIR] [--samples 3000]
 
-Without ``--configs``, the five families' ``samples/model_config`` files are
+Without ``--configs``, the families' ``samples/model_config`` files are
 taken from the EasyRec git directory (``git show``) into a temporary
 directory; nothing of EasyRec is kept. tests/integration/test_easyrec_multitask.py
 runs these functions on small configs of its own.
@@ -58,7 +58,7 @@ from easyonline.core.errors import ConfigError  # noqa: E402
 from easyonline.features import build_feature_specs  # noqa: E402
 from easyonline.protos import pipeline_pb2  # noqa: E402
 
-FAMILIES = ("multi_tower", "dbmtl", "mmoe", "esmm", "dcn", "din")
+FAMILIES = ("multi_tower", "dbmtl", "mmoe", "esmm", "dcn", "din", "bst")
 STEPS = ("loaded", "trained", "exported", "served", "replay_equal")
 FieldType = pipeline_pb2.DataConfig.FieldType
 FeatureType = pipeline_pb2.FeatureConfig.FeatureType
@@ -493,8 +493,8 @@ def table(results: Sequence[SampleResult]) -> str:
 
 
 def families_passing(results: Sequence[SampleResult]) -> Dict[str, int]:
-    """Per family, how many of its samples passed every step."""
-    return {f: sum(r.ok for r in results if r.family == f) for f in FAMILIES}
+    """Per family run, how many of its samples passed every step."""
+    return {f: sum(r.ok for r in results if r.family == f) for f in FAMILIES if any(r.family == f for r in results)}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
