@@ -23,7 +23,7 @@ import logging
 import mmap
 import os
 import tempfile
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -105,7 +105,7 @@ class BatchSlots:
         """The blob (copied) and arrays (views: copy them before the slot is written again) of a batch;
         ``ragged_names`` and their values' ``ragged_dtypes`` as VectorCsvParser gives them."""
         blob_length, rows, id_columns, dense_columns, label_columns, ragged_lengths = layout
-        dtypes = [np.dtype(d) for d in ragged_dtypes]
+        dtypes: List[np.dtype] = [np.dtype(d) for d in ragged_dtypes]
         ids_at, dense_at, labels_at, ragged_at, blob_at, _ = self._offsets(index, layout, dtypes)
         ragged = tuple(RaggedArray(np.ndarray((length,), dtype, self._map, values_at),
                                    np.ndarray((rows + 1,), np.int64, self._map, splits_at))

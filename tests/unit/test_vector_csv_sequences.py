@@ -210,7 +210,8 @@ def test_takes_ordinary_and_odd_but_valid_batches(backend):
     """Declining is always safe, so check that what CsvParser reads without rejecting is taken."""
     seq_sep = MIXED.features[f"m{KINDS.index('seq')}"].separator
     long_seq = seq_sep.join(f"s{i}" for i in range(50))  # longer than any sequence_length
-    lines = [_mixed_line(), _mixed_line(seq=long_seq), _mixed_line(seq="", tag="", wtag=_mixed_field("wtag", ["", ""])),  # empty: defaults; no values
+    no_values = _mixed_field("wtag", ["", ""])  # (an empty field would take its default)
+    lines = [_mixed_line(), _mixed_line(seq=long_seq), _mixed_line(seq="", tag="", wtag=no_values),  # defaults
              _mixed_line(seq=seq_sep + "é" + seq_sep * 2 + "ü" + seq_sep),  # leading, doubled, trailing
              _mixed_line(tag_int=_mixed_field("tag_int", ["-4", "0", "007"])),  # a negative id dropped
              _mixed_line(seq_bucket=_mixed_field("seq_bucket", ["-1", "0", ".5", "10", "5."]))]
