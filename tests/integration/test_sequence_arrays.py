@@ -103,3 +103,32 @@ def test_din_trains_on_the_arrays_as_on_csv_parser_and_bad_lines_are_rejected_al
         np.testing.assert_array_equal(keys[order], other_keys[other_order])  # the histories' ids in "item"
         np.testing.assert_allclose(values[order], other_values[other_order], rtol=1e-5, atol=1e-6, err_msg=table)
     assert len(rows.export("item")[0]) > 250
+
+
+def test_a_cluster_trainer_feeds_the_ragged_arrays_as_csv_parser_ragged_tensors(tmp_path):
+    """The ps cluster's step (distributed/train_graph.py) feeds a sequence's and a weighted tag's values and row
+    splits from a batch of arrays exactly as from CsvParser's batch."""
+    from easyonline.distributed.cluster_config import ClusterConfig  # pylint: disable=g-import-not-at-top
+    from easyonline.distributed.train_graph import TrainGraph  # pylint: disable=g-import-not-at-top
+    from easyonline.features import CsvParser, build_feature_specs  # pylint: disable=g-import-not-at-top
+    from easyonline.features.csv_parser import ParsedBatch  # pylint: disable=g-import-not-at-top
+    from easyonline.features.vector_csv import VectorCsvParser  # pylint: disable=g-import-not-at-top
+    config = din_config(tmp_path)
+    specs = build_feature_specs(config)
+    cluster = ClusterConfig({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "worker": []}, "chief", 0)
+    graph = TrainGraph(config, specs, cluster)
+    batch = din_lines(0, 60)
+    feeds = []
+    for parsed in (ParsedBatch.from_vectors(VectorCsvParser(specs).parse(batch)), CsvParser(specs).parse(batch)):
+        assert not parsed.rejected
+        labels = parsed.labels_by_name(specs.label_names[0])
+        feeds.append(graph.feed(parsed.host_features(), {name: labels[name] for name in graph.label_names}, 0.0,
+                                {0: 60}, 0))
+    arrays, csv = feeds
+    assert arrays.keys() == csv.keys()
+    names = {placeholder.name.split(":")[0] for placeholder in csv}
+    assert {"in_hist_item", "in_hist_item_splits", "in_tags/weights", "in_tags/weights_splits"} <= names, names
+    for placeholder, value in csv.items():
+        mine = np.asarray(arrays[placeholder])
+        assert mine.dtype == np.asarray(value).dtype, placeholder
+        np.testing.assert_array_equal(mine, np.asarray(value), err_msg=str(placeholder))
