@@ -167,7 +167,7 @@ def test_every_setup_takes_the_array_path():
 
 @BACKENDS
 @pytest.mark.parametrize("which", range(len(SETUPS)))
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
 def test_equals_csv_parser_or_declines(backend, which, data):
     setup = SETUPS[which]
