@@ -100,7 +100,7 @@ class ChangeTracker:
         arrays = []
         for name, table in self._feature_tables:
             ids = features[name]
-            if isinstance(ids, tf.RaggedTensor):
+            if isinstance(ids, tf.RaggedTensor) or hasattr(ids, "flat_values"):  # (the array path's RaggedArray)
                 ids = ids.flat_values
             arrays.append((table, np.asarray(ids)))
         for log in self._logs:

@@ -11,14 +11,25 @@
  * tf.strings.to_hash_bucket_fast computes them (port of farmhashna::Hash64,
  * farmhash.cc, MIT licence).
  *
+ * Multi-value fields (tags, weighted tags "id:weight", sequences) follow
+ * multi_value_ops.py: split on their separator, empty and padding values
+ * dropped, ids hashed, read as ints (negative ones dropped) or bucketized,
+ * weighted values of weight <= 0 dropped, a sequence cut to its first
+ * max_length ids. A value TensorFlow would reject or flag (a weight that is
+ * not a plain decimal, an id that is not an int) declines the batch too.
+ *
  * Python API:
- *   parse(blob, count, num_fields, separator, columns, ids, dense, labels) -> bool
+ *   parse(blob, count, num_fields, separator, columns, ids, dense, labels[, multi]) -> bool
  *     blob: ``count`` lines joined by newlines; columns: tuple of
  *     (field, kind, out, default_int, default_float, pads), see Column;
  *     ids int64[count, n_ids], dense float32[count, n_dense], labels
  *     float32[count, n_labels] (label fields, then the sample weight):
  *     writable C-contiguous buffers, filled in place (their sizes give
- *     n_ids, n_dense and n_labels).
+ *     n_ids, n_dense and n_labels). multi: tuple of (field, sub, separator,
+ *     kv_separator or -1, max_length, pads, default, boundaries, ids,
+ *     splits, weights or None), see Multi: ids int64[capacity] and weights
+ *     float32[capacity] take the flat values, splits int64[count + 1] the
+ *     row splits (splits[count]: how many values were written).
  *   fingerprint64(bytes) -> int
  */
 #define PY_SSIZE_T_CLEAN
@@ -331,6 +342,179 @@ static int convert(const Column *c, const uint8_t *s, size_t len, Py_ssize_t row
     return 1;
 }
 
+/* ---- multi-value fields ---- */
+
+enum { MV_HASH = 1, MV_INT = 2, MV_BUCKET = 3 };
+
+typedef struct {
+    Py_ssize_t field;
+    int sub;                    /* MV_HASH, MV_INT or MV_BUCKET */
+    int separator;
+    int kv;                     /* the kv_separator of weighted tags; -1: not weighted */
+    Py_ssize_t max_length;      /* a sequence keeps its first max_length ids; 0: all */
+    Py_ssize_t num_pads;
+    const uint8_t **pad_bytes;  /* padding values (dropped) */
+    Py_ssize_t *pad_lengths;
+    const uint8_t *default_bytes; /* what an empty field reads as */
+    Py_ssize_t default_length;
+    const float *boundaries;    /* MV_BUCKET */
+    Py_ssize_t num_boundaries;
+    Py_buffer ids, splits, weights; /* weights.obj NULL: not weighted */
+    Py_ssize_t capacity, used;
+} Multi;
+
+static void free_multis(Multi *multis, Py_ssize_t n) {
+    if (!multis) return;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyMem_Free(multis[i].pad_bytes);
+        PyMem_Free(multis[i].pad_lengths);
+        if (multis[i].ids.obj) PyBuffer_Release(&multis[i].ids);
+        if (multis[i].splits.obj) PyBuffer_Release(&multis[i].splits);
+        if (multis[i].weights.obj) PyBuffer_Release(&multis[i].weights);
+    }
+    PyMem_Free(multis);
+}
+
+/* Reads the multi tuple; pads, default and boundaries borrow from it (alive for the call). */
+static Multi *read_multis(PyObject *spec, Py_ssize_t num_fields, Py_ssize_t count, Py_ssize_t *n_out) {
+    if (!PyTuple_Check(spec)) {
+        PyErr_SetString(PyExc_TypeError, "multi must be a tuple");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(spec);
+    Multi *multis = PyMem_Calloc(n ? n : 1, sizeof(Multi));
+    if (!multis) return (Multi *)PyErr_NoMemory();
+    *n_out = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Multi *m = &multis[i];
+        PyObject *pads, *ids, *splits, *weights;
+        const char *def, *bounds;
+        Py_ssize_t bounds_length;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, i), "niiinO!y#y#OOO", &m->field, &m->sub, &m->separator,
+                              &m->kv, &m->max_length, &PyTuple_Type, &pads, &def, &m->default_length, &bounds,
+                              &bounds_length, &ids, &splits, &weights)) goto fail;
+        if (m->field < 0 || m->field >= num_fields || m->sub < MV_HASH || m->sub > MV_BUCKET || m->max_length < 0
+            || bounds_length % 4 != 0) {
+            PyErr_Format(PyExc_ValueError, "multi %zd: bad field, sub kind, max_length or boundaries", i);
+            goto fail;
+        }
+        m->default_bytes = (const uint8_t *)def;
+        m->boundaries = (const float *)bounds;
+        m->num_boundaries = bounds_length / 4;
+        if (PyObject_GetBuffer(ids, &m->ids, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto fail;
+        if (PyObject_GetBuffer(splits, &m->splits, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto fail;
+        m->capacity = m->ids.len / 8;
+        if (m->splits.len != (count + 1) * 8) {
+            PyErr_Format(PyExc_ValueError, "multi %zd: splits must hold count + 1 int64", i);
+            goto fail;
+        }
+        if (weights != Py_None) {
+            if (PyObject_GetBuffer(weights, &m->weights, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto fail;
+            if (m->weights.len / 4 < m->capacity || m->kv < 0) {
+                PyErr_Format(PyExc_ValueError, "multi %zd: weights need a kv_separator and room for every id", i);
+                goto fail;
+            }
+        } else if (m->kv >= 0) {
+            PyErr_Format(PyExc_ValueError, "multi %zd: a kv_separator needs a weights buffer", i);
+            goto fail;
+        }
+        m->num_pads = PyTuple_GET_SIZE(pads);
+        if (m->num_pads) {
+            m->pad_bytes = PyMem_Calloc(m->num_pads, sizeof(uint8_t *));
+            m->pad_lengths = PyMem_Calloc(m->num_pads, sizeof(Py_ssize_t));
+            if (!m->pad_bytes || !m->pad_lengths) { PyErr_NoMemory(); goto fail; }
+            for (Py_ssize_t k = 0; k < m->num_pads; k++) {
+                PyObject *pad = PyTuple_GET_ITEM(pads, k);
+                if (!PyBytes_Check(pad)) {
+                    PyErr_Format(PyExc_TypeError, "multi %zd: padding values must be bytes", i);
+                    goto fail;
+                }
+                m->pad_bytes[k] = (const uint8_t *)PyBytes_AS_STRING(pad);
+                m->pad_lengths[k] = PyBytes_GET_SIZE(pad);
+            }
+        }
+    }
+    return multis;
+fail:
+    free_multis(multis, n);
+    return NULL;
+}
+
+static int is_padding(const Multi *m, const uint8_t *t, size_t len) {
+    for (Py_ssize_t k = 0; k < m->num_pads; k++)
+        if ((size_t)m->pad_lengths[k] == len && memcmp(m->pad_bytes[k], t, len) == 0) return 1;
+    return 0;
+}
+
+/* The id of one value: 1 and *id; 2: dropped (a negative int id); 0: declines the batch (not a number). */
+static int value_id(const Multi *m, const uint8_t *t, size_t len, int64_t *id) {
+    float f;
+    switch (m->sub) {
+    case MV_HASH:
+        *id = (int64_t)(fingerprint64(t, len) % HASH_BUCKETS);
+        return 1;
+    case MV_INT:
+        if (!parse_int(t, len, id)) return 0;
+        return *id < 0 ? 2 : 1;
+    default: { /* MV_BUCKET: how many boundaries are <= the value (std::upper_bound, as Bucketize) */
+        if (!parse_float(t, len, &f)) return 0;
+        Py_ssize_t lo = 0, hi = m->num_boundaries;
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (f < m->boundaries[mid]) hi = mid; else lo = mid + 1;
+        }
+        *id = lo;
+        return 1;
+    }
+    }
+}
+
+/* Appends one row's ids (and weights); 0 if a value declines the batch. */
+static int convert_multi(Multi *m, const uint8_t *s, size_t len, Py_ssize_t row) {
+    int64_t *ids = m->ids.buf, *splits = m->splits.buf;
+    float *weights = m->weights.buf;
+    if (len == 0) { s = m->default_bytes; len = (size_t)m->default_length; }
+    Py_ssize_t kept = 0;
+    for (size_t i = 0; i <= len;) {
+        size_t start = i;
+        while (i < len && s[i] != m->separator) i++;
+        const uint8_t *t = s + start;
+        size_t tlen = i - start;
+        i++; /* past the separator (or the end) */
+        if (tlen == 0) continue;
+        int64_t id;
+        int r;
+        if (m->kv >= 0) { /* id<kv>weight: a malformed value is TensorFlow's to reject */
+            const uint8_t *kv = memchr(t, m->kv, tlen);
+            if (!kv || kv == t) return 0;
+            size_t id_length = (size_t)(kv - t);
+            float w;
+            if (!parse_float(kv + 1, tlen - id_length - 1, &w)) return 0;
+            if (!(w > 0.0f) || is_padding(m, t, id_length)) continue;
+            r = value_id(m, t, id_length, &id);
+            if (r == 0) return 0;
+            if (r == 2) continue;
+            if (m->used >= m->capacity) return 0;
+            weights[m->used] = w;
+        } else {
+            if (is_padding(m, t, tlen)) continue;
+            if (m->max_length && kept >= m->max_length) { /* cut, but TensorFlow still reads every number */
+                if (m->sub == MV_HASH) break;
+                if (value_id(m, t, tlen, &id) == 0) return 0;
+                continue;
+            }
+            r = value_id(m, t, tlen, &id);
+            if (r == 0) return 0;
+            if (r == 2) continue;
+            if (m->used >= m->capacity) return 0;
+        }
+        ids[m->used++] = id;
+        kept++;
+    }
+    splits[row + 1] = m->used;
+    return 1;
+}
+
 /* A writable buffer of count rows of itemsize-byte items; *columns gets how many items a row holds. */
 static int writable(PyObject *obj, Py_buffer *view, Py_ssize_t count, Py_ssize_t itemsize, Py_ssize_t *columns,
                     const char *name) {
@@ -349,10 +533,12 @@ static PyObject *parse(PyObject *self, PyObject *args) {
     Py_buffer blob, ids_view = {0}, dense_view = {0}, labels_view = {0};
     Py_ssize_t count, num_fields, n_ids, n_dense, n_labels, n_columns = 0;
     int separator;
-    PyObject *spec, *ids_obj, *dense_obj, *labels_obj, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*nniOOOO", &blob, &count, &num_fields, &separator, &spec, &ids_obj, &dense_obj,
-                          &labels_obj)) return NULL;
+    PyObject *spec, *ids_obj, *dense_obj, *labels_obj, *multi_spec = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*nniOOOO|O", &blob, &count, &num_fields, &separator, &spec, &ids_obj, &dense_obj,
+                          &labels_obj, &multi_spec)) return NULL;
     Column *columns = NULL;
+    Multi *multis = NULL;
+    Py_ssize_t n_multis = 0;
     Py_ssize_t *starts = NULL;
     if (num_fields < 1 || count < 1) {
         PyErr_SetString(PyExc_ValueError, "count and num_fields must be positive");
@@ -362,8 +548,13 @@ static PyObject *parse(PyObject *self, PyObject *args) {
     if (!writable(dense_obj, &dense_view, count, 4, &n_dense, "dense")) goto done;
     if (!writable(labels_obj, &labels_view, count, 4, &n_labels, "labels")) goto done;
     columns = read_columns(spec, num_fields, &n_columns);
+    if (!columns) goto done;
+    if (multi_spec) {
+        multis = read_multis(multi_spec, num_fields, count, &n_multis);
+        if (!multis) goto done;
+    }
     starts = PyMem_Calloc(num_fields + 1, sizeof(Py_ssize_t));
-    if (!columns || !starts) {
+    if (!starts) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
     }
@@ -378,6 +569,7 @@ static PyObject *parse(PyObject *self, PyObject *args) {
     const uint8_t *data = blob.buf;
     Py_ssize_t size = blob.len, pos = 0;
     int ok = 1;
+    for (Py_ssize_t k = 0; k < n_multis; k++) ((int64_t *)multis[k].splits.buf)[0] = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t row = 0; row < count && ok; row++) {
         /* starts[k] = first byte of field k; starts[num_fields] = one past the line's end + 1 */
@@ -399,11 +591,17 @@ static PyObject *parse(PyObject *self, PyObject *args) {
             if (!convert(c, data + start, (size_t)(starts[c->field + 1] - 1 - start), row, ids_view.buf, n_ids,
                          dense_view.buf, n_dense, labels_view.buf, n_labels)) { ok = 0; break; }
         }
+        for (Py_ssize_t k = 0; k < n_multis && ok; k++) {
+            Multi *m = &multis[k];
+            Py_ssize_t start = starts[m->field];
+            if (!convert_multi(m, data + start, (size_t)(starts[m->field + 1] - 1 - start), row)) ok = 0;
+        }
     }
     Py_END_ALLOW_THREADS
     result = PyBool_FromLong(ok);
 done:
     free_columns(columns, n_columns);
+    free_multis(multis, n_multis);
     PyMem_Free(starts);
     PyBuffer_Release(&blob);
     if (ids_view.obj) PyBuffer_Release(&ids_view);
@@ -422,7 +620,7 @@ static PyObject *py_fingerprint64(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"parse", parse, METH_VARARGS,
-     "parse(blob, count, num_fields, separator, columns, ids, dense, labels) -> bool"},
+     "parse(blob, count, num_fields, separator, columns, ids, dense, labels[, multi]) -> bool"},
     {"fingerprint64", py_fingerprint64, METH_VARARGS, "FarmHash Fingerprint64 of bytes, as TensorFlow computes it."},
     {NULL, NULL, 0, NULL},
 };

@@ -10,8 +10,11 @@ straight from the bytes by ``fingerprint``, numbers by array arithmetic;
 ``decode_csv`` give, and neither needs TensorFlow.
 
 It covers the common batch exactly and nothing else: CSV with a one-byte
-separator, single-value id features, every line with the right number of
-fields, no quotes, ASCII or valid UTF-8, numbers written as plain decimals
+separator, single-value id features and the common multi-value ones (tags,
+weighted tags and sequences with one-byte separators: vector_multi_value.py;
+their values must be hashed ids or plain decimals, weights plain decimals,
+and the sequences of one attention as long as each other), every line with
+the right number of fields, no quotes, ASCII or valid UTF-8, numbers written as plain decimals
 (``-12``, ``0.25``, ``.5``; at most 15 digits), numeric label fields that
 pass CsvParser's checks (a binary task's label 0 or 1, any other finite, a
 sample weight finite and >= 0), and, for numpy, ids of at most 64 bytes. For
@@ -29,6 +32,9 @@ from easyonline.features.crosses import bucketize_np, cross_ids_np
 from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID, FeatureSpecs
 from easyonline.features.fingerprint import fingerprint64, hash_bucket
 from easyonline.features.label_kinds import BINARY, SAMPLE_WEIGHT_KEY
+from easyonline.features.plain_decimals import floats, ints
+from easyonline.features.vector_multi_value import (MultiColumn, RaggedArray, aligned_positions, lengths_align,
+                                                     multi_value_supported, parse_numpy)
 from easyonline.protos import pipeline_pb2
 
 try:
@@ -42,21 +48,20 @@ _FT = pipeline_pb2.DataConfig.FieldType
 _NATIVE_KINDS = {("hash", "id"): 1, ("int_id", "id"): 2, ("float", "dense"): 3, ("int", "dense"): 4,
                  ("int", "binary"): 5, ("float", "binary"): 6, ("int", "number"): 7, ("float", "number"): 8,
                  ("int", "weight"): 9, ("float", "weight"): 10}
-_MAX_FLOAT_DIGITS = 15  # below 2**53: a decimal's digits are exact in float64
-_MAX_INT_DIGITS = 18  # below 2**63
-_POW10 = 10.0 ** np.arange(23)
-_FLOAT32_HALF_ULP_BITS = np.uint64(1 << 28)  # a float64 exactly between two float32 values
-_LOW_29_BITS = np.uint64((1 << 29) - 1)
 
 
 @dataclasses.dataclass
 class VectorBatch:
-    """A parsed batch as three arrays, so that it crosses to the trainer as three tensors, not one per feature.
+    """A parsed batch as three arrays (and two per multi-value feature), so that it crosses to the trainer as a
+    few tensors, not one per feature.
 
     ``ids`` [size, len(id_names)] int64, ``dense`` [size, len(dense_names)]
     float32, ``labels`` [size, len(label_names)] float32: every label field
     (data_config.label_fields, the first first), then the sample weight
-    (named ``SAMPLE_WEIGHT_KEY``) when the config has one.
+    (named ``SAMPLE_WEIGHT_KEY``) when the config has one. ``ragged``: the
+    multi-value features' ids (int64) and weighted tags' weights (float32,
+    under ``weights_key``), by ``ragged_names``, as CsvParser's ragged
+    tensors hold them.
     """
     id_names: Tuple[str, ...]
     ids: np.ndarray
@@ -65,13 +70,23 @@ class VectorBatch:
     label_names: Tuple[str, ...]
     labels: np.ndarray
     size: int
+    ragged_names: Tuple[str, ...] = ()
+    ragged: Tuple[RaggedArray, ...] = ()
 
     @property
-    def features(self) -> Dict[str, np.ndarray]:
-        """Feature name -> its column, as CsvParser keys them."""
-        features = {name: self.ids[:, i] for i, name in enumerate(self.id_names)}
+    def features(self) -> Dict[str, object]:
+        """Feature name -> its column (a multi-value one's: a RaggedArray), as CsvParser keys them."""
+        features: Dict[str, object] = {name: self.ids[:, i] for i, name in enumerate(self.id_names)}
         features.update((name, self.dense[:, i]) for i, name in enumerate(self.dense_names))
+        features.update(zip(self.ragged_names, self.ragged))
         return features
+
+    def owned(self) -> "VectorBatch":
+        """A copy whose arrays are its own (these may be views of a shared-memory slot about to be reused)."""
+        return dataclasses.replace(self, ids=np.array(self.ids), dense=np.array(self.dense),
+                                   labels=np.array(self.labels),
+                                   ragged=tuple(RaggedArray(np.array(r.flat_values), np.array(r.row_splits))
+                                                for r in self.ragged))
 
     @property
     def label_columns(self) -> Dict[str, np.ndarray]:
@@ -95,12 +110,13 @@ class _Column:
 
 
 def supports(specs: FeatureSpecs, data: pipeline_pb2.DataConfig) -> bool:
-    """True when batches of this config can take the array path at all: plain CSV of single-value features
-    with numeric labels (every label field and the sample weight become float32 columns)."""
+    """True when batches of this config can take the array path at all: plain CSV of single-value features and
+    of the multi-value forms ``multi_value_supported`` takes, with numeric labels (every label field and the
+    sample weight become float32 columns)."""
     types = {f.name: f.field_type for f in specs.input_fields}
     numbers = specs.label_names + ((specs.sample_weight,) if specs.sample_weight else ())
     return (data.input_format == pipeline_pb2.DataConfig.CSV and len(specs.separator.encode()) == 1
-            and specs.separator not in '"\n\r' and not any(f.multi_value for f in specs.id_features)
+            and specs.separator not in '"\n\r' and multi_value_supported(specs)
             # a vector raw feature (raw_input_dim) is several columns from one field: CsvParser reads it
             and not any(f.is_vector for f in specs.raw_features)
             and len(specs.label_names) >= 1 and all(types[name] != _FT.STRING for name in numbers))
@@ -129,10 +145,16 @@ class VectorCsvParser:
         fields = {f.name: f for f in specs.input_fields}
         columns = []
         # Crossed and bucketized features are computed from columns of their inputs after decoding (crosses.py).
-        self._derived = any(f.combo or f.boundaries for f in specs.id_features)
-        self._id_names = tuple(f.name for f in specs.id_features)
+        single = [f for f in specs.id_features if not f.multi_value]
+        self._derived = any(f.combo or f.boundaries for f in single)
+        self._id_names = tuple(f.name for f in single)
+        # Multi-value features (tags, sequences) become ragged arrays, in id_features order.
+        self._multi = tuple(MultiColumn.of(f, index[f.input_name], fields[f.input_name].default)
+                            for f in specs.id_features if f.multi_value)
+        self._ragged_outputs = tuple(output for column in self._multi for output in column.outputs)
+        self._aligned = aligned_positions(specs, self.ragged_names)
         self._dense_names = tuple(f.name for f in specs.raw_features)
-        for feature in specs.id_features:
+        for feature in single:
             if feature.boundaries:
                 field = fields[feature.input_name]
                 columns.append(_Column(f"{feature.name}/value", index[field.name], _number_kind(field.field_type),
@@ -163,7 +185,7 @@ class VectorCsvParser:
         self._derivations = tuple(
             ("bucket", dense_at[f"{f.name}/value"], f.boundaries) if f.boundaries else
             ("cross", [id_at[part.name] for part in f.combo], f.hash_buckets) if f.combo else
-            ("plain", id_at[f.name], None) for f in specs.id_features)
+            ("plain", id_at[f.name], None) for f in single)
         self._raw_dense = [dense_at[name] for name in self._dense_names]
         columns.extend(self._label_columns)
         self._groups = {kind: tuple(c for c in columns if c.kind == kind or (kind == "int" and c.kind == "int_id"))
@@ -194,6 +216,22 @@ class VectorCsvParser:
         """The label fields (and ``SAMPLE_WEIGHT_KEY``), in the order of a VectorBatch's ``labels`` columns."""
         return self._label_names
 
+    @property
+    def ragged_names(self) -> Tuple[str, ...]:
+        """The multi-value features' ids and weights keys, in the order of a VectorBatch's ``ragged``."""
+        return tuple(name for name, _ in self._ragged_outputs)
+
+    @property
+    def ragged_dtypes(self) -> Tuple[type, ...]:
+        """The dtype of each of ``ragged_names``' values: int64 ids, float32 weights."""
+        return tuple(dtype for _, dtype in self._ragged_outputs)
+
+    @property
+    def ragged_row_bytes(self) -> int:
+        """About how many bytes of ragged values a row has (a sequence's bound, or 8 values), to size slots."""
+        return sum(8 + np.dtype(dtype).itemsize * (column.max_length or 8)
+                   for column in self._multi for _, dtype in column.outputs)
+
     def parse(self, lines: Sequence[bytes]) -> Optional[VectorBatch]:
         """Lines without their newline; empty lines are skipped as CsvParser skips them."""
         if b"" in lines:
@@ -216,8 +254,14 @@ class VectorCsvParser:
         if bounds is None:
             return None
         starts, lengths = bounds
+        ragged = []
+        for multi in self._multi:
+            parsed_multi = parse_numpy(multi, blob, starts[:, multi.index], lengths[:, multi.index])
+            if parsed_multi is None:
+                return None
+            ragged.extend(parsed_multi)
         values = {}
-        for kind, parse in (("int", _ints), ("float", _floats), ("hash", self._hash_ids)):
+        for kind, parse in (("int", ints), ("float", floats), ("hash", self._hash_ids)):
             group = self._groups[kind]
             if not group:
                 continue
@@ -239,21 +283,40 @@ class VectorCsvParser:
         dense = np.empty((count, len(self._dense_columns)), np.float32)
         for i, column in enumerate(self._dense_columns):
             dense[:, i] = values[column]
-        return self._batch(ids, dense, labels, count)
+        return self._batch(ids, dense, labels, count, tuple(ragged))
 
     def _parse_native(self, blob: bytes, count: int) -> Optional[VectorBatch]:
         ids = np.empty((count, len(self._id_columns)), np.int64)
         dense = np.empty((count, len(self._dense_columns)), np.float32)
         labels = np.empty((count, len(self._label_columns)), np.float32)
+        buffers, multi = [], []
+        for column in self._multi:  # room for every value the batch can hold; splits[-1] says how many it has
+            capacity = column.capacity(len(blob), count)
+            values = np.empty(capacity, np.int64)
+            splits = np.empty(count + 1, np.int64)
+            weights = np.empty(capacity, np.float32) if column.kv_separator else None
+            buffers.append((values, splits, weights))
+            multi.append(column.native(values, splits, weights))
         if not _csv_decoder.parse(blob, count, self._num_fields, self._separator[0], self._native_columns,
-                                  ids, dense, labels):
+                                  ids, dense, labels, tuple(multi)):
             return None
-        return self._batch(ids, dense, labels, count)
+        ragged = []
+        for values, splits, weights in buffers:
+            ragged.append(RaggedArray(values[:splits[-1]], splits))
+            if weights is not None:
+                ragged.append(RaggedArray(weights[:splits[-1]], splits))
+        return self._batch(ids, dense, labels, count, tuple(ragged))
 
-    def _batch(self, ids: np.ndarray, dense: np.ndarray, labels: np.ndarray, count: int) -> VectorBatch:
-        """The decoded columns as the model's features: crosses and buckets computed from their inputs' columns."""
+    def _batch(self, ids: np.ndarray, dense: np.ndarray, labels: np.ndarray, count: int,
+               ragged: Tuple[RaggedArray, ...]) -> Optional[VectorBatch]:
+        """The decoded columns as the model's features: crosses and buckets computed from their inputs' columns;
+        None when the sequences of one attention differ in length (CsvParser rejects those lines)."""
+        if not lengths_align(ragged, self._aligned):
+            return None
+        names = self.ragged_names
         if not self._derived:
-            return VectorBatch(self._id_names, ids, self._dense_names, dense, self._label_names, labels, count)
+            return VectorBatch(self._id_names, ids, self._dense_names, dense, self._label_names, labels, count,
+                               names, ragged)
         out = np.empty((count, len(self._derivations)), np.int64)
         for i, (kind, source, parameter) in enumerate(self._derivations):
             if kind == "bucket":
@@ -263,7 +326,7 @@ class VectorCsvParser:
             else:
                 out[:, i] = ids[:, source]
         return VectorBatch(self._id_names, out, self._dense_names, dense[:, self._raw_dense], self._label_names,
-                           labels, count)
+                           labels, count, names, ragged)
 
     def _field_bounds(self, blob: bytes, count: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         """[count, fields] start offsets and lengths, or None unless every line has exactly the fields."""
@@ -357,89 +420,3 @@ def _equals(blob: bytes, starts: np.ndarray, lengths: np.ndarray, value: bytes) 
     chars = data[starts[candidates, None] + np.arange(len(value))]
     same[candidates] = np.all(chars == np.frombuffer(value, np.uint8), axis=1)
     return same
-
-
-# Byte classes of a plain decimal: 0 none (past the end), 1 digit, 2 dot, 3 minus, 4 anything else.
-_CLASS = np.full(256, 4, np.uint8)
-_CLASS[0] = 0
-_CLASS[ord("0"):ord("9") + 1] = 1
-_CLASS[ord(".")] = 2
-_CLASS[ord("-")] = 3
-# Horner's rule over every byte, m = m * _SCALE[b] + _DIGIT[b]: only digits shift the mantissa.
-_SCALE = np.where(_CLASS == 1, 10, 1).astype(np.int64)
-_DIGIT = np.where(_CLASS == 1, np.arange(256) - ord("0"), 0).astype(np.int64)
-
-
-def _chars(blob: bytes, starts: np.ndarray, lengths: np.ndarray, max_digits: int):
-    """The fields as a [width, count] byte matrix (0 past each field's end), or None if one is too long."""
-    width = int(lengths.max(initial=0))
-    if width > max_digits + 2:  # sign, digits, dot
-        return None
-    data = np.frombuffer(blob + b"\0" * width, np.uint8)
-    positions = np.arange(width)[:, None]
-    return np.where(positions < lengths, data[starts + positions], 0)
-
-
-def _digits(chars: np.ndarray, max_digits: int, allow_dot: bool):
-    """(mantissa int64, digits after the dot, negative) of plain decimals (``[width, count]`` bytes), or None.
-
-    A plain decimal is an optional leading minus, digits and at most one dot, with 1 to ``max_digits`` digits.
-    """
-    classes = _CLASS[chars]
-    negative = classes[0] == 3
-    if np.any(classes == 4) or np.any(classes[1:] == 3):
-        return None
-    digit_count = np.count_nonzero(classes == 1, axis=0)
-    is_dot = classes == 2
-    dots = np.count_nonzero(is_dot, axis=0)
-    if not (np.all(digit_count >= 1) and np.all(digit_count <= max_digits) and np.all(dots <= int(allow_dot))):
-        return None
-    mantissa = np.zeros(chars.shape[1], np.int64)
-    for row in chars:
-        mantissa *= _SCALE[row]
-        mantissa += _DIGIT[row]
-    digits_before_dot = np.argmax(is_dot, axis=0) - negative
-    fraction = np.where(dots > 0, digit_count - digits_before_dot, 0)
-    return mantissa, fraction, negative
-
-
-def _defaults(shape, defaults: Sequence[bytes], convert, dtype) -> np.ndarray:
-    """A [count, columns] array holding each column's default (0 when it has none)."""
-    return np.tile(np.array([convert(d) if d else 0 for d in defaults], dtype), (shape[0], 1))
-
-
-def _present_decimals(blob: bytes, starts: np.ndarray, lengths: np.ndarray, max_digits: int, allow_dot: bool):
-    """(flat index of the non-empty fields, their (mantissa, fraction, negative)), the latter None unless every
-    one is a plain decimal."""
-    starts, lengths = starts.ravel(), lengths.ravel()
-    present = slice(None) if lengths.all() else np.flatnonzero(lengths)
-    if not lengths[present].size:
-        return present, (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
-    matrix = _chars(blob, starts[present], lengths[present], max_digits)
-    return present, None if matrix is None else _digits(matrix, max_digits, allow_dot)
-
-
-def _floats(blob: bytes, starts: np.ndarray, lengths: np.ndarray, defaults: Sequence[bytes]) -> Optional[np.ndarray]:
-    """float32 of plain decimals as strtof rounds them; None if one is not plain or rounding is ambiguous."""
-    present, parsed = _present_decimals(blob, starts, lengths, _MAX_FLOAT_DIGITS, allow_dot=True)
-    if parsed is None:
-        return None
-    mantissa, fraction, negative = parsed
-    exact = mantissa.astype(np.float64) / _POW10[fraction]  # both exact: one correctly rounded division
-    # Rounding that float64 to float32 equals rounding the decimal itself unless it landed exactly
-    # halfway between two float32 values; then the decimal might be on either side: let TF decide.
-    if np.any((exact.view(np.uint64) & _LOW_29_BITS) == _FLOAT32_HALF_ULP_BITS):
-        return None
-    out = _defaults(starts.shape, defaults, float, np.float32)
-    out.ravel()[present] = np.where(negative, -exact, exact).astype(np.float32)  # out is contiguous: a view
-    return out
-
-
-def _ints(blob: bytes, starts: np.ndarray, lengths: np.ndarray, defaults: Sequence[bytes]) -> Optional[np.ndarray]:
-    present, parsed = _present_decimals(blob, starts, lengths, _MAX_INT_DIGITS, allow_dot=False)
-    if parsed is None:
-        return None
-    mantissa, _, negative = parsed
-    out = _defaults(starts.shape, defaults, lambda d: int(float(d)), np.int64)
-    out.ravel()[present] = np.where(negative, -mantissa, mantissa)
-    return out

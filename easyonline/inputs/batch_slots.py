@@ -23,11 +23,12 @@ import logging
 import mmap
 import os
 import tempfile
-from typing import Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from easyonline.features.vector_csv import VectorBatch
+from easyonline.features.vector_multi_value import RaggedArray
 
 log = logging.getLogger(__name__)
 
@@ -35,15 +36,18 @@ SHM_DIR = "/dev/shm"
 MAX_SLOT_BYTES = 16 << 20
 ALIGN = 64
 
-# (blob length, rows, ids columns, dense columns, label columns): enough, with the ring's layout, to find
-# every array.
-Layout = Tuple[int, int, int, int, int]
+# (blob length, rows, ids columns, dense columns, label columns, values of each ragged array): enough, with
+# the ring's layout, to find every array.
+Layout = Tuple[int, int, int, int, int, Tuple[int, ...]]
 
 
-def slot_bytes_for(batch_size: int, id_columns: int, dense_columns: int, label_columns: int) -> int:
-    """A slot for twice batch_size rows (messages of several lines overshoot a batch) of ~256-byte lines."""
+def slot_bytes_for(batch_size: int, id_columns: int, dense_columns: int, label_columns: int,
+                   ragged_row_bytes: int = 0, ragged_arrays: int = 0) -> int:
+    """A slot for twice batch_size rows (messages of several lines overshoot a batch) of ~256-byte lines;
+    ``ragged_row_bytes``: the multi-value features' bytes a row (VectorCsvParser.ragged_row_bytes)."""
     rows = 2 * batch_size
-    return min(rows * (8 * id_columns + 4 * dense_columns + 4 * label_columns + 256) + 4 * ALIGN, MAX_SLOT_BYTES)
+    row_bytes = 8 * id_columns + 4 * dense_columns + 4 * label_columns + ragged_row_bytes + 256
+    return min(rows * row_bytes + (4 + 2 * ragged_arrays) * ALIGN, MAX_SLOT_BYTES)
 
 
 def _aligned(offset: int) -> int:
@@ -79,34 +83,52 @@ class BatchSlots:
 
     def write(self, index: int, blob: bytes, vectors: VectorBatch) -> Optional[Layout]:
         """Copies a batch into slot ``index % count``; its layout, or None if it does not fit (send it whole)."""
-        layout = (len(blob), vectors.size, vectors.ids.shape[1], vectors.dense.shape[1], vectors.labels.shape[1])
-        _, rows, id_columns, dense_columns, label_columns = layout
-        ids_at, dense_at, labels_at, blob_at, end = self._offsets(index, layout)
+        layout = (len(blob), vectors.size, vectors.ids.shape[1], vectors.dense.shape[1], vectors.labels.shape[1],
+                  tuple(len(r.flat_values) for r in vectors.ragged))
+        _, rows, id_columns, dense_columns, label_columns, _ = layout
+        dtypes = [r.flat_values.dtype for r in vectors.ragged]
+        ids_at, dense_at, labels_at, ragged_at, blob_at, end = self._offsets(index, layout, dtypes)
         if end > (index % self.count + 1) * self.slot_bytes:
             return None
         np.ndarray((rows, id_columns), np.int64, self._map, ids_at)[...] = vectors.ids
         np.ndarray((rows, dense_columns), np.float32, self._map, dense_at)[...] = vectors.dense
         np.ndarray((rows, label_columns), np.float32, self._map, labels_at)[...] = vectors.labels
+        for ragged, (values_at, splits_at) in zip(vectors.ragged, ragged_at):
+            np.ndarray(ragged.flat_values.shape, ragged.flat_values.dtype, self._map, values_at)[...] = \
+                ragged.flat_values
+            np.ndarray((rows + 1,), np.int64, self._map, splits_at)[...] = ragged.row_splits
         self._map[blob_at:blob_at + len(blob)] = blob
         return layout
 
-    def read(self, index: int, layout: Layout, id_names, dense_names, label_names) -> Tuple[bytes, VectorBatch]:
-        """The blob (copied) and arrays (views: copy them before the slot is written again) of a batch."""
-        blob_length, rows, id_columns, dense_columns, label_columns = layout
-        ids_at, dense_at, labels_at, blob_at, _ = self._offsets(index, layout)
+    def read(self, index: int, layout: Layout, id_names, dense_names, label_names, ragged_names: Sequence[str] = (),
+             ragged_dtypes: Sequence[type] = ()) -> Tuple[bytes, VectorBatch]:
+        """The blob (copied) and arrays (views: copy them before the slot is written again) of a batch;
+        ``ragged_names`` and their values' ``ragged_dtypes`` as VectorCsvParser gives them."""
+        blob_length, rows, id_columns, dense_columns, label_columns, ragged_lengths = layout
+        dtypes: List[np.dtype] = [np.dtype(d) for d in ragged_dtypes]
+        ids_at, dense_at, labels_at, ragged_at, blob_at, _ = self._offsets(index, layout, dtypes)
+        ragged = tuple(RaggedArray(np.ndarray((length,), dtype, self._map, values_at),
+                                   np.ndarray((rows + 1,), np.int64, self._map, splits_at))
+                       for length, dtype, (values_at, splits_at) in zip(ragged_lengths, dtypes, ragged_at))
         vectors = VectorBatch(tuple(id_names), np.ndarray((rows, id_columns), np.int64, self._map, ids_at),
                               tuple(dense_names), np.ndarray((rows, dense_columns), np.float32, self._map, dense_at),
                               tuple(label_names),
-                              np.ndarray((rows, label_columns), np.float32, self._map, labels_at), rows)
+                              np.ndarray((rows, label_columns), np.float32, self._map, labels_at), rows,
+                              tuple(ragged_names), ragged)
         return self._map[blob_at:blob_at + blob_length], vectors
 
-    def _offsets(self, index: int, layout: Layout):
-        blob_length, rows, id_columns, dense_columns, label_columns = layout
+    def _offsets(self, index: int, layout: Layout, dtypes: Sequence[np.dtype]):
+        blob_length, rows, id_columns, dense_columns, label_columns, ragged_lengths = layout
         ids_at = (index % self.count) * self.slot_bytes
         dense_at = _aligned(ids_at + 8 * rows * id_columns)
         labels_at = _aligned(dense_at + 4 * rows * dense_columns)
-        blob_at = _aligned(labels_at + 4 * rows * label_columns)
-        return ids_at, dense_at, labels_at, blob_at, blob_at + blob_length
+        at = _aligned(labels_at + 4 * rows * label_columns)
+        ragged_at = []
+        for length, dtype in zip(ragged_lengths, dtypes):
+            splits_at = _aligned(at + length * dtype.itemsize)
+            ragged_at.append((at, splits_at))
+            at = _aligned(splits_at + 8 * (rows + 1))
+        return ids_at, dense_at, labels_at, ragged_at, at, at + blob_length
 
     def close(self) -> None:
         try:

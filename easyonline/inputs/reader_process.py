@@ -131,7 +131,9 @@ class KafkaReaderProcess(BatchSource):
         # depth + 2 slots suffice (see batch_slots.py); one more for margin.
         self._slots = BatchSlots.create(depth + 3, slot_bytes_for(batch_size, len(vector_parser.id_names),
                                                                   len(vector_parser.dense_names),
-                                                                  len(vector_parser.label_names))) \
+                                                                  len(vector_parser.label_names),
+                                                                  vector_parser.ragged_row_bytes,
+                                                                  len(vector_parser.ragged_names))) \
             if vector_parser is not None else None
         slots_spec = (self._slots.path, self._slots.count, self._slots.slot_bytes) if self._slots else None
         self._process = context.Process(
@@ -174,7 +176,8 @@ class KafkaReaderProcess(BatchSource):
             _, index, layout, positions, lag, messages, empty, rejected, skipped = item
             slots, parser = self._slots, self._parser
             assert slots is not None and parser is not None  # (the child sends slots only when both exist)
-            blob, vectors = slots.read(index, layout, parser.id_names, parser.dense_names, parser.label_names)
+            blob, vectors = slots.read(index, layout, parser.id_names, parser.dense_names, parser.label_names,
+                                       parser.ragged_names, parser.ragged_dtypes)
         else:
             _, blob, vectors, positions, lag, messages, empty, rejected, skipped = item
         parsed = None

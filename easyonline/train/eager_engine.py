@@ -80,7 +80,7 @@ class EagerEngine:
                                        autograph=False)
         self._score_step = tf.function(self._score_impl, input_signature=[signature], autograph=False)
         self._concrete_steps: Dict[int, Any] = {}
-        self._vector_steps: Dict[Tuple[Tuple[str, ...], ...], Any] = {}
+        self._vector_steps: Dict[tuple, Any] = {}
         self._table_rows: Optional[TableRows] = None
         self._build_variables()
         self.restored_from = self._restore()
@@ -159,28 +159,36 @@ class EagerEngine:
     def train_vectors(self, vectors) -> Dict[str, np.ndarray]:
         """``train_batch`` of a batch parsed into arrays (``vector_csv.VectorBatch``): they go into the step
         whole and are split into features, labels (by name) and sample weights inside it."""
-        names = (vectors.id_names, vectors.dense_names, vectors.label_names)
+        ragged = tuple((r.flat_values.dtype, name) for name, r in zip(vectors.ragged_names, vectors.ragged))
+        names = (vectors.id_names, vectors.dense_names, vectors.label_names, ragged)
         step = self._vector_steps.get(names)
         if step is None:
             step = self._trace_vector_step(*names)
-        logits = step(vectors.ids, vectors.dense, vectors.labels, self._now())
+        parts = tuple((r.flat_values, r.row_splits) for r in vectors.ragged)
+        logits = step(vectors.ids, vectors.dense, vectors.labels, self._now(), parts)
         return {task.name: task.predictions(logits[task.name].numpy()) for task in self.model.tasks}
 
     def _trace_vector_step(self, id_names: Tuple[str, ...], dense_names: Tuple[str, ...],
-                           label_names: Tuple[str, ...]):
+                           label_names: Tuple[str, ...], ragged: Tuple[Tuple[np.dtype, str], ...]):
+        """(``ragged``: (values dtype, name) of each multi-value feature's ids or weights, fed as values and
+        row splits.)"""
         columns = {name: i for i, name in enumerate(label_names)}
 
-        def step(ids, dense, labels, now):
+        def step(ids, dense, labels, now, parts):
             features = dict(zip(id_names, tf.unstack(ids, len(id_names), axis=1)))
             features.update(zip(dense_names, tf.unstack(dense, len(dense_names), axis=1)))
+            features.update((name, tf.RaggedTensor.from_row_splits(values, splits, validate=False))
+                            for (_, name), (values, splits) in zip(ragged, parts))
             by_name = {name: labels[:, columns[name]] for name in self._label_names}
             weights = labels[:, columns[SAMPLE_WEIGHT_KEY]] if self.specs.sample_weight else None
             return self._train_step_impl(features, by_name, now, weights)
 
         signature = [tf.TensorSpec([None, len(id_names)], tf.int64), tf.TensorSpec([None, len(dense_names)], tf.float32),
-                     tf.TensorSpec([None, len(label_names)], tf.float32), tf.TensorSpec([], tf.float64)]
+                     tf.TensorSpec([None, len(label_names)], tf.float32), tf.TensorSpec([], tf.float64),
+                     tuple((tf.TensorSpec([None], tf.as_dtype(dtype)), tf.TensorSpec([None], tf.int64))
+                           for dtype, _ in ragged)]
         concrete = tf.function(step, input_signature=signature, autograph=False).get_concrete_function()
-        self._vector_steps[(id_names, dense_names, label_names)] = concrete
+        self._vector_steps[(id_names, dense_names, label_names, ragged)] = concrete
         return concrete
 
     def train_and_count(self, raw, parsed) -> np.ndarray:

@@ -338,13 +338,15 @@ def test_a_batch_with_a_bad_label_or_weight_goes_to_csv_parser(backend, line, ki
     assert parsed.size == 1 and [(bad, rejection_kind(reason)) for bad, reason in parsed.rejected] == [(line, kind)]
 
 
-def test_a_string_label_or_a_multi_value_feature_keeps_the_config_off_the_array_path():
+def test_a_string_label_or_a_tag_separator_of_two_bytes_keeps_the_config_off_the_array_path():
     config = _multi_config()
     config.data_config.input_fields[3].input_type = pipeline_pb2.DataConfig.STRING  # "spare": CsvParser keeps text
     assert not supports(build_feature_specs(config), config.data_config)
     config = _multi_config()
     config.feature_configs[1].feature_type = pipeline_pb2.FeatureConfig.TagFeature
     config.feature_configs[1].separator = "|"
+    assert supports(build_feature_specs(config), config.data_config)  # (tests/unit/test_vector_csv_sequences.py)
+    config.feature_configs[1].separator = "\u00a7"  # one character, two bytes
     assert not supports(build_feature_specs(config), config.data_config)
 
 

@@ -1,4 +1,5 @@
 """The shared-memory ring that carries parsed batches from the reader process (inputs/batch_slots.py)."""
+import dataclasses
 import os
 
 import numpy as np
@@ -63,3 +64,38 @@ def test_without_shared_memory_the_ring_is_not_made(tmp_path, monkeypatch, caplo
 def test_slot_size_covers_overshooting_batches_and_is_capped():
     assert slot_bytes_for(1024, 26, 13, 3) >= 2 * 1024 * (8 * 26 + 4 * 13 + 4 * 3)
     assert slot_bytes_for(10_000_000, 26, 13, 1) == batch_slots.MAX_SLOT_BYTES
+
+
+def test_ragged_arrays_of_tags_and_sequences_cross_with_the_batch():
+    """A multi-value feature's ids (int64) and a weighted tag's weights (float32) cross as values and row splits."""
+    from easyonline.features.vector_multi_value import RaggedArray  # pylint: disable=g-import-not-at-top
+    names, dtypes = ("seq", "tags", "tags/weights"), (np.int64, np.int64, np.float32)
+    writer = BatchSlots.create(3, slot_bytes_for(64, 3, 2, 3, ragged_row_bytes=200, ragged_arrays=3))
+    assert writer is not None
+    reader = BatchSlots(writer.path, writer.count, writer.slot_bytes, create=False)
+    os.unlink(writer.path)
+    try:
+        for index in range(5):
+            rng = np.random.default_rng(index)
+            batch = _batch(40 + index, index)
+            lengths = rng.integers(0, 6, batch.size)
+            lengths[0] = 0  # an empty row
+            splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            ragged = (RaggedArray(rng.integers(-2**62, 2**62, splits[-1], dtype=np.int64), splits),
+                      RaggedArray(np.arange(splits[-1] // 2, dtype=np.int64), splits // 2),
+                      RaggedArray(rng.random(splits[-1] // 2, dtype=np.float32), splits // 2))
+            batch = dataclasses.replace(batch, ragged_names=names, ragged=ragged)
+            layout = writer.write(index, b"blob%d" % index, batch)
+            assert layout is not None
+            got_blob, got = reader.read(index, layout, ID_NAMES, DENSE_NAMES, LABEL_NAMES, names, dtypes)
+            assert got_blob == b"blob%d" % index and got.ragged_names == names
+            for mine, theirs in zip(ragged, got.ragged):
+                assert theirs.flat_values.dtype == mine.flat_values.dtype
+                np.testing.assert_array_equal(theirs.flat_values, mine.flat_values)
+                np.testing.assert_array_equal(theirs.row_splits, mine.row_splits)
+            np.testing.assert_array_equal(got.ids, batch.ids)
+            np.testing.assert_array_equal(got.labels, batch.labels)
+            del got
+    finally:
+        writer.close()
+        reader.close()

@@ -158,8 +158,11 @@ def test_json_records_take_lists_for_sequences_and_objects_for_weighted_tags():
     np.testing.assert_allclose(batch.features["wtags/weights"].flat_values.numpy(), [0.5, 2.0])
 
 
-def test_the_compiled_csv_path_leaves_sequences_to_the_general_parser():
+def test_the_array_path_takes_sequences_and_weighted_tags_but_not_multi_byte_separators():
+    """(tests/unit/test_vector_csv_sequences.py checks what it makes of them.)"""
     config = _config()
+    assert supports(build_feature_specs(config), config.data_config)
+    config = _config(edit=('separator: ";"', 'separator: "\u00a7"'))  # one character, two bytes in UTF-8
     assert not supports(build_feature_specs(config), config.data_config)
 
 

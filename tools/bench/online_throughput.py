@@ -19,9 +19,13 @@ each round runs the broker twice, once with the reader process parsing into
 arrays (the default) and once with it leaving the lines to CsvParser on the
 trainer (the path configs the arrays did not carry took), in alternating
 order, and reports their ratio; the per-feature memory runs are left out.
+``--sequence``: online.config plus a behaviour sequence of up to 20 ids
+(``hist``, a SequenceFeature sharing C1's table, read by a target attention
+on C1; 0-25 ids a sample, so some are cut) and a weighted tag (``wtags``,
+1-5 "id:weight" values), appended to each line of the same stream.
 
     .venv/bin/python tools/bench/online_throughput.py [--samples 300000] [--rounds 3] [--lines_per_message 1]
-        [--multitask] [--compare_csv_parser]
+        [--multitask | --sequence] [--compare_csv_parser]
 """
 import argparse
 import json
@@ -90,10 +94,50 @@ class Timer(Callback):
 EDITS = {}  # train_config fields set from the command line (thread counts)
 CLIENT = ["CONFLUENT_KAFKA"]  # kafka_train_input.client of the broker runs (--client)
 SAMPLE = ["online.config"]  # the sample config (--multitask: online_multitask.config)
+SEQUENCE = [False]  # --sequence: a history and a weighted tag added to the config and the lines
+
+SEQUENCE_FIELDS = '''
+  input_fields { input_name: "hist" input_type: STRING }
+  input_fields { input_name: "wtags" input_type: STRING }
+'''
+SEQUENCE_FEATURES = '''
+  feature_configs { input_names: "hist" feature_type: SequenceFeature separator: "|" embedding_dim: 16
+                    embedding_name: "C1" sequence_length: 20 }
+  feature_configs { input_names: "wtags" feature_type: TagFeature separator: "|" kv_separator: ":"
+                    embedding_dim: 16 }
+'''
+
+
+def add_sequence(config) -> None:
+    """online.config plus ``hist`` (a target attention on C1 reads it) and ``wtags`` (in the FM and DNN)."""
+    from google.protobuf import text_format  # pylint: disable=g-import-not-at-top
+    text_format.Merge(SEQUENCE_FIELDS, config.data_config)
+    text_format.Merge(SEQUENCE_FEATURES, config)
+    names = [f.feature_name or f.input_names[0] for f in config.feature_configs if f.input_names[0] != "hist"]
+    group = config.model_config.feature_groups.add(group_name="all", feature_names=names)
+    group.wide_deep = group.WIDE_AND_DEEP
+    attention = group.sequence_features.add(group_name="hist")
+    attention.seq_att_map.add(key=["C1"], hist_seq=["hist"])
+    attention.seq_dnn.hidden_units.extend([32, 1])
+
+
+def sequence_lines(lines):
+    """Each line with a history of 0-25 C1-like ids and 1-5 weighted tags appended."""
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    rng = np.random.default_rng(7)
+    out = []
+    for line in lines:
+        history = "|".join(f"{v:08x}" for v in rng.integers(0, 5000, int(rng.integers(0, 26))))
+        tags = "|".join(f"t{int(t)}:{int(w) / 10}" for t, w in zip(rng.integers(0, 200, int(rng.integers(1, 6))),
+                                                                   rng.integers(1, 30, 5)))
+        out.append(line + f",{history},{tags}".encode())
+    return out
 
 
 def config_for(model_dir, server="", topic=""):
     config = load_pipeline_config(os.path.join(ROOT, "samples", SAMPLE[0]))
+    if SEQUENCE[0]:
+        add_sequence(config)
     for field, value in EDITS.items():
         setattr(config.train_config, field, value)
     config.model_dir = model_dir
@@ -150,12 +194,15 @@ def main() -> None:
     parser.add_argument("--inter_op_threads", type=int, default=None, help="default: the sample config's")
     parser.add_argument("--multitask", action="store_true",
                         help="samples/online_multitask.config (MMoE, two labels) on the stream with conversions")
+    parser.add_argument("--sequence", action="store_true",
+                        help="online.config plus a 20-long behaviour sequence (target attention) and a weighted tag")
     parser.add_argument("--compare_csv_parser", action="store_true",
                         help="each round also runs the broker with CsvParser parsing on the trainer (no arrays), "
                              "the two in alternating order; reports arrays / CsvParser")
     args = parser.parse_args()
     CLIENT[0] = args.client
     SAMPLE[0] = "online_multitask.config" if args.multitask else "online.config"
+    SEQUENCE[0] = args.sequence
     EDITS.update({k: getattr(args, k) for k in ("intra_op_threads", "inter_op_threads")
                   if getattr(args, k) is not None})
     setup_logging("WARNING")
@@ -164,6 +211,8 @@ def main() -> None:
     # that never come, a pause of the benchmark's making that a stream in production does not have.
     args.samples = -(-args.samples // BATCH_SIZE) * BATCH_SIZE
     lines = SyntheticCtrStream(conversions=args.multitask).lines(0, args.samples)
+    if args.sequence:
+        lines = sequence_lines(lines)
     with LocalBroker() as broker:
         broker.create_topic("bench", args.partitions)
         produce(broker.bootstrap, "bench", [lines], lines_per_message=args.lines_per_message,
@@ -193,7 +242,7 @@ def main() -> None:
     ratio = statistics.median(ratios)
     memory_rate, broker_rate = statistics.median(memory_rates), statistics.median(broker_rates)
     result = {
-        "model": "mmoe" if args.multitask else "deepfm", "labels": 2 if args.multitask else 1,
+        "model": "mmoe" if args.multitask else "deepfm+sequence" if args.sequence else "deepfm", "labels": 2 if args.multitask else 1,
         "categorical_fields": 26, "numeric_fields": 13, "embedding_dim": 16, "batch_size": 1024,
         "samples": args.samples, "lines_per_message": args.lines_per_message, "partitions": args.partitions,
         "client": args.client,
