@@ -1,17 +1,22 @@
-"""Benchmark: a sequence model (DIN) on a real, time-ordered stream whose samples carry the user's recent likes,
-against the same stream's single-task model without them.
+"""Benchmark: a sequence model (DIN's target attention) on a real, time-ordered stream whose samples carry
+behaviour sequences, against the same stream's single-task model without them.
 
 MovieLens 100K's ratings, in time order, go through the local broker (one
-partition: the order is kept) as ``label,user,movie,genres,hour,weekday,liked_movies``
+partition: the order is kept) as ``label,user,movie,genres,hour,weekday,<sequences>``
 lines (label = rating >= 4) and are trained online with ``--config``
-(default samples/movielens_din.config). ``liked_movies`` is built here from
-the ratings themselves, as a stream would carry it upstream: the movies the
-user rated >= 4 strictly before this rating's time (a like at the same second
-is not yet history), the most recent first (EasyRec's convention, which
-``sequence_length`` truncates), at most ``--history`` of them. In the same
-script ``--single_config`` (default samples/movielens.config) trains the
-same ratings without the last column. Every batch is scored before it is
-trained on (prequential).
+(default samples/movielens_din.config). The sequences are the config's input
+fields after ``weekday``, in its order, each one of ``SEQUENCES``, built here
+from the ratings themselves, as a stream would carry them upstream: the
+user's likes (``liked_movies``, rating >= 4), dislikes (``disliked_movies``,
+<= 2), every rated movie (``rated_movies``) with its rating position by
+position (``rated_ratings``); the users who liked (``movie_likers``) or
+rated (``movie_raters``) the sample's movie, with their ratings
+(``movie_rater_ratings``); each of events strictly before this rating's
+time (an event at the same second is not yet history), the most recent
+first (EasyRec's convention, which ``sequence_length`` truncates), at most
+``--history`` of them. In the same script ``--single_config`` (default
+samples/movielens.config) trains the same ratings without the sequence
+columns. Every batch is scored before it is trained on (prequential).
 
 Prints JSON and a table: AUC overall, on the first half (where settings are
 chosen) and on the second (where the target is judged), and the training
@@ -162,7 +167,7 @@ def run_seed(args, lines: List[bytes], labels: np.ndarray, seed: Optional[int]) 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="directory with MovieLens's u.data and u.item")
-    parser.add_argument("--history", type=int, default=20, help="liked movies per sample, at most (the stream's)")
+    parser.add_argument("--history", type=int, default=20, help="events per sequence per sample, at most (the stream's)")
     comparison_arguments(parser, "movielens_din.config", "the windowed AUC plot")
     args = parse_comparison_arguments(parser)
     names = config_sequences(args.config)
