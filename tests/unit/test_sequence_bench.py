@@ -1,8 +1,10 @@
 """The sequence bench's histories, by hand (tools/bench/sequence_quality.py): each sample's liked movies are the
-user's likes strictly before its time, likes only, the most recent first, at most ``length``."""
+user's likes strictly before its time, likes only, the most recent first, at most ``length``; the other
+sequences the same way, of the user's or the movie's events."""
 import pytest
 
-from tools.bench.sequence_quality import liked_histories, sequence_lines, without_history
+from tools.bench.sequence_quality import (SEQUENCES, config_sequences, histories, liked_histories, past_events,
+                                          sequence_lines, without_history)
 
 
 def test_a_history_holds_the_users_earlier_likes_only_most_recent_first():
@@ -48,3 +50,70 @@ def test_the_lines_carry_the_history_last_and_the_single_task_lines_drop_it(tmp_
     # 100 s and 200 s after the epoch: 00:01 and 00:03 UTC on a Thursday (weekday 3)
     assert lines == [b"1,7,1,Animation|Drama,0,3,", b"1,7,2,Comedy,0,3,1", b"1,8,2,Comedy,0,3,"]
     assert without_history(lines) == [b"1,7,1,Animation|Drama,0,3", b"1,7,2,Comedy,0,3", b"1,8,2,Comedy,0,3"]
+
+
+# Two users and two movies; at time 7 user u rates b, c and d in the same second (MovieLens does).
+RATINGS = [
+    (1, "u", "a", 5),
+    (2, "v", "a", 2),
+    (3, "v", "b", 4),
+    (7, "u", "b", 1),
+    (7, "u", "a", 4),
+    (7, "v", "a", 3),
+    (9, "u", "b", 5),
+    (9, "v", "b", 2),
+]
+
+
+@pytest.mark.parametrize("name, want", [
+    # the user's events: before the sample's second only, the most recent first
+    ("disliked_movies", [[], [], ["a"], [], [], ["a"], ["b"], ["a"]]),
+    ("rated_movies", [[], [], ["a"], ["a"], ["a"], ["b", "a"], ["a", "b", "a"], ["a", "b", "a"]]),
+    ("rated_ratings", [[], [], ["2"], ["5"], ["5"], ["4", "2"], ["4", "1", "5"], ["3", "4", "2"]]),
+    # the movie's events: the users who rated (liked) it before, the most recent first
+    ("movie_likers", [[], ["u"], [], ["v"], ["u"], ["u"], ["v"], ["v"]]),
+    ("movie_raters", [[], ["u"], [], ["v"], ["v", "u"], ["v", "u"], ["u", "v"], ["u", "v"]]),
+    ("movie_rater_ratings", [[], ["5"], [], ["4"], ["2", "5"], ["2", "5"], ["1", "4"], ["1", "4"]]),
+])
+def test_each_sequence_holds_earlier_events_only_most_recent_first(name, want):
+    assert histories(RATINGS, name) == want
+
+
+@pytest.mark.parametrize("name", sorted(SEQUENCES))
+def test_each_sequence_keeps_the_most_recent_events_only(name):
+    # one user rates 30 movies, then 30 users rate one movie, each rating one the sequence keeps: it fills up
+    by, keep, value = SEQUENCES[name]
+    rating = 5 if keep(5) else 1
+    ratings = [(t, "u", f"m{t}", rating) for t in range(30)] + [(30 + t, f"u{t}", "m", rating) for t in range(30)]
+    last = ratings[29] if by == 1 else ratings[59]
+    longest = [value(e) for e in (ratings[28:8:-1] if by == 1 else ratings[58:38:-1])]
+    got = histories(ratings, name, length=20)
+    assert len(got[ratings.index(last)]) == 20 and got[ratings.index(last)] == longest
+    assert histories(ratings, name, length=3)[ratings.index(last)] == longest[:3]
+    assert histories(ratings, name, length=0)[ratings.index(last)] == []
+    assert max(len(h) for h in got) == 20
+
+
+def test_past_events_refuses_a_bad_group_and_histories_an_unknown_name():
+    with pytest.raises(ValueError, match="by must be"):
+        past_events([], 3, lambda r: True, 20)
+    with pytest.raises(ValueError, match="no sequence 'watched'"):
+        histories([], "watched")
+
+
+def test_the_lines_carry_every_sequence_the_config_reads_in_its_order(tmp_path):
+    (tmp_path / "u.item").write_text("1|A|01-Jan-1995||u|0|0|0|1|0|0|0|0|1|0|0|0|0|0|0|0|0|0|0\n"
+                                     "2|B|01-Jan-1995||u|0|0|0|0|0|1|0|0|0|0|0|0|0|0|0|0|0|0|0\n", encoding="latin-1")
+    (tmp_path / "u.data").write_text("7\t2\t4\t200\n7\t1\t2\t100\n8\t2\t5\t300\n")
+    lines = sequence_lines(str(tmp_path), 20, ["rated_movies", "rated_ratings", "movie_raters"])
+    assert lines == [b"0,7,1,Animation|Drama,0,3,,,", b"1,7,2,Comedy,0,3,1,2,", b"1,8,2,Comedy,0,3,,,7"]
+    assert without_history(lines) == [b"0,7,1,Animation|Drama,0,3", b"1,7,2,Comedy,0,3", b"1,8,2,Comedy,0,3"]
+    config = tmp_path / "x.config"
+    fields = "".join(f'input_fields {{ input_name: "{n}" input_type: STRING }} '
+                     for n in ["user", "movie", "genres", "hour", "weekday", "movie_raters", "rated_movies"])
+    config.write_text(f'data_config {{ input_fields {{ input_name: "label" input_type: INT32 }} {fields} }}')
+    assert config_sequences(str(config)) == ["movie_raters", "rated_movies"]
+    config.write_text(f'data_config {{ input_fields {{ input_name: "label" input_type: INT32 }} {fields} '
+                      'input_fields { input_name: "watched" input_type: STRING } }')
+    with pytest.raises(SystemExit, match="watched"):
+        config_sequences(str(config))

@@ -1,17 +1,22 @@
-"""Benchmark: a sequence model (DIN) on a real, time-ordered stream whose samples carry the user's recent likes,
-against the same stream's single-task model without them.
+"""Benchmark: a sequence model (DIN's target attention) on a real, time-ordered stream whose samples carry
+behaviour sequences, against the same stream's single-task model without them.
 
 MovieLens 100K's ratings, in time order, go through the local broker (one
-partition: the order is kept) as ``label,user,movie,genres,hour,weekday,liked_movies``
+partition: the order is kept) as ``label,user,movie,genres,hour,weekday,<sequences>``
 lines (label = rating >= 4) and are trained online with ``--config``
-(default samples/movielens_din.config). ``liked_movies`` is built here from
-the ratings themselves, as a stream would carry it upstream: the movies the
-user rated >= 4 strictly before this rating's time (a like at the same second
-is not yet history), the most recent first (EasyRec's convention, which
-``sequence_length`` truncates), at most ``--history`` of them. In the same
-script ``--single_config`` (default samples/movielens.config) trains the
-same ratings without the last column. Every batch is scored before it is
-trained on (prequential).
+(default samples/movielens_din.config). The sequences are the config's input
+fields after ``weekday``, in its order, each one of ``SEQUENCES``, built here
+from the ratings themselves, as a stream would carry them upstream: the
+user's likes (``liked_movies``, rating >= 4), dislikes (``disliked_movies``,
+<= 2), every rated movie (``rated_movies``) with its rating position by
+position (``rated_ratings``); the users who liked (``movie_likers``) or
+rated (``movie_raters``) the sample's movie, with their ratings
+(``movie_rater_ratings``); each of events strictly before this rating's
+time (an event at the same second is not yet history), the most recent
+first (EasyRec's convention, which ``sequence_length`` truncates), at most
+``--history`` of them. In the same script ``--single_config`` (default
+samples/movielens.config) trains the same ratings without the sequence
+columns. Every batch is scored before it is trained on (prequential).
 
 Prints JSON and a table: AUC overall, on the first half (where settings are
 chosen) and on the second (where the target is judged), and the training
@@ -32,7 +37,7 @@ import json
 import os
 import sys
 import time
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -48,44 +53,92 @@ from tools.bench.multitask_quality import (comparison_arguments, halves, mean_ha
 TARGET_GAIN = 0.005  # issue 36: the sequence model's second-half AUC >= the single-task model's + this
 
 
-def liked_histories(ratings: Iterable[Tuple[int, str, str, int]], length: int = 20,
-                    min_rating: int = 4) -> List[List[str]]:
-    """For each (time, user, movie, rating), in time order: the movies that user rated >= ``min_rating``
-    strictly before ``time``, the most recent first (equal times: the later in the stream first), at most
-    ``length``. A rating is history only for later samples, so no sample sees its own label."""
+Event = Tuple[int, str, str, int]  # (time, user, movie, rating)
+
+# The sequences the script builds, by the config's input field name (after ``weekday``): whose events (the
+# sample's user's or its movie's), which ratings count, and what of each event the sequence holds.
+SEQUENCES: Dict[str, Tuple[int, Callable[[int], bool], Callable[[Event], str]]] = {
+    "liked_movies": (1, lambda r: r >= 4, lambda e: e[2]),  # the user's likes (rating >= 4)
+    "disliked_movies": (1, lambda r: r <= 2, lambda e: e[2]),  # the user's dislikes (rating <= 2)
+    "rated_movies": (1, lambda r: True, lambda e: e[2]),  # every movie the user rated ...
+    "rated_ratings": (1, lambda r: True, lambda e: str(e[3])),  # ... and its rating, position by position
+    "movie_likers": (2, lambda r: r >= 4, lambda e: e[1]),  # the users who liked the sample's movie
+    "movie_raters": (2, lambda r: True, lambda e: e[1]),  # every user who rated the movie ...
+    "movie_rater_ratings": (2, lambda r: True, lambda e: str(e[3])),  # ... and their rating
+}
+FIELDS = 6  # label,user,movie,genres,hour,weekday: the single-task config's fields; the sequences follow
+
+
+def past_events(ratings: Iterable[Event], by: int, keep: Callable[[int], bool], length: int) -> List[List[Event]]:
+    """For each (time, user, movie, rating), in time order: the events of its user (``by`` 1) or its movie
+    (``by`` 2) whose rating ``keep`` accepts, strictly before ``time``, the most recent first (equal times:
+    the later in the stream first), at most ``length``. An event is history only for later samples, so no
+    sample sees its own label, nor one given in the same second."""
     if length < 0:
         raise ValueError(f"length must be >= 0, got {length}")
-    liked: Dict[str, List[Tuple[int, str]]] = {}  # per user, (time, movie), oldest first
-    out: List[List[str]] = []
+    if by not in (1, 2):
+        raise ValueError(f"by must be 1 (the user's events) or 2 (the movie's), got {by}")
+    kept: Dict[str, List[Event]] = {}  # per user or movie, oldest first
+    out: List[List[Event]] = []
     last = None
-    for stamp, user, movie, rating in ratings:
+    for event in ratings:
+        stamp = event[0]
         if last is not None and stamp < last:
             raise ValueError(f"ratings must be in time order: {stamp} after {last}")
         last = stamp
-        history = liked.setdefault(user, [])
+        history = kept.setdefault(event[by], [])
         end = len(history)
-        while end and history[end - 1][0] >= stamp:  # a like at this very time is not yet history
+        while end and history[end - 1][0] >= stamp:  # an event at this very time is not yet history
             end -= 1
-        out.append([m for _, m in reversed(history[max(0, end - length):end])])
-        if rating >= min_rating:
-            history.append((stamp, movie))
+        out.append(list(reversed(history[max(0, end - length):end])))
+        if keep(event[3]):
+            history.append(event)
     return out
 
 
-def sequence_lines(directory: str, length: int) -> List[bytes]:
-    """u.data + u.item as time-ordered ``label,user,movie,genres,hour,weekday,liked_movies`` lines
-    (``liked_movies``: ``liked_histories`` joined by ``|``)."""
+def histories(ratings: Sequence[Event], name: str, length: int = 20) -> List[List[str]]:
+    """Sequence ``name`` of ``SEQUENCES`` for each rating (see ``past_events``)."""
+    if name not in SEQUENCES:
+        raise ValueError(f"no sequence {name!r}; the script builds {sorted(SEQUENCES)}")
+    by, keep, value = SEQUENCES[name]
+    return [[value(e) for e in events] for events in past_events(ratings, by, keep, length)]
+
+
+def liked_histories(ratings: Iterable[Event], length: int = 20, min_rating: int = 4) -> List[List[str]]:
+    """For each (time, user, movie, rating), in time order: the movies that user rated >= ``min_rating``
+    strictly before ``time``, the most recent first, at most ``length`` (``past_events``)."""
+    return [[e[2] for e in events] for events in past_events(ratings, 1, lambda r: r >= min_rating, length)]
+
+
+def sequence_lines(directory: str, length: int, names: Sequence[str] = ("liked_movies",)) -> List[bytes]:
+    """u.data + u.item as time-ordered ``label,user,movie,genres,hour,weekday`` lines followed by one column
+    per sequence of ``names`` (``histories``, joined by ``|``)."""
     if not os.path.exists(os.path.join(directory, "u.data")):
         raise SystemExit(f"{directory} holds no MovieLens u.data and u.item")
     ratings = movielens_timed_ratings(directory)
-    histories = liked_histories(((r[0], r[1], r[2], r[3]) for r in ratings), length)
-    return [f"{int(rating >= 4)},{user},{movie},{genres},{hour},{weekday},{'|'.join(history)}".encode()
-            for (_, user, movie, rating, genres, hour, weekday), history in zip(ratings, histories)]
+    events = [(r[0], r[1], r[2], r[3]) for r in ratings]
+    columns = [histories(events, name, length) for name in names]
+    return [",".join([str(int(rating >= 4)), user, movie, genres, str(hour), str(weekday)]
+                     + ["|".join(column[i]) for column in columns]).encode()
+            for i, (_, user, movie, rating, genres, hour, weekday) in enumerate(ratings)]
 
 
 def without_history(lines: Sequence[bytes]) -> List[bytes]:
-    """The same samples as the single-task config reads them: the last (history) column dropped."""
-    return [line.rsplit(b",", 1)[0] for line in lines]
+    """The same samples as the single-task config reads them: the sequence columns dropped."""
+    return [b",".join(line.split(b",")[:FIELDS]) for line in lines]
+
+
+def config_sequences(config_path: str) -> List[str]:
+    """The sequences ``config_path`` reads: its input fields after the single-task config's six, in order."""
+    names = [field.input_name for field in load_pipeline_config(config_path).data_config.input_fields]
+    if names[:FIELDS] != ["label", "user", "movie", "genres", "hour", "weekday"]:
+        raise SystemExit(f"{config_path}: the first input fields must be label,user,movie,genres,hour,weekday; "
+                         f"got {names[:FIELDS]}")
+    unknown = [name for name in names[FIELDS:] if name not in SEQUENCES]
+    if unknown or len(names) == FIELDS:
+        raise SystemExit(f"{config_path}: input fields {unknown or '(none)'} after weekday are not sequences "
+                         f"this script builds: {sorted(SEQUENCES)}")
+    return names[FIELDS:]
 
 
 def run_seed(args, lines: List[bytes], labels: np.ndarray, seed: Optional[int]) -> Dict:
@@ -114,13 +167,14 @@ def run_seed(args, lines: List[bytes], labels: np.ndarray, seed: Optional[int]) 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="directory with MovieLens's u.data and u.item")
-    parser.add_argument("--history", type=int, default=20, help="liked movies per sample, at most (the stream's)")
+    parser.add_argument("--history", type=int, default=20, help="events per sequence per sample, at most (the stream's)")
     comparison_arguments(parser, "movielens_din.config", "the windowed AUC plot")
     args = parse_comparison_arguments(parser)
-    lines = sequence_lines(args.data, args.history)
+    names = config_sequences(args.config)
+    lines = sequence_lines(args.data, args.history, names)
     n, half = len(lines), len(lines) // 2
     labels = np.array([float(line.split(b",", 1)[0]) for line in lines])
-    tails = [line.rsplit(b",", 1)[1] for line in lines]
+    tails = [line.split(b",")[FIELDS] for line in lines]  # the first sequence's
     lengths = np.array([len(tail.split(b"|")) if tail else 0 for tail in tails])
     first_seed = load_pipeline_config(args.config).train_config.seed
     seeds: List[Optional[int]] = [None] if args.seeds == 1 else [first_seed + k for k in range(args.seeds)]
@@ -128,7 +182,7 @@ def main() -> int:
     single_measured = not args.skip_single
     result: Dict = {
         "samples": n, "half": half, "seeds": [first_seed if s is None else s for s in seeds],
-        "history": {"at_most": args.history, "mean_length": float(lengths.mean()),
+        "history": {"sequences": names, "at_most": args.history, "mean_length": float(lengths.mean()),
                     "empty_share": float((lengths == 0).mean())},
         "train_secs": {name: round(sum(r.get(f"{name}_secs", 0.0) for r in runs), 1)
                        for name in ("sequence", "single")},
@@ -155,7 +209,8 @@ def main() -> int:
 def print_table(args, result: Dict, n: int, half: int) -> None:
     """The figures as a table: per seed when there are several, then their means."""
     history = result["history"]
-    print(f"\n{n} samples, second half from {half}; liked_movies: at most {history['at_most']}, "
+    print(f"\n{n} samples, second half from {half}; {', '.join(history['sequences'])}: at most "
+          f"{history['at_most']}; the first "
           f"{history['mean_length']:.1f} on average, empty in {100 * history['empty_share']:.1f}%"
           + (f"; seeds {result['seeds']}, figures their means" if len(result["seeds"]) > 1 else ""))
 
@@ -182,7 +237,7 @@ def print_table(args, result: Dict, n: int, half: int) -> None:
 def plot(args, run: Dict, labels: np.ndarray, half: int) -> None:
     """Windowed AUC of both models (the first seed's run)."""
     step = max(args.window // 5, 1)
-    curves = {f"{os.path.basename(args.config)} (with liked_movies)":
+    curves = {f"{os.path.basename(args.config)} (with {', '.join(config_sequences(args.config))})":
               windowed_auc(labels, run["sequence_scores"], args.window, step)}
     if run["single_scores"] is not None:
         curves[f"{os.path.basename(args.single_config)} (without)"] = windowed_auc(
