@@ -245,7 +245,8 @@ def _wtag(text: str) -> str:
     ({"wtag": _wtag("a:x")}, BAD_TAG_WEIGHT), ({"wtag": _wtag("a:")}, BAD_TAG_WEIGHT),
     ({"wtag": _wtag(":1")}, BAD_TAG_WEIGHT), ({"wtag": _wtag("a:1:2")}, BAD_TAG_WEIGHT),
     ({"wtag": _wtag("a")}, BAD_TAG_WEIGHT), ({"wtag": _wtag("a:1e")}, BAD_TAG_WEIGHT),
-    ({"seq_int": "x"}, BAD_VALUE), ({"tag_int": "1.5"}, BAD_VALUE), ({"seq_bucket": "abc"}, BAD_VALUE),
+    ({"seq_int": "x"}, BAD_SEQUENCE), ({"tag_int": "1.5"}, BAD_VALUE), ({"seq_bucket": "abc"}, BAD_SEQUENCE),
+    ({"seq_int": "99999999999999999999"}, BAD_SEQUENCE),  # past int64's range
 ])
 def test_a_bad_value_declines_the_batch_and_csv_parser_rejects_just_its_line(backend, fields, kind):
     good, bad = _mixed_line(), _mixed_line(**fields)
