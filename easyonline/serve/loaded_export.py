@@ -5,8 +5,10 @@ names); ``prediction_names`` are the tasks' prediction outputs (``probs`` /
 ``y``, suffixed ``_<tower>`` in a multi-task model), the primary task's first,
 as the export's pipeline.config builds them.
 
-A reader of the SavedModel must import tensorflow_recommenders_addons first:
-the tables are TFRA ops that stock TensorFlow does not know.
+A reader of a normal export must import tensorflow_recommenders_addons
+first: its tables are TFRA ops that stock TensorFlow does not know. An export
+for stock serving (``for_stock_serving`` in incr_update.txt) uses core ops
+only; loading it leaves TFRA unimported.
 """
 import json
 import os
@@ -19,13 +21,12 @@ import numpy as np
 from easyonline.config.loader import parse_pipeline_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.export.layout import (ASSETS_DIR, DENSE_SHAPES_FILE, INCR_UPDATE_FILE, PIPELINE_FILE, PREDICTIONS_FILE,
-                                      SAVED_MODEL_FILE)
+                                      SAVED_MODEL_FILE, STOCK_SERVING_KEY)
 from easyonline.protos import update_pb2
 from easyonline.updates.apply_rules import message_changes
 from easyonline.updates.param_ids import read_parameter_ids
 
 tf = ensure_legacy_keras()
-import tensorflow_recommenders_addons  # noqa: E402,F401  pylint: disable=g-import-not-at-top,unused-import
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
@@ -55,15 +56,18 @@ class LoadedExport:
     def __init__(self, export_dir: str):
         self.path = newest_version(export_dir)
         self.version = os.path.basename(os.path.normpath(self.path))
+        assets = os.path.join(self.path, ASSETS_DIR)
+        with open(os.path.join(assets, INCR_UPDATE_FILE)) as f:
+            self.update_info = json.load(f)
+        self.for_stock_serving = bool(self.update_info.get(STOCK_SERVING_KEY, False))
+        if not self.for_stock_serving:
+            import tensorflow_recommenders_addons  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
         self._module = tf.saved_model.load(self.path)
         # The module's own functions keep the exported input names as dict keys (signature argument
         # names are sanitized and lowercased); the signatures are there for saved_model_cli and TF Serving.
         self._update = self._module.incr_update
         self._table_keys = getattr(self._module, "table_keys", None)  # exports before it existed lack it
-        assets = os.path.join(self.path, ASSETS_DIR)
         self.ids = read_parameter_ids(assets)
-        with open(os.path.join(assets, INCR_UPDATE_FILE)) as f:
-            self.update_info = json.load(f)
         with open(os.path.join(assets, PIPELINE_FILE)) as f:
             self.pipeline_config = f.read()
         self.config = parse_pipeline_config(self.pipeline_config, PIPELINE_FILE)
