@@ -96,6 +96,11 @@ class LoadedExport:
         self._update_lock = threading.Lock()
         self._signature_defs: Optional[Dict[str, meta_graph_pb2.SignatureDef]] = None
 
+    @property
+    def signatures(self):
+        """The SavedModel's signatures as TensorFlow Serving calls them (keyword inputs, sanitized names)."""
+        return self._module.signatures
+
     def signature_defs(self) -> Dict[str, meta_graph_pb2.SignatureDef]:
         """The SignatureDefs saved_model.pb holds (what saved_model_cli shows), by name: the one source of
         the metadata both APIs answer (gRPC as protos, REST as their JSON)."""
