@@ -26,7 +26,8 @@ from tests.integration.test_export_serve import Server, instances, trainer_probs
 
 # Reads one export version as a TensorFlow Serving user would: predicts through serving_default, applies the
 # published messages through incr_update_message_sig (first half) and incr_update_sig (through LoadedExport,
-# second half), then one message deleting keys; prints every prediction and the keys each table holds.
+# second half), then one message deleting keys; prints every prediction and the keys each table holds. The stock
+# export is also loaded and updated the way TensorFlow Serving does (a TF1 session).
 READER = r"""
 import json, sys
 from easyonline.serve.loaded_export import LoadedExport
@@ -63,6 +64,15 @@ if export.for_stock_serving:  # every op the SavedModel uses is one this TensorF
         ops |= {n.op for f in graph.graph_def.library.function for n in f.node_def}
     out["ops"] = sorted(ops)
     out["unknown_ops"] = sorted(op for op in ops if op_def_registry.get(op) is None)
+    # As TensorFlow Serving loads it (C++ LoadSavedModel: a session, the saver's restore, the init op) and calls
+    # it (a signature's tensors by name): predict, apply every published message, predict.
+    with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session:
+        meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], version)
+        predict, update = meta.signature_def["serving_default"], meta.signature_def["incr_update_message_sig"]
+        feed = {predict.inputs[name].name: [row[name] for row in requests] for name in specs}
+        out["session_before"] = session.run(predict.outputs["probs"].name, feed).tolist()
+        session.run(update.outputs["applied"].name, {update.inputs["messages"].name: data})
+        out["session_after"] = session.run(predict.outputs["probs"].name, feed).tolist()
 print(json.dumps(out))
 """
 
@@ -73,7 +83,7 @@ def _export(model_dir, export_dir, *flags):
                             stderr=subprocess.PIPE, text=True)
 
 
-def _finished(proc, timeout=300):
+def _finished(proc, timeout=600):
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, err[-3000:]
     return out.strip().splitlines()[-1]
@@ -142,6 +152,8 @@ def test_stock_export_predicts_and_updates_without_tfra_like_the_normal_one(expo
     assert "MutableHashTableOfTensorsV2" in got["ops"] and "LookupTableRemoveV2" in got["ops"]
     assert got["outputs"] == want["outputs"] == ["logits", "probs"]
     np.testing.assert_allclose(got["before"], at_export, atol=1e-5)
+    np.testing.assert_allclose(got["session_before"], got["before"], atol=1e-6)
+    np.testing.assert_allclose(got["session_after"], got["after"], atol=1e-6)
     for stage in ("before", "after", "rest", "deleted"):
         np.testing.assert_allclose(got[stage], want[stage], atol=1e-6, err_msg=stage)
     assert got["last_sequence"] == want["last_sequence"] >= info["sequence"]
