@@ -212,6 +212,8 @@ class DynamicTables(tf.keras.layers.Layer):
         by_key = placement is None or placement.by_key
         # Ops with side effects of a graph-mode call (statistics upserts): the train op must run them.
         self.graph_updates: List[tf.Operation] = []
+        # Tables that answer lookups outside training instead of the TFRA ones (see ``serve_from``).
+        self._serving_tables: Dict[str, object] = data_structures.NoDependency({})
         for i, (name, table) in enumerate(sorted(specs.tables.items())):
             devices = self.devices if by_key or not self.devices else [self.devices[i % len(self.devices)]]
             if tf.executing_eagerly():
@@ -245,6 +247,15 @@ class DynamicTables(tf.keras.layers.Layer):
         prefixes = tuple(table_variable_name(name) + "-parameter" for name in self.embeddings)
         for key in [k for k in store if k.startswith(prefixes)]:
             del store[key]
+
+    def serve_from(self, tables: Dict[str, object]) -> None:
+        """Lookups outside training read ``tables`` (name -> a table with TFRA's ``lookup(keys,
+        return_exists=True)``, e.g. export/core_tables.py's), so a graph traced for inference uses no TFRA op.
+        Not tracked here: whoever passes them saves them."""
+        missing = sorted(set(self.embeddings) - set(tables))
+        if missing:
+            raise ValueError(f"serve_from: no table for {missing}")
+        self._serving_tables.update(tables)
 
     def table_spec(self, table: str) -> TableSpec:
         return self._specs.tables[table]
@@ -318,7 +329,7 @@ class DynamicTables(tf.keras.layers.Layer):
         valid = unique >= 0
         width = layer.embedding_size
         if not training:
-            values, exists = layer.params.lookup(unique, return_exists=True)
+            values, exists = self._serving_tables.get(table, layer.params).lookup(unique, return_exists=True)
             keep = tf.logical_and(exists, valid)
             return tf.gather(values * tf.cast(keep, values.dtype)[:, None], index)
         admitted = valid

@@ -4,7 +4,8 @@ The version holds ``serving_default`` and ``incr_update_sig`` (see
 serving_module.py) and, in ``assets/``, the config, the parameter id maps
 copied from model_dir (the ones the trainer publishes with) and
 ``incr_update.txt``: where the update stream is and from which position its
-messages are newer than this export. TFRA's inference mode is
+messages are newer than this export, and whether the export is for stock
+TensorFlow Serving (core ops only; ``for_stock_serving``). TFRA's inference mode is
 process-global, so export from a process that does not train.
 """
 import json
@@ -20,9 +21,11 @@ from easyonline.checkpoint.restore import restore_model
 from easyonline.config.loader import to_text
 from easyonline.config.secrets import apply_oss_config
 from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.export.core_tables import core_tables
 from easyonline.export.embedding_files import export_embeddings
 from easyonline.export.layout import (ASSETS_DIR, DENSE_SHAPES_FILE, INCR_UPDATE_FILE, PIPELINE_FILE, PREDICTIONS_FILE,
-                                      SAVED_MODEL_FILE, SERVING_SIGNATURE, UPDATE_MESSAGE_SIGNATURE, UPDATE_SIGNATURE)
+                                      SAVED_MODEL_FILE, SERVING_SIGNATURE, STOCK_SERVING_KEY, UPDATE_MESSAGE_SIGNATURE,
+                                      UPDATE_SIGNATURE)
 from easyonline.export.serving_module import ServingModule
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks.output_names import prediction_names
@@ -62,10 +65,13 @@ def update_stream_info(config: pipeline_pb2.PipelineConfig, step: int) -> dict:
 
 
 def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
-                       checkpoint_path: Optional[str] = None, embedding_export_dir: Optional[str] = None) -> str:
+                       checkpoint_path: Optional[str] = None, embedding_export_dir: Optional[str] = None,
+                       for_stock_serving: bool = False) -> str:
     """Exports the checkpoint (default: the latest in model_dir); returns the new version's path.
 
     With ``embedding_export_dir``, also writes every table's keys and vectors there (embedding_files.py).
+    With ``for_stock_serving``, the tables become TensorFlow core hash tables (core_tables.py): the
+    SavedModel uses core ops only, so stock TensorFlow Serving (or any TensorFlow without TFRA) loads it.
     """
     apply_oss_config(config)
     path = latest_checkpoint(checkpoint_path or config.model_dir)
@@ -78,7 +84,7 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
     log.info("restored step %d (%s embedding rows); writing the SavedModel", step,
              f"{sum(int(layer.params.size()) for layer in model.tables.embeddings.values()):,}")
     ids = ensure_parameter_ids(config.model_dir, model)
-    module = ServingModule(model, specs, ids)
+    module = ServingModule(model, specs, ids, core_tables(model) if for_stock_serving else None)
     if embedding_export_dir:
         counts = export_embeddings(model, embedding_export_dir, path, step)
         log.info("wrote %d embedding rows of %d tables to %s", sum(counts.values()), len(counts), embedding_export_dir)
@@ -93,7 +99,9 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
                         signatures={SERVING_SIGNATURE: module.serve.get_concrete_function(),
                                     UPDATE_SIGNATURE: module.incr_update.get_concrete_function(),
                                     UPDATE_MESSAGE_SIGNATURE: module.incr_update_messages.get_concrete_function()},
-                        options=tf.saved_model.SaveOptions(namespace_whitelist=["TFRA"]))
+                        # a TFRA op left in a stock export makes TensorFlow refuse to save it
+                        options=tf.saved_model.SaveOptions(namespace_whitelist=[] if for_stock_serving
+                                                           else ["TFRA"]))
     assets = os.path.join(staging, ASSETS_DIR)
     os.makedirs(assets, exist_ok=True)
     for name, text in ids.to_files().items():
@@ -103,7 +111,7 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
     fileio.write_text_atomic(os.path.join(assets, DENSE_SHAPES_FILE), json.dumps(shapes, sort_keys=True) + "\n")
     fileio.write_text_atomic(os.path.join(assets, PREDICTIONS_FILE), json.dumps(prediction_names(model.tasks)) + "\n")
     info = update_stream_info(config, step)
-    info.update(checkpoint=path, exported_at=time.time())
+    info.update(checkpoint=path, exported_at=time.time(), **{STOCK_SERVING_KEY: for_stock_serving})
     fileio.write_text_atomic(os.path.join(assets, INCR_UPDATE_FILE), json.dumps(info, indent=1) + "\n")
     final = fileio.join(export_dir, version)
     if remote:

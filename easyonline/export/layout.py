@@ -8,6 +8,8 @@ import os
 SAVED_MODEL_FILE = "saved_model.pb"  # a version is complete once it has this
 ASSETS_DIR = "assets"
 INCR_UPDATE_FILE = "incr_update.txt"  # JSON: the update stream and where this export starts in it
+# incr_update.txt's key saying the export uses TensorFlow core ops only (no TFRA); absent in older exports: false
+STOCK_SERVING_KEY = "for_stock_serving"
 DENSE_SHAPES_FILE = "dense_shapes.json"  # JSON: dense parameter id -> shape (update messages are checked against it)
 PREDICTIONS_FILE = "predictions.json"  # JSON list: each task's prediction output name, the primary task's first
 PIPELINE_FILE = "pipeline.config"  # the config the model was trained with (secrets redacted)

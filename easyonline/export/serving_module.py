@@ -26,7 +26,7 @@ the graph (``tf.io.decode_proto`` with the message descriptors embedded), so a
 processor that knows only TensorFlow applies the stream: read a message from
 Kafka, call the signature.
 """
-from typing import Dict
+from typing import Any, Dict, Optional
 
 from google.protobuf import descriptor_pb2
 
@@ -102,25 +102,38 @@ def _joined(chunks, dtype):
     return tf.io.decode_raw(tf.strings.reduce_join(chunks), dtype)
 
 
-class _ById:
-    """Dense variables and tables by id, hidden from tf.Module's tracking."""
+class _Hidden:
+    """Objects held out of tf.Module's tracking: the saved object graph does not reach them through here."""
 
-    def __init__(self, dense, tables):
-        self.dense, self.tables = dense, tables
+    def __init__(self, **objects):
+        self.__dict__.update(objects)
 
 
 class ServingModule(tf.Module):
-    """Wraps a trained RankingModel for export; build it after ``de.enable_inference_mode()``."""
+    """Wraps a trained RankingModel for export; build it after ``de.enable_inference_mode()``.
 
-    def __init__(self, model, specs: FeatureSpecs, ids: ParameterIds):
+    ``tables`` (name -> table, e.g. export/core_tables.py's): the tables serving reads and updates instead of
+    the model's TFRA ones. The module then saves only them and the dense variables, not the model, so the
+    SavedModel holds no TFRA op or resource (an export for stock TensorFlow Serving).
+    """
+
+    def __init__(self, model, specs: FeatureSpecs, ids: ParameterIds, tables: Optional[Dict[str, Any]] = None):
         super().__init__(name="easyonline_serving")
-        self.model = model
+        dense = dense_variables(model)
+        self._scorer = _Hidden(model=model)
+        if tables is None:
+            self.model = model  # saves the model, its TFRA tables with it
+            tables = {name: layer.params for name, layer in model.tables.embeddings.items()}
+        else:
+            model.tables.serve_from(tables)
+            # What the functions capture, tracked so the SavedModel saves them (lists: ids are not names)
+            self.dense_variables = [dense[name] for name in sorted(dense)]
+            self.core_tables = [tables[name] for name in sorted(tables)]
         self._specs = specs
-        # Plain tuples of (id, object) behind a non-trackable holder: the model already tracks these
-        # objects, and a dict with int keys cannot be tracked.
-        self._params = _ById(tuple(sorted((ids.dense[n], v) for n, v in dense_variables(model).items())),
-                             tuple(sorted((ids.tables[n][0], layer.params)
-                                          for n, layer in model.tables.embeddings.items())))
+        # Plain tuples of (id, object) behind a non-trackable holder: the model (or the lists above) tracks
+        # these objects already, and a dict with int keys cannot be tracked.
+        self._params = _Hidden(dense=tuple(sorted((ids.dense[n], v) for n, v in dense.items())),
+                               tables=tuple(sorted((ids.tables[n][0], table) for n, table in tables.items())))
         self.serve = tf.function(self._serve, input_signature=[raw_input_specs(specs)], autograph=False)
         self.incr_update = tf.function(self._incr_update, input_signature=[update_input_specs(ids)],
                                        autograph=False)
@@ -149,7 +162,8 @@ class ServingModule(tf.Module):
         return self._score_features(self.features_of(self._specs, inputs))
 
     def _score_features(self, features):
-        return self.model.task_outputs(self.model(features, training=False))
+        model = self._scorer.model
+        return model.task_outputs(model(features, training=False))
 
     def _incr_update(self, inputs):
         applied = []

@@ -2,6 +2,7 @@
 
 Exit codes: 0 exported, 2 bad config or flags (or oss:// without credentials), 3 no checkpoint or update
 stream unreachable. ``--export_dir`` and ``--embedding_export_dir`` may be ``oss://bucket/path``.
+``--for_stock_serving``: an export in TensorFlow core ops only, for stock TensorFlow Serving.
 """
 import sys
 
@@ -25,6 +26,11 @@ def define_flags() -> None:
                         "latest checkpoint in model_dir.")
     flags.DEFINE_string("embedding_export_dir", "", "Also write every embedding table's keys and vectors here "
                         "(<table>/part-*.tsv, manifest.json, DONE), for external vector stores.")
+    flags.DEFINE_bool("for_stock_serving", False, "Write a SavedModel that uses TensorFlow's core ops only: "
+                      "each embedding table becomes a core hash table (MutableHashTable), so stock TensorFlow "
+                      "Serving (tensorflow/serving, tensorflow_model_server) loads it without "
+                      "tensorflow_recommenders_addons; its signatures (serving_default, incr_update_sig, "
+                      "incr_update_message_sig) are the same. See docs/serving.md, 'Stock TensorFlow Serving'.")
 
 
 def main(argv) -> int:
@@ -41,7 +47,7 @@ def _export() -> int:
     config = config_from_flags(online=False)
     try:
         path = export_saved_model(config, FLAGS.export_dir, FLAGS.checkpoint_path or None,
-                                  FLAGS.embedding_export_dir or None)
+                                  FLAGS.embedding_export_dir or None, FLAGS.for_stock_serving)
     except KafkaError as e:
         raise BrokerUnreachableError(f"cannot read the update stream to find where this export starts: {e}") from None
     print(path)

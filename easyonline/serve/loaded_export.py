@@ -5,8 +5,10 @@ names); ``prediction_names`` are the tasks' prediction outputs (``probs`` /
 ``y``, suffixed ``_<tower>`` in a multi-task model), the primary task's first,
 as the export's pipeline.config builds them.
 
-A reader of the SavedModel must import tensorflow_recommenders_addons first:
-the tables are TFRA ops that stock TensorFlow does not know.
+A reader of a normal export must import tensorflow_recommenders_addons
+first: its tables are TFRA ops that stock TensorFlow does not know. An export
+for stock serving (``for_stock_serving`` in incr_update.txt) uses core ops
+only; loading it leaves TFRA unimported.
 """
 import json
 import os
@@ -18,12 +20,11 @@ import numpy as np
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.export.export_info import ExportInfo
-from easyonline.export.layout import ASSETS_DIR, PREDICTIONS_FILE, SAVED_MODEL_FILE
+from easyonline.export.layout import ASSETS_DIR, PREDICTIONS_FILE, SAVED_MODEL_FILE, STOCK_SERVING_KEY
 from easyonline.protos import update_pb2
 from easyonline.updates.apply_rules import message_changes
 
 tf = ensure_legacy_keras()
-import tensorflow_recommenders_addons  # noqa: E402,F401  pylint: disable=g-import-not-at-top,unused-import
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
@@ -43,6 +44,10 @@ class LoadedExport:
         info = ExportInfo.read(export_dir)
         self.info = info
         self.path, self.version = info.path, info.version
+        self.update_info = info.update_info
+        self.for_stock_serving = bool(self.update_info.get(STOCK_SERVING_KEY, False))
+        if not self.for_stock_serving:
+            import tensorflow_recommenders_addons  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
         self._module = tf.saved_model.load(self.path)
         # The module's own functions keep the exported input names as dict keys (signature argument
         # names are sanitized and lowercased); the signatures are there for saved_model_cli and TF Serving.
@@ -73,6 +78,11 @@ class LoadedExport:
         self._dense_shapes = info.dense_shapes
         self._update_lock = threading.Lock()
         self._signature_defs: Optional[Dict[str, meta_graph_pb2.SignatureDef]] = None
+
+    @property
+    def signatures(self):
+        """The SavedModel's signatures as TensorFlow Serving calls them (keyword inputs, sanitized names)."""
+        return self._module.signatures
 
     def signature_defs(self) -> Dict[str, meta_graph_pb2.SignatureDef]:
         """The SignatureDefs saved_model.pb holds (what saved_model_cli shows), by name: the one source of
