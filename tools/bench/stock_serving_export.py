@@ -154,8 +154,8 @@ def main() -> None:
             raise RuntimeError(loader.stderr[-3000:])
         result["kinds"][kind] = {"export_s": seconds, "export_mb": _du(version),
                                  **json.loads(loader.stdout.strip().splitlines()[-1])}
-    print(json.dumps(result, indent=1))
     result["load_average"] = os.getloadavg()  # on a shared machine, figures taken under load are slower
+    print(json.dumps(result, indent=1))
     columns = ["export_s", "export_mb", "load_s", "load_cpu_s", "batch1_p50_ms", "batch1_p99_ms", "batch100_p50_ms",
                "batch100_p99_ms", "peak_rss_mb"]
     print(f"\n{result['rows']:,} rows | " + " | ".join(columns))
