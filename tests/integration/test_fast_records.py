@@ -226,5 +226,6 @@ def test_a_partition_at_its_end_does_not_stall_the_backlog_of_another(broker, to
     alone, _ = _read_backlog(broker.bootstrap, topic + "_alone", 30000)
     seconds, positions = _read_backlog(broker.bootstrap, topic, 30020)
     assert positions == {0: 20, 1: 30000}
-    assert seconds < 3 * alone + 0.3, (f"{seconds:.1f} s to read 30,020 records against {alone:.1f} s for the "
+    # (a stall is a fetch wait of 0.5 s per poll, seconds in all; 3x + 0.3 s failed once at 2.3 s on a busy machine)
+    assert seconds < 5 * alone + 1.0, (f"{seconds:.1f} s to read 30,020 records against {alone:.1f} s for the "
                                        "backlog alone: fetches of partitions at their end stalled it")
