@@ -49,11 +49,16 @@ def define_flags() -> None:
     flags.DEFINE_integer("max_connections", 1024, "Open connections at most (one thread each); more get HTTP 503.")
     flags.DEFINE_float("status_secs", 10.0, "Seconds between status lines in the log (and, while the update broker "
                        "is unreachable, one line saying so).")
+    define_update_kafka_config_flag()
+    flags.DEFINE_string("log_level", "INFO", "Python log level: DEBUG, INFO, WARNING, ERROR.")
+
+
+def define_update_kafka_config_flag() -> None:
+    """``--kafka_config`` of a reader of an export's update stream (serve, tools.tfserving_follower)."""
     flags.DEFINE_multi_string("kafka_config", [], "key=value, repeatable: a kafka-python consumer setting for "
                               "reading a Kafka update stream, e.g. sasl_plain_password=${KAFKA_PASSWORD} (a "
                               "${NAME} value is read from the environment). SASL/SSL settings of the export's "
                               "pipeline.config are used already; give the ones its export redacted.")
-    flags.DEFINE_string("log_level", "INFO", "Python log level: DEBUG, INFO, WARNING, ERROR.")
 
 
 def main(argv) -> int:

@@ -46,6 +46,7 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.export.export_info import ExportInfo
 from easyonline.export.layout import UPDATE_MESSAGE_SIGNATURE
+from easyonline.jobs.serve_cli import define_update_kafka_config_flag
 from easyonline.protos import update_pb2
 from easyonline.serve.status_log import broker_outage
 from easyonline.serve.update_follower import UpdateFollower
@@ -273,10 +274,7 @@ def define_flags() -> None:
     flags.DEFINE_float("connect_timeout_secs", 60.0, "How long to wait at start for the server to answer before "
                        "exiting with an error (exit code 4).")
     flags.DEFINE_float("status_secs", 5.0, "Seconds between status lines in the log.")
-    flags.DEFINE_multi_string("kafka_config", [], "key=value, repeatable: a kafka-python consumer setting for "
-                              "reading a Kafka update stream, e.g. sasl_plain_password=${KAFKA_PASSWORD} (a "
-                              "${NAME} value is read from the environment). SASL/SSL settings of the export's "
-                              "pipeline.config are used already; give the ones its export redacted.")
+    define_update_kafka_config_flag()
     flags.DEFINE_string("log_level", "INFO", "Python log level: DEBUG, INFO, WARNING, ERROR.")
 
 

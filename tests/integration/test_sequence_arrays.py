@@ -8,17 +8,17 @@ Same rejections batch by batch, same probabilities, same final parameters and ta
 """
 import collections
 import logging
-from typing import List, Optional
+from typing import List
 
 import numpy as np
 
 from easyonline.core.callbacks import Callback
 from easyonline.core.rejections import BAD_SEQUENCE, BAD_TAG_WEIGHT, rejection_kind
-from easyonline.inputs.raw_batch import BatchSource, RawBatch
 from easyonline.jobs.online_train import build_trainer
 from easyonline.tools.stream_producer import produce
 
 from tests.integration.test_din import _bad, din_config, din_lines
+from tests.integration.test_multi_task_arrays import Replay
 
 SAMPLES = 2400
 
@@ -37,23 +37,6 @@ class Recorder(Callback):
         self.arrays.append(parsed_batch.vectors is not None)
         self.rejected.append(list(parsed_batch.rejected))
         self.probs.append(np.array(probs))
-
-
-class Replay(BatchSource):
-    """The recorded batches again, as lines only (the trainer parses them with CsvParser)."""
-
-    def __init__(self, batches: List[List[bytes]]):
-        self._batches, self._next = batches, 0
-
-    @property
-    def exhausted(self) -> bool:
-        return self._next == len(self._batches)
-
-    def next_batch(self, timeout: float) -> Optional[RawBatch]:
-        if self.exhausted:
-            return None
-        self._next += 1
-        return RawBatch(self._batches[self._next - 1], {0: self._next}, messages=len(self._batches[self._next - 1]))
 
 
 def test_din_trains_on_the_arrays_as_on_csv_parser_and_bad_lines_are_rejected_alike(broker, topic, tmp_path, caplog):
