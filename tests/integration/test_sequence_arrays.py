@@ -2,6 +2,7 @@
 reader process's arrays (vector_csv.py, vector_multi_value.py) exactly as on the same batches parsed by
 CsvParser; batches holding a bad sequence or tag weight go to CsvParser, which rejects just those lines.
 
+The stream is written by librdkafka's transactional producer with zstd compression, as production writes it.
 The first trainer reads its config's Kafka input (the reader process, parsing into arrays) and records every
 batch; a second trainer from the same config is fed the recorded lines as they were batched, without arrays.
 Same rejections batch by batch, same probabilities, same final parameters and table rows.
@@ -15,10 +16,10 @@ import numpy as np
 from easyonline.core.callbacks import Callback
 from easyonline.core.rejections import BAD_SEQUENCE, BAD_TAG_WEIGHT, rejection_kind
 from easyonline.jobs.online_train import build_trainer
-from easyonline.tools.stream_producer import produce
 
 from tests.integration.test_din import _bad, din_config, din_lines
 from tests.integration.test_multi_task_arrays import Replay
+from tests.integration.test_transactional_topics import write_transactions
 
 SAMPLES = 2400
 
@@ -48,7 +49,10 @@ def test_din_trains_on_the_arrays_as_on_csv_parser_and_bad_lines_are_rejected_al
             lines.append(_bad(din_lines(70000 + i, 1)[0], kind))
             injected[kind] += 1
     broker.create_topic(topic, 1)
-    produce(broker.bootstrap, topic, [lines], partitions=1)
+    # written as production writes it: librdkafka's transactional producer, zstd-compressed batches (their
+    # commit markers pass through the reader process's record decoder between the sequences' records)
+    assert write_transactions(broker.bootstrap, topic, lines, 300, 1, abort_every=len(lines) + 1,
+                              codec="zstd") == lines
     config = din_config(tmp_path / "arrays", server=broker.bootstrap, topic=topic)
     arrays = Recorder()
     trainer = build_trainer(config, online=False, callbacks=[arrays])  # the config's input: the reader process
