@@ -5,8 +5,19 @@ must be set before TensorFlow is first imported. Importing the
 ``easyonline`` package sets it; ``ensure_legacy_keras`` imports TensorFlow
 and fails fast, with a message that says what to do, if ``tf.keras`` is
 Keras 3 anyway. Every module that uses TensorFlow gets it from here.
+
+TFRA's import also tries ``import keras`` (Keras 3, installed as a
+dependency of TensorFlow 2.16) to patch its initializers and its saving for
+Keras 3 users. easyonline never uses Keras 3, and loading it costs each
+process that imports TFRA (every trainer, ps, export, serve) about half a
+second of CPU and two seconds of start-up on a busy machine; ``keras3_left_out``
+makes that import fail (TFRA catches it, as where Keras 3 is not installed)
+unless Keras 3 is already loaded.
 """
+import contextlib
 import os
+import sys
+from typing import Iterator
 
 from easyonline.core.errors import KerasVersionError
 
@@ -27,3 +38,18 @@ def ensure_legacy_keras():
             "before easyonline with TF_USE_LEGACY_KERAS unset: import easyonline "
             "first, or export TF_USE_LEGACY_KERAS=1, and install tf-keras~=2.16.")
     return tf
+
+
+@contextlib.contextmanager
+def keras3_left_out() -> Iterator[None]:
+    """While inside, ``import keras`` raises ImportError, unless Keras 3 is already loaded (then it is left as it
+    is); afterwards it imports as usual. For TFRA's first import (``quiet_libraries``'s import hook)."""
+    if "keras" in sys.modules:
+        yield
+        return
+    sys.modules["keras"] = None  # type: ignore[assignment]  # None in sys.modules: the import raises
+    try:
+        yield
+    finally:
+        if sys.modules.get("keras", 0) is None:
+            del sys.modules["keras"]

@@ -24,7 +24,9 @@ pass. ``EASYONLINE_LIBRARY_LOGS=1`` turns all of this off (and leaves
 
 The first imports are caught by an import hook (``install``, called when the
 ``easyonline`` package is imported), so it does not matter which module
-imports TensorFlow first (``tensorflow_serving`` does, in serving).
+imports TensorFlow first (``tensorflow_serving`` does, in serving). The same
+hook keeps Keras 3 out of TFRA's first import (``bootstrap.keras3_left_out``),
+with or without ``EASYONLINE_LIBRARY_LOGS``.
 """
 import contextlib
 import importlib.abc
@@ -36,6 +38,8 @@ import re
 import sys
 import threading
 from typing import Iterator, Optional
+
+from easyonline.core.bootstrap import keras3_left_out
 
 LIBRARY_LOGS_ENV = "EASYONLINE_LIBRARY_LOGS"
 
@@ -132,13 +136,26 @@ class _QuietLoader(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
-class _QuietFirstImport(importlib.abc.MetaPathFinder):
-    """Finds ``tensorflow`` and ``tensorflow_recommenders_addons`` as usual, and loads them quietly."""
+@contextlib.contextmanager
+def _tfra_first_import(quiet: bool) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(keras3_left_out())
+        if quiet:
+            stack.enter_context(filtered_stdout())
+        yield
 
-    QUIET = {"tensorflow": filtered_stderr_fd, "tensorflow_recommenders_addons": filtered_stdout}
+
+class _QuietFirstImport(importlib.abc.MetaPathFinder):
+    """Finds ``tensorflow`` and ``tensorflow_recommenders_addons`` as usual, and loads them quietly (``quiet``)
+    and TFRA without Keras 3."""
+
+    def __init__(self, quiet: bool):
+        self._contexts = {"tensorflow_recommenders_addons": lambda: _tfra_first_import(quiet)}
+        if quiet:
+            self._contexts["tensorflow"] = filtered_stderr_fd
 
     def find_spec(self, fullname, path, target=None):
-        if fullname not in self.QUIET:
+        if fullname not in self._contexts:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -146,7 +163,7 @@ class _QuietFirstImport(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _QuietLoader(spec.loader, self.QUIET[fullname])
+                    spec.loader = _QuietLoader(spec.loader, self._contexts[fullname])
                 return spec
         return None
 
@@ -156,13 +173,15 @@ _installed: Optional[_QuietFirstImport] = None
 
 def install() -> None:
     """Sets up the quiet start (once per process): TF_CPP_MIN_LOG_LEVEL, the logger filter, the import hook.
-    With ``EASYONLINE_LIBRARY_LOGS=1``, does nothing."""
+    With ``EASYONLINE_LIBRARY_LOGS=1``, only the hook that keeps Keras 3 out of TFRA's import."""
     global _installed
-    if _installed is not None or library_logs_wanted():
+    if _installed is not None:
         return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # a value the user set wins
-    tf_logger = logging.getLogger("tensorflow")
-    if not any(isinstance(f, NoiseFilter) for f in tf_logger.filters):
-        tf_logger.addFilter(NoiseFilter())
-    _installed = _QuietFirstImport()
+    quiet = not library_logs_wanted()
+    if quiet:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # a value the user set wins
+        tf_logger = logging.getLogger("tensorflow")
+        if not any(isinstance(f, NoiseFilter) for f in tf_logger.filters):
+            tf_logger.addFilter(NoiseFilter())
+    _installed = _QuietFirstImport(quiet)
     sys.meta_path.insert(0, _installed)  # asked only for modules not imported yet

@@ -94,6 +94,14 @@ class ServingProcess:
             time.sleep(0.2)
         raise TimeoutError(f"condition not met within {timeout:.0f} s; last status {status}")
 
+    def kill(self) -> int:
+        """SIGKILL, as a host or pod lost at the worst moment; the exit code (-9)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
     def stop(self) -> int:
         """SIGTERM, then the exit code (killed after 30 s)."""
         if self.proc.poll() is None:

@@ -2,7 +2,9 @@
 
 The stock tensorflow_model_server cannot run here, so ``easyonline.serve --grpc_port --follow_updates=false``
 stands in for it: it answers the same PredictionService (tensorflow-serving-api stubs) and, like TF Serving,
-does not read the update stream itself; the follower, a process of its own, is the one writer.
+does not read the update stream itself; the follower, a process of its own, is the one writer. Both are
+lost the production way, by SIGKILL at a moment the test does not choose within the stream: the server (a
+new one reloads the export and the follower resends), then the follower (a new one resends from the export).
 """
 import re
 import signal
@@ -127,11 +129,19 @@ def test_the_follower_keeps_a_grpc_server_fresh_through_restarts(broker, topic, 
         assert _wait(lambda: not np.allclose(_probs(stub, rows), before, atol=1e-6), 60), follower_log.read_text()
         server.wait_for(lambda status: status["applied_updates"] > 0, 30)  # counted (just after it is applied)
 
-        # the server restarts (reloading its export) while the trainer keeps publishing: the follower retries,
-        # then resends from the export's position
-        assert server.stop() == 0
+        # the server is lost (SIGKILL, as a TF Serving pod at the worst moment) and restarts, reloading its
+        # export, while the trainer keeps publishing: the follower retries, then resends from the export's
+        # position
+        assert server.kill() == -signal.SIGKILL
         produce(broker.bootstrap, topic, stream.chunks(2500, 1000), partitions=1)
         server = Server(export_dir, tmp_path / "serve2.log", *flags)
+        assert _wait(lambda: "resending from the export's start" in follower_log.read_text(), 120), \
+            follower_log.read_text()[-3000:]
+        # then the follower itself is lost (SIGKILL) and a new one starts: it resends from the export's position
+        # (updates carry values, not deltas: applying one twice changes nothing)
+        follower.kill()
+        follower.wait(30)
+        follower = _follower(export_dir, grpc_port, follower_log)
         assert _wait(lambda: count.samples >= 3500, 120)
     except BaseException:
         for proc in (follower, missing, unreachable):
