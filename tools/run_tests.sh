@@ -2,16 +2,18 @@
 # The test suite: sets up .venv, runs the linter and type checker (tools/lint.sh), then pytest over
 # tests/unit and tests/integration (they start the local broker themselves).
 #
-# Without arguments the files run as TEST_SHARDS (default 2) pytest processes side by side, split by
-# measured time (tools/test_shards.py): a test keeps about one core busy, so two halve the wall time on
-# CI's 2 cores. Each shard's output is printed when it ends; the suite fails if any shard fails.
+# Without arguments the files run as TEST_SHARDS (default 3) pytest processes side by side, split by
+# measured time (tools/test_shards.py). A test keeps about one core busy but also waits (for the broker, a
+# child process, a checkpoint), so two shards left CI's 2 cores 16% idle (168% CPU); three keep them busy:
+# 1,134 s for three on this machine (2026-11-27) against 1,413-1,508 s for two the day before. Each shard's output is
+# printed when it ends; the suite fails if any shard fails.
 # With arguments (or TEST_SHARDS=1) one pytest runs them as given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup_env.sh
 bash tools/lint.sh
 PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider)
-SHARDS=${TEST_SHARDS:-2}
+SHARDS=${TEST_SHARDS:-3}
 if [ "$#" -gt 0 ] || [ "$SHARDS" -le 1 ]; then
   exec "${PYTEST[@]}" tests/unit tests/integration "$@"
 fi

@@ -1,14 +1,15 @@
 """Splits the test files into shards of about equal time, for tools/run_tests.sh's parallel pytest runs.
 
-The suite keeps about one core busy (most of a test's time is one TensorFlow
-process or a wait on the broker), so two pytest processes over disjoint
-files nearly halve its wall time on a 2-core machine. Files are assigned
+A test keeps about one core busy (most of its time is one TensorFlow
+process) and waits on the broker or a child process for the rest, so
+tools/run_tests.sh runs three pytest processes over disjoint files on CI's
+2 cores (two left them 16% idle). Files are assigned
 greedily, longest first, by ``tests/file_seconds.json`` (seconds per file
 measured on a whole run: ``--update FILE.xml...`` reads pytest's junit XML);
 a file not listed counts as UNLISTED_SECONDS of its folder. Prints one
 shard's files.
 
-    python tools/test_shards.py --shards 2 --index 0
+    python tools/test_shards.py --shards 3 --index 0
     python tools/test_shards.py --update shard-0.xml shard-1.xml
 """
 import argparse
@@ -56,7 +57,7 @@ def seconds_from_junit(paths: List[str]) -> Dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shards", type=int, default=2, help="number of shards")
+    parser.add_argument("--shards", type=int, default=3, help="number of shards")
     parser.add_argument("--index", type=int, default=0, help="the shard to print (0-based)")
     parser.add_argument("--update", nargs="+", metavar="XML", help="rewrite tests/file_seconds.json from junit XML")
     args = parser.parse_args()

@@ -3,8 +3,8 @@ user's likes strictly before its time, likes only, the most recent first, at mos
 sequences the same way, of the user's or the movie's events."""
 import pytest
 
-from tools.bench.sequence_quality import (SEQUENCES, config_sequences, histories, liked_histories, past_events,
-                                          sequence_lines, without_history)
+from tools.bench.sequence_quality import (SEQUENCES, config_history, config_sequences, histories, liked_histories,
+                                          past_events, sequence_lines, without_history)
 
 
 def test_a_history_holds_the_users_earlier_likes_only_most_recent_first():
@@ -117,3 +117,14 @@ def test_the_lines_carry_every_sequence_the_config_reads_in_its_order(tmp_path):
                       'input_fields { input_name: "watched" input_type: STRING } }')
     with pytest.raises(SystemExit, match="watched"):
         config_sequences(str(config))
+
+
+def test_the_stream_carries_as_many_events_as_the_configs_longest_sequence_keeps(tmp_path):
+    config = tmp_path / "x.config"
+    features = "".join(f'feature_configs {{ input_names: "{name}" feature_type: SequenceFeature separator: "|" '
+                       f'embedding_dim: 4 sequence_length: {length} }} '
+                       for name, length in (("movie_raters", 100), ("movie_rater_ratings", 50)))
+    config.write_text(features + 'feature_configs { input_names: "user" feature_type: IdFeature embedding_dim: 4 }')
+    assert config_history(str(config)) == 100
+    config.write_text('feature_configs { input_names: "user" feature_type: IdFeature embedding_dim: 4 }')
+    assert config_history(str(config)) == 20  # no sequence: the issue's 20

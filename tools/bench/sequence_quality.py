@@ -14,7 +14,8 @@ rated (``movie_raters``) the sample's movie, with their ratings
 (``movie_rater_ratings``); each of events strictly before this rating's
 time (an event at the same second is not yet history), the most recent
 first (EasyRec's convention, which ``sequence_length`` truncates), at most
-``--history`` of them. In the same script ``--single_config`` (default
+``--history`` of them (default: the config's longest
+``sequence_length``). In the same script ``--single_config`` (default
 samples/movielens.config) trains the same ratings without the sequence
 columns. Every batch is scored before it is trained on (prequential).
 
@@ -141,6 +142,15 @@ def config_sequences(config_path: str) -> List[str]:
     return names[FIELDS:]
 
 
+def config_history(config_path: str) -> int:
+    """The longest ``sequence_length`` of ``config_path``'s SequenceFeatures: how many events per sequence the
+    stream carries by default (a config keeps at most its sequence_length of them)."""
+    config = load_pipeline_config(config_path)
+    lengths = [f.sequence_length for f in config.feature_configs
+               if f.feature_type == f.SequenceFeature and f.sequence_length > 0]
+    return max(lengths, default=20)
+
+
 def run_seed(args, lines: List[bytes], labels: np.ndarray, seed: Optional[int]) -> Dict:
     """Trains the sequence model (and the single-task one unless ``--skip_single``) with
     ``train_config.seed`` = ``seed`` (None: the configs' own); returns their figures and scores."""
@@ -167,10 +177,13 @@ def run_seed(args, lines: List[bytes], labels: np.ndarray, seed: Optional[int]) 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="directory with MovieLens's u.data and u.item")
-    parser.add_argument("--history", type=int, default=20, help="events per sequence per sample, at most (the stream's)")
+    parser.add_argument("--history", type=int, default=0,
+                        help="events per sequence per sample, at most (the stream's); 0: the config's longest "
+                             "sequence_length")
     comparison_arguments(parser, "movielens_din.config", "the windowed AUC plot")
     args = parse_comparison_arguments(parser)
     names = config_sequences(args.config)
+    args.history = args.history or config_history(args.config)
     lines = sequence_lines(args.data, args.history, names)
     n, half = len(lines), len(lines) // 2
     labels = np.array([float(line.split(b",", 1)[0]) for line in lines])
