@@ -4,9 +4,9 @@
 #
 # Without arguments the files run as TEST_SHARDS (default 3) pytest processes side by side, split by
 # measured time (tools/test_shards.py). A test keeps about one core busy but also waits (for the broker, a
-# child process, a checkpoint), so two shards left CI's 2 cores 16% idle (168% CPU); three keep them busy:
-# 1,134 s for three on this machine (2026-11-27) against 1,413-1,508 s for two the day before. Each shard's output is
-# printed when it ends; the suite fails if any shard fails.
+# child process, a checkpoint), so two shards left CI's 2 cores 16% idle (168% CPU); three keep them
+# busy: 1,134 s for three on this machine (2026-11-27) against 1,413-1,508 s for two the day before.
+# Each shard's output is printed when it ends; the suite fails if any shard fails.
 # With arguments (or TEST_SHARDS=1) one pytest runs them as given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
