@@ -82,6 +82,18 @@ train_config {{ optimizer_config {{ adam_optimizer {{ learning_rate: 0.02 }} }} 
     return config
 
 
+def _train_to_the_end(config, samples: int, server: str, updates: str):
+    """Trains ``config`` offline to the end of its topic (every sample, none rejected); the trainer and the
+    update records it published to ``updates``."""
+    trainer = build_trainer(config, online=False, source=KafkaInput(config.kafka_train_input, 200, 200))
+    summary = trainer.run()
+    assert summary.samples == samples and summary.rejected == 0
+    reader = KafkaUpdateReader(server, updates)
+    records = reader.read_available()
+    reader.close()
+    return trainer, records
+
+
 @pytest.mark.parametrize("model", [DIN, 'model_class: "MultiTower" multi_tower { towers { input: "user" dnn { '
                                    'hidden_units: [8] } } towers { input: "item" dnn { hidden_units: [8] } } }'])
 def test_a_sequence_model_trains_through_the_broker_learns_the_history_and_its_updates_replay_exactly(
@@ -91,12 +103,7 @@ def test_a_sequence_model_trains_through_the_broker_learns_the_history_and_its_u
     produce(broker.bootstrap, topic, [din_lines(0, samples)], partitions=2)
     updates = topic + "_updates"
     config = din_config(tmp_path / "model", model, broker.bootstrap, topic, updates)
-    trainer = build_trainer(config, online=False, source=KafkaInput(config.kafka_train_input, 200, 200))
-    summary = trainer.run()
-    assert summary.samples == samples and summary.rejected == 0
-    reader = KafkaUpdateReader(broker.bootstrap, updates)
-    records = reader.read_available()
-    reader.close()
+    trainer, records = _train_to_the_end(config, samples, broker.bootstrap, updates)
     replica = _replay(records, "model")
     ids = read_parameter_ids(str(tmp_path / "model"))
     assert differences_from_model(replica, trainer.model, ids) == []
@@ -148,12 +155,7 @@ def test_a_bst_trains_through_the_broker_replays_its_updates_exactly_and_its_exp
     produce(broker.bootstrap, topic, [din_lines(0, samples)], partitions=2)
     updates = topic + "_updates"
     config = din_config(tmp_path / "m", BST, broker.bootstrap, topic, updates, groups=BST_GROUPS)
-    trainer = build_trainer(config, online=False, source=KafkaInput(config.kafka_train_input, 200, 200))
-    summary = trainer.run()
-    assert summary.samples == samples and summary.rejected == 0
-    reader = KafkaUpdateReader(broker.bootstrap, updates)
-    records = reader.read_available()
-    reader.close()
+    trainer, records = _train_to_the_end(config, samples, broker.bootstrap, updates)
     ids = read_parameter_ids(str(tmp_path / "m"))
     assert differences_from_model(_replay(records, "m"), trainer.model, ids) == []
     # the transformer's weights are dense parameters like any other: published and replayed

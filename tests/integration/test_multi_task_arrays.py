@@ -72,6 +72,23 @@ class Replay(BatchSource):
         return RawBatch(self._batches[self._next - 1], {0: self._next}, messages=len(self._batches[self._next - 1]))
 
 
+def assert_same_parameters(trainer, replayed, more_variables_than: int) -> None:
+    """Both trainers hold the same dense variables (paired by position: Keras numbers the second model's layers
+    on) and the same rows in every table (the same keys), to float tolerance."""
+    variables, replayed_variables = trainer.model.trainable_variables, replayed.model.trainable_variables
+    assert len(variables) == len(replayed_variables) > more_variables_than
+    for variable, other in zip(variables, replayed_variables):
+        np.testing.assert_allclose(variable.numpy(), other.numpy(), rtol=1e-5, atol=1e-6, err_msg=variable.name)
+    rows, replayed_rows = trainer.engine.table_rows(), replayed.engine.table_rows()
+    assert rows.names() == replayed_rows.names()
+    for table in rows.names():
+        keys, values = rows.export(table)
+        other_keys, other_values = replayed_rows.export(table)
+        order, other_order = np.argsort(keys), np.argsort(other_keys)
+        np.testing.assert_array_equal(keys[order], other_keys[other_order])
+        np.testing.assert_allclose(values[order], other_values[other_order], rtol=1e-5, atol=1e-6, err_msg=table)
+
+
 @pytest.mark.parametrize("model", ["MMOE", "ESMM"])  # ESMM: its ctcvr task reads clk times buy
 def test_two_labels_and_weights_train_on_the_arrays_as_on_csv_parser(broker, topic, tmp_path, caplog, model):
     broker.create_topic(topic, 2)
@@ -111,19 +128,7 @@ def test_two_labels_and_weights_train_on_the_arrays_as_on_csv_parser(broker, top
     assert len(arrays.probs) == len(csv.probs) >= 5
     for ours, theirs in zip(arrays.probs, csv.probs):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
-    # (Keras numbers the second model's layers on: the variables pair up by position)
-    variables, replayed_variables = trainer.model.trainable_variables, replayed.model.trainable_variables
-    assert len(variables) == len(replayed_variables) > 10
-    for variable, other in zip(variables, replayed_variables):
-        np.testing.assert_allclose(variable.numpy(), other.numpy(), rtol=1e-5, atol=1e-6, err_msg=variable.name)
-    rows, replayed_rows = trainer.engine.table_rows(), replayed.engine.table_rows()
-    assert rows.names() == replayed_rows.names()
-    for table in rows.names():
-        keys, values = rows.export(table)
-        other_keys, other_values = replayed_rows.export(table)
-        order, other_order = np.argsort(keys), np.argsort(other_keys)
-        np.testing.assert_array_equal(keys[order], other_keys[other_order])
-        np.testing.assert_allclose(values[order], other_values[other_order], rtol=1e-5, atol=1e-6, err_msg=table)
+    assert_same_parameters(trainer, replayed, more_variables_than=10)
     figures, replayed_figures = trainer.engine.task_figures(), replayed.engine.task_figures()
     assert figures.keys() == replayed_figures.keys() == ({"ctr", "cvr"} if model == "MMOE" else {"ctr", "cvr", "ctcvr"})
     clicks, buys = (np.mean([float(by_sample[line][i]) for line in stream]) for i in (0, 1))

@@ -18,7 +18,7 @@ from easyonline.core.rejections import BAD_SEQUENCE, BAD_TAG_WEIGHT, rejection_k
 from easyonline.jobs.online_train import build_trainer
 
 from tests.integration.test_din import _bad, din_config, din_lines
-from tests.integration.test_multi_task_arrays import Replay
+from tests.integration.test_multi_task_arrays import Replay, assert_same_parameters
 from tests.integration.test_transactional_topics import write_transactions
 
 SAMPLES = 2400
@@ -77,19 +77,8 @@ def test_din_trains_on_the_arrays_as_on_csv_parser_and_bad_lines_are_rejected_al
     assert len(arrays.probs) == len(csv.probs) >= 10
     for ours, theirs in zip(arrays.probs, csv.probs):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
-    variables, replayed_variables = trainer.model.trainable_variables, replayed.model.trainable_variables
-    assert len(variables) == len(replayed_variables) > 5
-    for variable, other in zip(variables, replayed_variables):
-        np.testing.assert_allclose(variable.numpy(), other.numpy(), rtol=1e-5, atol=1e-6, err_msg=variable.name)
-    rows, replayed_rows = trainer.engine.table_rows(), replayed.engine.table_rows()
-    assert rows.names() == replayed_rows.names()
-    for table in rows.names():
-        keys, values = rows.export(table)
-        other_keys, other_values = replayed_rows.export(table)
-        order, other_order = np.argsort(keys), np.argsort(other_keys)
-        np.testing.assert_array_equal(keys[order], other_keys[other_order])  # the histories' ids in "item"
-        np.testing.assert_allclose(values[order], other_values[other_order], rtol=1e-5, atol=1e-6, err_msg=table)
-    assert len(rows.export("item")[0]) > 250
+    assert_same_parameters(trainer, replayed, more_variables_than=5)
+    assert len(trainer.engine.table_rows().export("item")[0]) > 250  # the histories' ids in "item" too
 
 
 def test_a_cluster_trainer_feeds_the_ragged_arrays_as_csv_parser_ragged_tensors(tmp_path):
