@@ -39,6 +39,7 @@ class LocalBroker:
         if not host.startswith("127."):
             raise ValueError("the local broker binds loopback addresses only")
         self.host = host
+        self._port_chosen_here = not port
         self.port = port or free_port(host)
         self._log_path = log_path
         self.process: Optional[subprocess.Popen] = None
@@ -48,17 +49,35 @@ class LocalBroker:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> "LocalBroker":
+        """Starts the broker and waits until it listens. A broker that exits first (its port was taken after
+        it was chosen) is started again on another free port, when the port was chosen here."""
+        for attempt in range(3):
+            self._spawn()
+            if wait_for_port(self.host, self.port, timeout, alive=lambda: self.process.poll() is None):
+                log.info("local broker listening on %s (pid %d)", self.bootstrap, self.process.pid)
+                return self
+            exited = self.process.poll()
+            self.stop()
+            if exited is None or not self._port_chosen_here or attempt == 2:
+                how = f"exited with {exited}" if exited is not None else f"did not listen within {timeout}s"
+                raise RuntimeError(f"the local broker on {self.bootstrap} {how}"
+                                   + (f"; its log is {self._log_path}" if self._log_path else ""))
+            log.warning("the local broker on %s exited with %s before listening; another port", self.bootstrap,
+                        exited)
+            self.port = free_port(self.host)
+        raise AssertionError("unreachable")
+
+    def _spawn(self) -> None:
         url = f"tcp://{self.host}:{self.port}"
         out = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL
-        self.process = subprocess.Popen(
-            [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
-            stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
-        if not wait_for_port(self.host, self.port, timeout):
-            self.stop()
-            raise RuntimeError(f"the local broker did not start listening on {self.bootstrap} within {timeout}s")
-        log.info("local broker listening on %s (pid %d)", self.bootstrap, self.process.pid)
-        return self
+        try:
+            self.process = subprocess.Popen(
+                [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                 "--storage-engine", "memory://tansu/"],
+                stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+        finally:
+            if out is not subprocess.DEVNULL:
+                out.close()
 
     def create_topic(self, topic: str, partitions: int = 1) -> None:
         from kafka.admin import KafkaAdminClient, NewTopic  # pylint: disable=g-import-not-at-top
