@@ -147,7 +147,7 @@ def test_tables_stay_bounded_with_eviction_and_grow_without(tmp_path):
     path = tmp_path / "s.csv"
     stream = SyntheticCtrStream(base_vocab=200, new_ids_per_10k=3000)  # 3 new ids per feature every 10 samples
     with open(path, "wb") as f:
-        for chunk in stream.chunks(0, 16000):
+        for chunk in stream.chunks(0, 8000):
             f.write(b"\n".join(chunk) + b"\n")
     sizes = {}
     for name, edits in (("bounded", {"eviction": {"max_size": 300}}), ("unbounded", {})):
@@ -162,7 +162,7 @@ def test_tables_stay_bounded_with_eviction_and_grow_without(tmp_path):
         sizes[name] = (shrinker.sizes, summary.table_sizes)
     bounded, unbounded = sizes["bounded"], sizes["unbounded"]
     assert max(bounded[0]) <= 26 * 300
-    assert max(unbounded[1].values()) > 1000  # each table grew past 1,000 ids
+    assert max(unbounded[1].values()) > 1000  # each table grew past 1,000 ids (~200 + 2,400 new ones)
     assert unbounded[0][-1] > 2 * 26 * 300
 
 
