@@ -4,7 +4,7 @@ sequences the same way, of the user's or the movie's events."""
 import pytest
 
 from tools.bench.sequence_quality import (SEQUENCES, config_history, config_sequences, histories, liked_histories,
-                                          past_events, sequence_lines, without_history)
+                                          past_events, sequence_lines, with_deviations, without_history)
 
 
 def test_a_history_holds_the_users_earlier_likes_only_most_recent_first():
@@ -74,6 +74,14 @@ RATINGS = [
     ("movie_likers", [[], ["u"], [], ["v"], ["u"], ["u"], ["v"], ["v"]]),
     ("movie_raters", [[], ["u"], [], ["v"], ["v", "u"], ["v", "u"], ["u", "v"], ["u", "v"]]),
     ("movie_rater_ratings", [[], ["5"], [], ["4"], ["2", "5"], ["2", "5"], ["1", "4"], ["1", "4"]]),
+    # and how far each rating was from its rater's mean before it ("n": the rater's first rating)
+    ("movie_rater_deviations", [[], ["n"], [], ["+2.0"], ["n", "n"], ["n", "n"], ["-3.0", "+2.0"],
+                                ["-3.0", "+2.0"]]),  # (u's 1 at time 7 is 4 below the 5 before it: cut to -3)
+    # the same as weighted tags, raters above their mean and below it (weight 0: the parser drops the id)
+    ("movie_raters_above", [[], ["u:0.00"], [], ["v:2.00"], ["v:0.00", "u:0.00"], ["v:0.00", "u:0.00"],
+                            ["u:0.00", "v:2.00"], ["u:0.00", "v:2.00"]]),
+    ("movie_raters_below", [[], ["u:0.00"], [], ["v:0.00"], ["v:0.00", "u:0.00"], ["v:0.00", "u:0.00"],
+                            ["u:4.00", "v:0.00"], ["u:4.00", "v:0.00"]]),
 ])
 def test_each_sequence_holds_earlier_events_only_most_recent_first(name, want):
     assert histories(RATINGS, name) == want
@@ -86,12 +94,19 @@ def test_each_sequence_keeps_the_most_recent_events_only(name):
     rating = 5 if keep(5) else 1
     ratings = [(t, "u", f"m{t}", rating) for t in range(30)] + [(30 + t, f"u{t}", "m", rating) for t in range(30)]
     last = ratings[29] if by == 1 else ratings[59]
-    longest = [value(e) for e in (ratings[28:8:-1] if by == 1 else ratings[58:38:-1])]
+    rated = with_deviations(ratings)
+    longest = [value(e) for e in (rated[28:8:-1] if by == 1 else rated[58:38:-1])]
     got = histories(ratings, name, length=20)
     assert len(got[ratings.index(last)]) == 20 and got[ratings.index(last)] == longest
     assert histories(ratings, name, length=3)[ratings.index(last)] == longest[:3]
     assert histories(ratings, name, length=0)[ratings.index(last)] == []
     assert max(len(h) for h in got) == 20
+
+
+def test_deviations_count_only_ratings_of_earlier_seconds():
+    got = with_deviations([(1, "u", "a", 5), (1, "u", "b", 1), (2, "u", "c", 4), (3, "v", "c", 2)])
+    assert [e[4] for e in got] == [None, None, 1.0, None]  # the same second's ratings are not yet known
+    assert [e[:4] for e in got] == [(1, "u", "a", 5), (1, "u", "b", 1), (2, "u", "c", 4), (3, "v", "c", 2)]
 
 
 def test_past_events_refuses_a_bad_group_and_histories_an_unknown_name():

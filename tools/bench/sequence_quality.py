@@ -11,7 +11,9 @@ user's likes (``liked_movies``, rating >= 4), dislikes (``disliked_movies``,
 <= 2), every rated movie (``rated_movies``) with its rating position by
 position (``rated_ratings``); the users who liked (``movie_likers``) or
 rated (``movie_raters``) the sample's movie, with their ratings
-(``movie_rater_ratings``); each of events strictly before this rating's
+(``movie_rater_ratings``) or how far each was from its rater's mean
+rating until then (``movie_rater_deviations``; as weighted tags
+``movie_raters_above`` / ``movie_raters_below``); each of events strictly before this rating's
 time (an event at the same second is not yet history), the most recent
 first (EasyRec's convention, which ``sequence_length`` truncates), at most
 ``--history`` of them (default: the config's longest
@@ -55,6 +57,18 @@ TARGET_GAIN = 0.005  # issue 36: the sequence model's second-half AUC >= the sin
 
 
 Event = Tuple[int, str, str, int]  # (time, user, movie, rating)
+# An event with its rater's deviation: (time, user, movie, rating, the rating less the mean of that user's
+# earlier ratings, or None for a user's first rating)
+RatedEvent = Tuple[int, str, str, int, Optional[float]]
+
+
+def _half_steps(deviation: Optional[float]) -> str:
+    return "n" if deviation is None else f"{min(max(round(2 * deviation) / 2, -3.0), 3.0):+.1f}"
+
+
+def _weight(user: str, weight: Optional[float]) -> str:
+    """A weighted tag value; a weight <= 0 (or none) makes the parser drop the id."""
+    return f"{user}:{max(weight or 0.0, 0.0):.2f}"
 
 # The sequences the script builds, by the config's input field name (after ``weekday``): whose events (the
 # sample's user's or its movie's), which ratings count, and what of each event the sequence holds.
@@ -66,6 +80,12 @@ SEQUENCES: Dict[str, Tuple[int, Callable[[int], bool], Callable[[Event], str]]] 
     "movie_likers": (2, lambda r: r >= 4, lambda e: e[1]),  # the users who liked the sample's movie
     "movie_raters": (2, lambda r: True, lambda e: e[1]),  # every user who rated the movie ...
     "movie_rater_ratings": (2, lambda r: True, lambda e: str(e[3])),  # ... and their rating
+    # ... and how far their rating was from what they usually gave (their generosity taken out)
+    "movie_rater_deviations": (2, lambda r: True, lambda e: _half_steps(e[4])),
+    # weighted tags (kv_separator ":"): the raters who rated it above their own mean, by how much ...
+    "movie_raters_above": (2, lambda r: True, lambda e: _weight(e[1], e[4])),
+    # ... and those who rated it below, by how much
+    "movie_raters_below": (2, lambda r: True, lambda e: _weight(e[1], None if e[4] is None else -e[4])),
 }
 FIELDS = 6  # label,user,movie,genres,hour,weekday: the single-task config's fields; the sequences follow
 
@@ -97,12 +117,33 @@ def past_events(ratings: Iterable[Event], by: int, keep: Callable[[int], bool], 
     return out
 
 
+def with_deviations(ratings: Iterable[Event]) -> List[RatedEvent]:
+    """Each (time, user, movie, rating), in time order, with the rating less the mean of the user's ratings
+    strictly before ``time`` (as a stream's upstream knows it then)."""
+    totals: Dict[str, List[float]] = {}  # per user: [sum, count] of the ratings before the current time
+    pending: List[Tuple[str, int]] = []  # the ratings of the current second, counted once it has passed
+    out: List[RatedEvent] = []
+    last = None
+    for stamp, user, movie, rating in ratings:
+        if stamp != last:
+            for who, value in pending:
+                total = totals.setdefault(who, [0.0, 0])
+                total[0] += value
+                total[1] += 1
+            pending, last = [], stamp
+        total = totals.get(user)
+        deviation = None if total is None else rating - total[0] / total[1]
+        out.append((stamp, user, movie, rating, deviation))
+        pending.append((user, rating))
+    return out
+
+
 def histories(ratings: Sequence[Event], name: str, length: int = 20) -> List[List[str]]:
     """Sequence ``name`` of ``SEQUENCES`` for each rating (see ``past_events``)."""
     if name not in SEQUENCES:
         raise ValueError(f"no sequence {name!r}; the script builds {sorted(SEQUENCES)}")
     by, keep, value = SEQUENCES[name]
-    return [[value(e) for e in events] for events in past_events(ratings, by, keep, length)]
+    return [[value(e) for e in events] for events in past_events(with_deviations(ratings), by, keep, length)]
 
 
 def liked_histories(ratings: Iterable[Event], length: int = 20, min_rating: int = 4) -> List[List[str]]:
