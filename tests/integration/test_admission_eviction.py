@@ -183,7 +183,7 @@ def test_trainer_runs_scheduled_shrinks(tmp_path):
     from tests.conftest import online_config
     path = tmp_path / "s.csv"
     with open(path, "wb") as f:
-        for chunk in SyntheticCtrStream().chunks(0, 8000):
+        for chunk in SyntheticCtrStream().chunks(0, 4000):
             f.write(b"\n".join(chunk) + b"\n")
     config = online_config(tmp_path / "m", **{"data_config.batch_size": 500, "train_config.shrink_every_secs": 1e-6})
     config.ClearField("kafka_train_input")
@@ -193,7 +193,7 @@ def test_trainer_runs_scheduled_shrinks(tmp_path):
             feature.eviction.max_size = 50
     trainer = build_trainer(config, online=False)
     summary = trainer.run()
-    assert summary.samples == 8000
+    assert summary.samples == 4000
     assert len(trainer.evicted) == 26 and all(len(keys) > 0 for keys in trainer.evicted.values())
     assert max(summary.table_sizes.values()) < 50 + 500  # at most one batch's new ids above the cap
 
