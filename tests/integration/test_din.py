@@ -26,6 +26,7 @@ from tests.integration.test_export_serve import Server, export
 from tests.integration.test_incremental_updates import _replay
 from tests.integration.test_multi_task_models import auc
 from tests.integration.test_serve_tasks import replayed, trained_outputs, train_publish_and_export_early
+from tests.integration.test_transactional_topics import write_transactions
 
 FIELDS = (("clk", "INT32"), ("user", "STRING"), ("item", "STRING"), ("cate", "STRING"), ("price", "FLOAT"),
           ("hist_item", "STRING"), ("hist_cate", "STRING"), ("tags", "STRING"))
@@ -150,9 +151,12 @@ BST = ('model_class: "MultiTowerBST" multi_tower_bst { towers { input: "user" dn
 
 def test_a_bst_trains_through_the_broker_replays_its_updates_exactly_and_its_export_serves_what_it_scores(
         broker, topic, tmp_path):
+    """The stream is written as production writes it: librdkafka's transactional producer, zstd-compressed,
+    every fourth transaction aborted (its samples must not train)."""
     broker.create_topic(topic, 2)
-    samples = 3000
-    produce(broker.bootstrap, topic, [din_lines(0, samples)], partitions=2)
+    committed = write_transactions(broker.bootstrap, topic, din_lines(0, 4000), 250, 2, codec="zstd")
+    samples = len(committed)
+    assert samples == 3000
     updates = topic + "_updates"
     config = din_config(tmp_path / "m", BST, broker.bootstrap, topic, updates, groups=BST_GROUPS)
     trainer, records = _train_to_the_end(config, samples, broker.bootstrap, updates)
