@@ -5,8 +5,17 @@ import socket
 import time
 from typing import Callable, Optional
 
-# Not the module's shared generator: tests seed ``random``, and two processes seeded alike would pick alike.
+# Not the module's shared generator: tests seed ``random``, and two processes seeded alike would pick alike
+# (so is a forked child, whose generator is reseeded: see _ports).
 _PORTS = random.Random(os.urandom(16))
+_PORTS_PID = os.getpid()
+
+
+def _ports() -> random.Random:
+    global _PORTS, _PORTS_PID  # pylint: disable=global-statement
+    if _PORTS_PID != os.getpid():
+        _PORTS, _PORTS_PID = random.Random(os.urandom(16)), os.getpid()
+    return _PORTS
 
 
 def _ephemeral_range() -> tuple:
@@ -28,7 +37,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     low, _ = _ephemeral_range()
     if low > 12000:
         for _ in range(50):
-            port = _PORTS.randrange(10000, low)
+            port = _ports().randrange(10000, low)
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
                     s.bind((host, port))
