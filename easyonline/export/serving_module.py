@@ -123,18 +123,16 @@ class ServingModule(tf.Module):
         self._scorer = _Hidden(model=model)
         if tables is None:
             tables = {name: layer.params for name, layer in model.tables.embeddings.items()}
-            saved_tables = "tables"
         else:
             model.tables.serve_from(tables)
-            saved_tables = "core_tables"
         # What the functions capture, tracked so the SavedModel saves them (lists: ids are not names). Not the
         # Keras model itself: tf_keras would trace every layer's call for its own SavedModel metadata, which
         # took ~80% of an export's time and is never loaded (serving calls the signatures).
         self.dense_variables = [dense[name] for name in sorted(dense)]
-        setattr(self, saved_tables, [tables[name] for name in sorted(tables)])
+        self.tables = [tables[name] for name in sorted(tables)]
         self._specs = specs
-        # Plain tuples of (id, object) behind a non-trackable holder: the model (or the lists above) tracks
-        # these objects already, and a dict with int keys cannot be tracked.
+        # Plain tuples of (id, object) behind a non-trackable holder: the lists above track these objects
+        # already, and a dict with int keys cannot be tracked.
         self._params = _Hidden(dense=tuple(sorted((ids.dense[n], v) for n, v in dense.items())),
                                tables=tuple(sorted((ids.tables[n][0], table) for n, table in tables.items())))
         self.serve = tf.function(self._serve, input_signature=[raw_input_specs(specs)], autograph=False)

@@ -51,21 +51,22 @@ class LocalBroker:
     def start(self, timeout: float = 30.0) -> "LocalBroker":
         """Starts the broker and waits until it listens. A broker that exits first (its port was taken after
         it was chosen) is started again on another free port, when the port was chosen here."""
-        for attempt in range(3):
+        tries = 3
+        while True:
             self._spawn()
             if wait_for_port(self.host, self.port, timeout, alive=lambda: self.process.poll() is None):
                 log.info("local broker listening on %s (pid %d)", self.bootstrap, self.process.pid)
                 return self
             exited = self.process.poll()
             self.stop()
-            if exited is None or not self._port_chosen_here or attempt == 2:
+            tries -= 1
+            if exited is None or not self._port_chosen_here or not tries:
                 how = f"exited with {exited}" if exited is not None else f"did not listen within {timeout}s"
                 raise RuntimeError(f"the local broker on {self.bootstrap} {how}"
                                    + (f"; its log is {self._log_path}" if self._log_path else ""))
             log.warning("the local broker on %s exited with %s before listening; another port", self.bootstrap,
                         exited)
             self.port = free_port(self.host)
-        raise AssertionError("unreachable")
 
     def _spawn(self) -> None:
         url = f"tcp://{self.host}:{self.port}"

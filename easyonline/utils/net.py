@@ -18,13 +18,13 @@ def _ports() -> random.Random:
     return _PORTS
 
 
-def _ephemeral_range() -> tuple:
+def ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range (the local ports outgoing connections get)."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
-            low, high = (int(v) for v in f.read().split())
-        return low, high
-    except (OSError, ValueError):
-        return 32768, 60999
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -34,7 +34,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     any outgoing connection on the machine may take it as its local port, and the server then fails to
     bind (seen with three test shards on two cores). Ports below the range are never given to outgoing
     connections."""
-    low, _ = _ephemeral_range()
+    low = ephemeral_start()
     if low > 12000:
         for _ in range(50):
             port = _ports().randrange(10000, low)

@@ -10,7 +10,7 @@ import pytest
 
 from easyonline.tools import local_broker
 from easyonline.tools.local_broker import LocalBroker
-from easyonline.utils.net import _ephemeral_range, free_port
+from easyonline.utils.net import ephemeral_start, free_port
 
 
 def _bound_socket() -> socket.socket:
@@ -21,7 +21,7 @@ def _bound_socket() -> socket.socket:
 
 
 def test_free_ports_are_below_the_ephemeral_range_and_differ():
-    low, _ = _ephemeral_range()
+    low = ephemeral_start()
     ports = {free_port() for _ in range(20)}
     assert len(ports) >= 15
     assert all(1024 < p < low for p in ports), (sorted(ports), low)
