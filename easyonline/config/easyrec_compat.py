@@ -293,6 +293,25 @@ def _feature_name(feature: pipeline_pb2.FeatureConfig) -> str:
     return feature.feature_name or (feature.input_names[0] if feature.input_names else "?")
 
 
+def _numeric_sequence_buckets(feature: pipeline_pb2.FeatureConfig) -> None:
+    """EasyRec's sequence of numbers (``sub_feature_type: RawFeature``) with ``num_buckets`` > 1 and no
+    boundaries, read as EasyRec's input and feature columns read it: with ``max_val > min_val`` each value is
+    scaled to (x - min_val) / (max_val - min_val) and bucketized at i / num_buckets for i < num_buckets, which
+    are the boundaries min_val + i * (max_val - min_val) / num_buckets of the value itself; without, each
+    value is an integer id (an identity column: here a row per value, as any id sequence)."""
+    if (feature.feature_type != pipeline_pb2.FeatureConfig.SequenceFeature
+            or feature.sub_feature_type != pipeline_pb2.FeatureConfig.RawFeature or feature.boundaries
+            or feature.num_buckets <= 1):
+        return
+    if feature.max_val > feature.min_val:
+        low, span, count = feature.min_val, feature.max_val - feature.min_val, feature.num_buckets
+        feature.boundaries.extend(low + span * i / count for i in range(count))
+    else:
+        feature.sub_feature_type = pipeline_pb2.FeatureConfig.IdFeature
+    feature.ClearField("min_val")
+    feature.ClearField("max_val")
+
+
 def _model_config(model: pipeline_pb2.ModelConfig, ignored: List[str]) -> None:
     which = model.WhichOneof("model")
     if which in ("deepfm", "wide_and_deep") and getattr(model, which).HasField("l2_regularization"):
@@ -349,6 +368,7 @@ def normalize(config: pipeline_pb2.PipelineConfig) -> List[str]:
         _expand_input_fields(config.data_config)
     for feature in config.feature_configs:
         name = _feature_name(feature)
+        _numeric_sequence_buckets(feature)
         if feature.HasField("combo_join_sep"):
             ignored.append(f"combo_join_sep of {name} (the combination is hashed as a whole)")
             feature.ClearField("combo_join_sep")

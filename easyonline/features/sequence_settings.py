@@ -40,7 +40,8 @@ def validate_multi_value(feature: pipeline_pb2.FeatureConfig, data_separator: st
         _require(sub in (_FC.IdFeature, _FC.RawFeature), f"{path}.sub_feature_type",
                  f"a sequence's values are IdFeature or RawFeature, not {_FC.FeatureType.Name(sub)}")
         _require(sub == _FC.IdFeature or len(feature.boundaries) > 0, f"{path}.boundaries",
-                 "a sequence of numbers (sub_feature_type: RawFeature) needs boundaries: its buckets are its ids")
+                 "a sequence of numbers (sub_feature_type: RawFeature) needs boundaries (or EasyRec's num_buckets): "
+                 "its buckets are its ids; numbers fed to the model as numbers are not supported in a sequence")
         _require(sub == _FC.RawFeature or not feature.boundaries, f"{path}.boundaries",
                  "only a sequence of numbers (sub_feature_type: RawFeature) is bucketized")
 

@@ -348,3 +348,26 @@ def test_easyrec_multi_tower_din_reads_as_multi_tower_din_with_its_attention_in_
     batch = CsvParser(specs).parse([b"1,u,b1,b1|b2", b"0,v,b2,"])
     assert model(batch.features).shape == (2,)
     assert "din_dnn" in " ".join(v.name for v in model.trainable_variables)  # the din tower's attention
+
+
+def test_easyrec_numeric_sequences_with_num_buckets_read_as_easyrec_buckets_them():
+    """EasyRec's ``num_buckets`` on a sequence of numbers: with max_val > min_val the values are scaled to [0, 1]
+    and bucketized at i / num_buckets (here: the same boundaries on the values themselves); without, each value
+    is an integer id."""
+    from easyonline.config.easyrec_compat import normalize  # pylint: disable=g-import-not-at-top
+    scaled = ('sub_feature_type: RawFeature boundaries: [1, 10]',
+              'sub_feature_type: RawFeature num_buckets: 4 min_val: 20 max_val: 100')
+    text = CONFIG % ("", MODEL)
+    config = parse_pipeline_config(text.replace(*scaled).replace(
+        'input_names: "hist" feature_type: SequenceFeature',
+        'input_names: "hist" feature_type: SequenceFeature sub_feature_type: RawFeature num_buckets: 50'))
+    normalize(config)
+    validate_pipeline_config(config)
+    hist, nums = (f for f in config.feature_configs if f.input_names[0] in ("hist", "nums"))
+    assert list(nums.boundaries) == [20, 40, 60, 80] and not nums.HasField("max_val")
+    assert hist.sub_feature_type == pipeline_pb2.FeatureConfig.IdFeature and not hist.boundaries
+    batch = CsvParser(build_feature_specs(config)).parse([b"1,a,x,7|9,x|y,5;20;39.9;40;99;100;250,,"])
+    assert not batch.rejected
+    # EasyRec: (x - 20) / 80 bucketized at [0, .25, .5, .75]: 5 -> 0, 20 and 39.9 -> 1, 40 -> 2, 99 ... -> 4
+    assert batch.features["nums"].to_list() == [[0, 1, 1, 2, 4, 4, 4]]
+    assert batch.features["hist"].to_list() == [_hash("7", "9")]  # ids, a row per value
