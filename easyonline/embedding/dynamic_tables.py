@@ -18,7 +18,8 @@ from typing import Dict, List, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.admission import admits
-from easyonline.features.feature_spec import FeatureSpecs, TableSpec, weights_key
+from easyonline.features.feature_spec import FeatureSpecs, TableSpec, positions_key, weights_key
+from easyonline.features.multi_value_ops import sequence_lengths
 
 tf = ensure_legacy_keras()
 from tensorflow.python.ops import variable_scope  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
@@ -196,6 +197,22 @@ class _TableIds:
     labels: Optional[tf.Tensor]
 
 
+def _positions_pooled(feature, features, rows: tf.Tensor) -> tf.Tensor:
+    """[B, L, width]: each position of a sequence with several ids a position, the ``combiner`` (mean or sum)
+    of its ids' ``rows`` (flat, as its ids); zeros past each sample's length."""
+    positions = features[positions_key(feature.name)]
+    lengths = sequence_lengths(feature, features)
+    longest = tf.reduce_max(tf.concat([lengths, tf.zeros([1], lengths.dtype)], 0))
+    slot = positions.value_rowids() * longest + positions.flat_values  # (sample, position), flat
+    count = positions.nrows() * longest
+    pooled = tf.math.unsorted_segment_sum(rows, slot, count)
+    if feature.combiner == "mean":
+        ids = tf.math.unsorted_segment_sum(tf.ones_like(slot, rows.dtype), slot, count)
+        pooled = tf.math.divide_no_nan(pooled, ids[:, None])
+    width = rows.shape[1] if rows.shape[1] is not None else -1  # (static when known: layers are built on it)
+    return tf.reshape(pooled, tf.stack([positions.nrows(), longest, tf.constant(width, tf.int64)]))
+
+
 class DynamicTables(tf.keras.layers.Layer):
     """Holds the tables; ``call(features)`` returns one [B, dim + extra_dims] row per id feature (tags pooled,
     weighted tags by their weights), and [B, L, dim + extra_dims] per sequence feature: its ids' rows in order,
@@ -285,6 +302,9 @@ class DynamicTables(tf.keras.layers.Layer):
                     rows[feature.name] = piece
                     continue
                 ragged = features[feature.name]
+                if feature.sequence and feature.multi_separator:
+                    rows[feature.name] = _positions_pooled(feature, features, piece)
+                    continue
                 if feature.sequence:
                     rows[feature.name] = tf.RaggedTensor.from_row_splits(piece, ragged.row_splits,
                                                                          validate=False).to_tensor()

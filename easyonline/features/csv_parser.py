@@ -19,8 +19,9 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.rejections import (BAD_LABEL, BAD_SEQUENCE, BAD_TAG_WEIGHT, BAD_VALUE, BAD_WEIGHT, FIELD_COUNT,
                                         INVALID_UTF8, rejection)
 from easyonline.features.cross_ops import bucketize, cross_ids
-from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID, FeatureSpecs, IdFeature, weights_key
-from easyonline.features.multi_value_ops import multi_value_ids
+from easyonline.features.feature_spec import (HASH_BUCKETS, PADDING_ID, FeatureSpecs, IdFeature, positions_key,
+                                              weights_key)
+from easyonline.features.multi_value_ops import multi_value_ids, sequence_lengths
 from easyonline.features.raw_vectors import bad_vector_reason, checked_vectors, raw_vectors
 from easyonline.features.label_kinds import SAMPLE_WEIGHT_KEY
 from easyonline.protos import pipeline_pb2
@@ -159,6 +160,8 @@ def parsed_features(specs: FeatureSpecs, column_of: Callable[[str], tf.Tensor], 
             features[feature.name] = parsed.ids
             if feature.weighted:
                 features[weights_key(feature.name)] = parsed.weights
+            if parsed.positions is not None:
+                features[positions_key(feature.name)] = parsed.positions
             if parsed.bad is not None:
                 bad[feature.name] = parsed.bad
         else:
@@ -331,7 +334,8 @@ class CsvParser:
         for names in self._specs.aligned_sequences:
             if len(names) < 2:
                 continue
-            lengths = [features[name].row_lengths().numpy() for name in names]
+            by_name = {f.name: f for f in self._specs.id_features}
+            lengths = [sequence_lengths(by_name[name], features).numpy() for name in names]
             for other, length in zip(names[1:], lengths[1:]):
                 for i in np.flatnonzero(length != lengths[0]):
                     bad.setdefault(int(i), rejection(

@@ -42,7 +42,9 @@ class IdFeature:
     ``max_length`` ids (0: all) are the most recent, and the model reads them
     position by position (``RankingModel.sequence_input``). Weighted tags
     (``kv_separator``) carry a weight per id, parsed into the feature
-    ``weights_key(name)``.
+    ``weights_key(name)``. A sequence of several ids a position
+    (``multi_separator``) has its ids flat and each one's position under
+    ``positions_key(name)``.
     """
     name: str
     input_name: str
@@ -58,6 +60,7 @@ class IdFeature:
     sequence: bool = False
     max_length: int = 0
     kv_separator: str = ""
+    multi_separator: str = ""  # a sequence's seq_multi_sep: several ids a position
 
     @property
     def input_names(self) -> Tuple[str, ...]:
@@ -73,6 +76,13 @@ class IdFeature:
     @property
     def weighted(self) -> bool:
         return bool(self.kv_separator)
+
+
+def positions_key(feature_name: str) -> str:
+    """Where a sequence of several values a position (``seq_multi_sep``) keeps each id's position (int64,
+    ragged like its ids): its ids are flat, one sample's after another, and a position is the ``combiner``
+    of its ids' rows."""
+    return f"{feature_name}/positions"
 
 
 def weights_key(feature_name: str) -> str:
@@ -188,7 +198,8 @@ def build_feature_specs(config: pipeline_pb2.PipelineConfig) -> FeatureSpecs:
             separator=fc.separator, combiner=fc.combiner, padding=tuple(fc.padding), combo=combo,
             hash_buckets=fc.hash_bucket_size, boundaries=tuple(fc.boundaries), sequence=sequence,
             max_length=sequence_bound(fc) if sequence else 0,
-            kv_separator=fc.kv_separator if fc.feature_type == pipeline_pb2.FeatureConfig.TagFeature else ""))
+            kv_separator=fc.kv_separator if fc.feature_type == pipeline_pb2.FeatureConfig.TagFeature else "",
+            multi_separator=fc.seq_multi_sep if sequence else ""))
     return FeatureSpecs(fields, data.separator, tuple(data.label_fields), tuple(id_features),
                         tuple(raw_features), tables, label_kinds=label_kinds(config), sample_weight=data.sample_weight,
                         aligned_sequences=tuple(g.sequences for g in sequence_groups(config.model_config)))

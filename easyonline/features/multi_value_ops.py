@@ -12,12 +12,14 @@ an int64 id (tags and sequences of int ids) or not a number (sequences of
 bucketized numbers) are flagged in ``bad``, so the trainer's parser rejects
 that sample alone with a reason naming the feature; the malformed value is
 dropped, never converted (a conversion error would fail the whole batch).
+A sequence of several values a position (``seq_multi_sep``) keeps its ids
+flat, with each id's position beside them (``positions``).
 """
 from typing import NamedTuple, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.features.cross_ops import bucketize
-from easyonline.features.feature_spec import HASH_BUCKETS, IdFeature
+from easyonline.features.feature_spec import HASH_BUCKETS, IdFeature, positions_key
 
 tf = ensure_legacy_keras()
 
@@ -31,10 +33,13 @@ _INT64_MAX_HEAD, _INT64_MAX_LAST = 922337203685477580, 7  # 9223372036854775807 
 
 class MultiValueIds(NamedTuple):
     """``ids`` ragged [B, None] int64; ``weights`` ragged [B, None] float32 of a weighted tag feature (None
-    otherwise); ``bad`` [B] bool: samples with a malformed value (module docstring)."""
+    otherwise); ``bad`` [B] bool: samples with a malformed value (module docstring); ``positions`` ragged
+    [B, None] int64, each id's position in its sample's sequence, of a sequence with several values a position
+    (None otherwise)."""
     ids: tf.RaggedTensor
     weights: Optional[tf.RaggedTensor] = None
     bad: Optional[tf.Tensor] = None
+    positions: Optional[tf.RaggedTensor] = None
 
 
 def _values(feature: IdFeature, column: tf.Tensor) -> tf.RaggedTensor:
@@ -87,8 +92,44 @@ def _rows_with(flags: tf.Tensor, values: tf.RaggedTensor) -> tf.Tensor:
     return tf.math.unsorted_segment_max(tf.cast(flags, tf.int32), values.value_rowids(), values.nrows()) > 0
 
 
+def sequence_lengths(feature: IdFeature, features) -> tf.Tensor:
+    """[B] int64: the positions of each sample's sequence ``feature`` in parsed ``features``."""
+    if not feature.multi_separator:
+        return features[feature.name].row_lengths()
+    positions = features[positions_key(feature.name)]
+    last = tf.math.unsorted_segment_max(positions.flat_values, positions.value_rowids(), positions.nrows())
+    return tf.maximum(last + 1, 0)  # (an empty row's maximum is int64's lowest)
+
+
+def _positioned_ids(feature: IdFeature, column: tf.Tensor) -> MultiValueIds:
+    """A sequence of several values a position: each position split on ``multi_separator``; its empty,
+    padding and malformed values dropped, then the positions left without a value; the first ``max_length``
+    positions kept. The ids come flat per sample, with each one's position."""
+    positions = _values(feature, column)  # [B, P] position texts
+    values = tf.strings.split(positions.flat_values, sep=feature.multi_separator)  # [sum P, M]
+    values = tf.ragged.boolean_mask(values, tf.strings.length(values) > 0)
+    well_formed = _well_formed(feature, values.flat_values)
+    ids = _ids(feature, tf.ragged.boolean_mask(values, values.with_flat_values(
+        well_formed & _not_padding(feature, values.flat_values))))  # [sum P, m]
+    kept = ids.row_lengths() > 0
+    sample_of_position = positions.value_rowids()
+    nested = tf.RaggedTensor.from_value_rowids(tf.ragged.boolean_mask(ids, kept),
+                                               tf.boolean_mask(sample_of_position, kept), positions.nrows())
+    if feature.max_length:
+        nested = nested[:, :feature.max_length]  # [B, L, m]
+    position_of_id = nested.values.value_rowids()  # (over every sample's kept positions)
+    first_position = tf.gather(nested.row_splits, tf.gather(nested.value_rowids(), position_of_id))
+    flat = nested.merge_dims(1, 2)
+    bad = _rows_with(_rows_with(~well_formed, values), positions)  # (a position's, then its sample's)
+    return MultiValueIds(flat, bad=None if feature.string_ids else bad,
+                         positions=flat.with_flat_values(position_of_id - first_position))
+
+
 def multi_value_ids(feature: IdFeature, column: tf.Tensor) -> MultiValueIds:
-    """The ids (and weights) of a TagFeature or SequenceFeature from its decoded string column [B]."""
+    """The ids (and weights, or positions) of a TagFeature or SequenceFeature from its decoded string column
+    [B]."""
+    if feature.multi_separator:
+        return _positioned_ids(feature, column)
     values = _values(feature, column)
     if not feature.weighted:
         well_formed = _well_formed(feature, values.flat_values)

@@ -35,6 +35,8 @@ class RecordParser:
         self._joiners = {part.input_name: part.separator for f in specs.id_features for part in (f.combo or (f,))
                          if part.multi_value}
         self._joiners.update((f.input_name, f.separator) for f in specs.raw_features if f.is_vector)
+        # sequences of several values a position: a list of lists is their positions' values
+        self._inner = {f.input_name: f.multi_separator for f in specs.id_features if f.multi_separator}
         # weighted tags: a JSON object {id: weight} is their "id<kv>weight" values
         self._pairs = {f.input_name: f.kv_separator for f in specs.id_features if f.weighted}
         self._separator = specs.separator
@@ -45,7 +47,9 @@ class RecordParser:
         if isinstance(value, bool):
             text = "1" if value else "0"
         elif isinstance(value, (list, tuple)) and name in self._joiners:
-            text = self._joiners[name].join(str(v) for v in value)
+            text = self._joiners[name].join(
+                self._inner[name].join(str(x) for x in v) if isinstance(v, (list, tuple)) and name in self._inner
+                else str(v) for v in value)
         elif isinstance(value, dict) and name in self._pairs:
             text = self._joiners[name].join(f"{k}{self._pairs[name]}{v}" for k, v in value.items())
         elif isinstance(value, (dict, list, tuple)):

@@ -6,7 +6,7 @@ from easyonline.core.errors import ConfigError
 from easyonline.protos import pipeline_pb2
 
 _FC = pipeline_pb2.FeatureConfig
-_SEQUENCE_ONLY = ("sub_feature_type", "sequence_length", "max_seq_len")
+_SEQUENCE_ONLY = ("sub_feature_type", "sequence_length", "max_seq_len", "seq_multi_sep")
 NORMALIZERS = ("softmax", "sigmoid")
 
 
@@ -35,6 +35,12 @@ def validate_multi_value(feature: pipeline_pb2.FeatureConfig, data_separator: st
         kv = feature.kv_separator
         _require(len(kv) == 1 and kv not in (feature.separator, data_separator), f"{path}.kv_separator",
                  f"must be one character other than separator and data_config.separator, got {kv!r}")
+    if feature.HasField("seq_multi_sep"):
+        multi = feature.seq_multi_sep
+        _require(len(multi) == 1 and multi not in (feature.separator, data_separator), f"{path}.seq_multi_sep",
+                 f"must be one character other than separator and data_config.separator, got {multi!r}")
+        _require(feature.combiner in ("mean", "sum"), f"{path}.combiner",
+                 f"how a position's values are pooled: 'mean' or 'sum', got {feature.combiner!r}")
     if sequence:
         sub = feature.sub_feature_type
         _require(sub in (_FC.IdFeature, _FC.RawFeature), f"{path}.sub_feature_type",

@@ -2,14 +2,15 @@
 from typing import Dict, Union
 
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.features.feature_spec import FeatureSpecs, weights_key
+from easyonline.features.feature_spec import FeatureSpecs, positions_key, weights_key
 
 tf = ensure_legacy_keras()
 
 
 def feature_signature(specs: FeatureSpecs) -> Dict[str, Union[tf.TensorSpec, tf.RaggedTensorSpec]]:
     """int64 ids per id feature ([B], or ragged [B, None] for tag and sequence features), a weighted tag
-    feature's float32 weights (ragged, under ``weights_key``) and float32 [B] per raw feature ([B, dim] for a
+    feature's float32 weights (ragged, under ``weights_key``), a sequence's positions when it has several
+    values a position (int64, ragged, under ``positions_key``) and float32 [B] per raw feature ([B, dim] for a
     vector)."""
     signature = {}
     for feature in specs.id_features:
@@ -19,6 +20,9 @@ def feature_signature(specs: FeatureSpecs) -> Dict[str, Union[tf.TensorSpec, tf.
             if feature.weighted:
                 signature[weights_key(feature.name)] = tf.RaggedTensorSpec([None, None], tf.float32, ragged_rank=1,
                                                                            row_splits_dtype=tf.int64)
+            if feature.multi_separator:
+                signature[positions_key(feature.name)] = tf.RaggedTensorSpec([None, None], tf.int64, ragged_rank=1,
+                                                                             row_splits_dtype=tf.int64)
         else:
             signature[feature.name] = tf.TensorSpec([None], tf.int64)
     for feature in specs.raw_features:
@@ -35,6 +39,8 @@ def empty_features(specs: FeatureSpecs):
                                   if feature.multi_value else empty)
         if feature.weighted:
             features[weights_key(feature.name)] = tf.RaggedTensor.from_row_splits(tf.zeros([0]), tf.zeros([1], tf.int64))
+        if feature.multi_separator:
+            features[positions_key(feature.name)] = tf.RaggedTensor.from_row_splits(empty, tf.zeros([1], tf.int64))
     for feature in specs.raw_features:
         features[feature.name] = tf.zeros([0, feature.dim] if feature.is_vector else [0], tf.float32)
     return features

@@ -77,7 +77,8 @@ class MultiColumn:
 
 def multi_value_supported(specs: FeatureSpecs) -> bool:
     """True when every multi-value feature is a form the array path parses: a TagFeature (plain or weighted) or a
-    SequenceFeature (ids, or numbers bucketized) with one-byte separators, on a field nothing else reads."""
+    SequenceFeature (ids, or numbers bucketized; one value a position) with one-byte separators, on a field
+    nothing else reads."""
     split = {name for f in specs.id_features for name in f.split_inputs}
     others = {name for f in specs.id_features if not f.multi_value for name in f.input_names}
     others |= {f.input_name for f in specs.raw_features} | set(specs.label_names) | {specs.sample_weight}
@@ -90,7 +91,7 @@ def multi_value_supported(specs: FeatureSpecs) -> bool:
     for f in specs.id_features:
         if not f.multi_value:
             continue
-        if f.combo or (f.boundaries and not f.sequence) or not one_byte(f.separator) or \
+        if f.combo or (f.boundaries and not f.sequence) or f.multi_separator or not one_byte(f.separator) or \
                 (f.weighted and not one_byte(f.kv_separator)):
             return False
     return True

@@ -38,6 +38,7 @@ from easyonline.core.errors import ConfigError
 from easyonline.embedding.dynamic_tables import DynamicTables
 from easyonline.features.label_kinds import towers_in
 from easyonline.features.feature_spec import FeatureSpecs, RawFeature, SequenceGroup, is_id_feature, sequence_groups
+from easyonline.features.multi_value_ops import sequence_lengths
 from easyonline.models.layers import MLP, FMInteraction, TargetAttention, normalizes
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import RankingTask, Tasks
@@ -181,7 +182,7 @@ class RankingModel(tf.keras.Model):
             row = rows[feature.name]
             dim = self.tables.table_dim(feature.table)
             if feature.sequence:
-                sequences[feature.name] = (row[:, :, :dim], features[feature.name].row_lengths())
+                sequences[feature.name] = (row[:, :, :dim], sequence_lengths(feature, features))
                 continue
             by_name[feature.name] = tf.reshape(row[:, :dim], [-1, dim])  # a static width: layers built on a
             if i in self._deep_ids:                                        # group's input need its last dim

@@ -139,10 +139,24 @@ def mmoe_with_tower_losses() -> str:
 
 
 def dbmtl_with_jrc_and_dice() -> str:
-    """DBMTL of F1 + PAIR_WISE and JRC towers with dice (dbmtl_on_taobao_with_multi_loss's)."""
+    """DBMTL of F1 + PAIR_WISE and JRC towers with dice (dbmtl_on_taobao_with_multi_loss's), and an attention
+    over a sequence of several categories a position (seq_multi_sep, as dbmtl_on_multi_numeric_*'s)."""
     text = easyrec_sample("dbmtl")
     start, end = text.index("  dbmtl {"), text.index("  embedding_regularization")
-    return text[:start] + DBMTL + text[end:]
+    text = text[:start] + DBMTL + text[end:]
+    for old, new in (
+            ('  input_fields { input_name: "price" input_type: DOUBLE }\n',
+             '  input_fields { input_name: "price" input_type: DOUBLE }\n'
+             '  input_fields { input_name: "cate_hist" input_type: STRING }\n'),
+            ('  features { input_names: "price" feature_type: RawFeature }\n',
+             '  features { input_names: "price" feature_type: RawFeature }\n'
+             '  features { input_names: "cate_hist" feature_type: SequenceFeature embedding_dim: 8 '
+             'embedding_name: "cate_id" separator: "|" seq_multi_sep: ";" sequence_length: 5 }\n'),
+            ('wide_deep: DEEP }\n', 'wide_deep: DEEP sequence_features { group_name: "seq_fea" '
+                                    'seq_att_map { key: "cate_id" hist_seq: "cate_hist" } } }\n')):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
 
 
 

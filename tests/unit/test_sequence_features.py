@@ -371,3 +371,61 @@ def test_easyrec_numeric_sequences_with_num_buckets_read_as_easyrec_buckets_them
     # EasyRec: (x - 20) / 80 bucketized at [0, .25, .5, .75]: 5 -> 0, 20 and 39.9 -> 1, 40 -> 2, 99 ... -> 4
     assert batch.features["nums"].to_list() == [[0, 1, 1, 2, 4, 4, 4]]
     assert batch.features["hist"].to_list() == [_hash("7", "9")]  # ids, a row per value
+
+
+MULTI = ('max_seq_len: 4 sequence_length: 3 }', 'max_seq_len: 4 sequence_length: 3 seq_multi_sep: ";" }')
+
+
+def test_several_values_a_position_come_flat_with_their_positions_and_positions_count_for_length():
+    """seq_multi_sep (EasyRec's): hist_cate's positions hold several values; the attention's sequences must have
+    as many positions (not ids); empty values and positions left empty are dropped; the first 3 positions kept."""
+    parser = _parser(edit=MULTI)
+    batch = parser.parse([b"1,a,x,a|b|c,x;y|z||;|w,,,",
+                          b"0,b,y,a|b,x;y;z|q,,,",  # 4 ids, 2 positions: as long as hist
+                          b"0,b,y,a|b|c|d,x|y|z|w|v,,,",  # both cut to 3 positions
+                          b"1,b,y,a|b,x|y|z,,,"])  # 3 positions against 2: rejected
+    assert batch.size == 3 and len(batch.rejected) == 1
+    assert "hist has 2 ids, hist_cate 3" in batch.rejected[0][1]
+    assert batch.features["hist_cate"].to_list() == [_hash("x", "y", "z", "w"), _hash("x", "y", "z", "q"),
+                                                     _hash("x", "y", "z")]
+    assert batch.features["hist_cate/positions"].to_list() == [[0, 0, 1, 2], [0, 0, 0, 1], [0, 1, 2]]
+    record = {"label": 1, "item": "a", "cate": "x", "hist": ["a", "b", "c"], "hist_cate": [["x", "y"], "z", ["w"]]}
+    config = _config(edit=MULTI)
+    config.data_config.input_format = pipeline_pb2.DataConfig.JSON
+    from_json = make_parser(build_feature_specs(config), config.data_config).parse([json.dumps(record).encode()])
+    assert from_json.features["hist_cate"].to_list() == [_hash("x", "y", "z", "w")]
+    assert from_json.features["hist_cate/positions"].to_list() == [[0, 0, 1, 2]]
+    assert not supports(build_feature_specs(config), config.data_config)  # the general parser takes them
+
+
+def test_a_bad_value_at_a_position_rejects_its_sample_alone():
+    parser = _parser(edit=('input_names: "ihist" feature_type: SequenceFeature embedding_dim: 2 }',
+                           'input_names: "ihist" feature_type: SequenceFeature embedding_dim: 2 seq_multi_sep: ";" }'))
+    batch = parser.parse([b"1,a,x,,,,,5;6|7", b"0,a,x,,,,,5;z|7"])
+    assert batch.size == 1 and batch.features["ihist"].to_list() == [[5, 6, 7]]
+    assert batch.features["ihist/positions"].to_list() == [[0, 0, 1]]
+    assert rejection_kind(batch.rejected[0][1]) == BAD_SEQUENCE and "ihist" in batch.rejected[0][1]
+
+
+@pytest.mark.parametrize("combiner, first", [("mean", [2, 3]), ("sum", [4, 6])])
+def test_a_position_of_several_ids_is_their_combiner_of_rows(combiner, first):
+    edit = (MULTI[0], MULTI[1].replace("}", f'combiner: "{combiner}" }}'))
+    model, specs = _model(_config(edit=edit))
+    x, y, z = _hash("x", "y", "z")
+    _upsert(model, "cate", [x, y, z], [[1, 2], [3, 4], [5, 6]])
+    batch = CsvParser(specs).parse([b"1,a,x,a|b,x;y|z,,,", b"0,a,x,,,,,"])
+    rows = model.tables(batch.features, training=False)["hist_cate"].numpy()
+    np.testing.assert_allclose(rows, [[first, [5, 6]], [[0, 0], [0, 0]]])
+    assert model(batch.features).shape == (2,)  # the attention reads them as any sequence
+
+
+@pytest.mark.parametrize("edit, path", [
+    (('input_names: "cate" embedding_dim: 2', 'input_names: "cate" embedding_dim: 2 seq_multi_sep: ";"'),
+     "feature_configs[1].seq_multi_sep"),  # not a sequence
+    ((MULTI[0], MULTI[1].replace('";"', '"|"')), "feature_configs[3].seq_multi_sep"),  # its separator
+    ((MULTI[0], MULTI[1].replace("}", 'combiner: "max" }')), "feature_configs[3].combiner"),
+])
+def test_seq_multi_sep_errors_name_the_field(edit, path):
+    with pytest.raises(ConfigError) as raised:
+        _config(edit=edit)
+    assert raised.value.path == path, raised.value

@@ -166,7 +166,8 @@ class SampleGenerator:
     sequence features 0-8 ids (as many in every sequence of a sample, as one
     attention needs), drawn from the vocabulary of the key they are compared
     with (so a sequence names items the stream also shows as targets), or
-    numbers spanning the boundaries of a bucketized one.
+    numbers spanning the boundaries of a bucketized one; 1-3 of them at each
+    position of a sequence with ``seq_multi_sep``.
     Binary labels are 0/1 from a hidden logistic model of the first id
     feature, a later binary label only where the first is 1 (as a purchase
     needs a click); regression labels are numbers.
@@ -209,6 +210,8 @@ class SampleGenerator:
                 return feature.separator.join(str(round(float(n), 4)) for n in numbers)
             number = self.rng.uniform(low, high)
             return int(number) if field.input_type in _INTS else round(float(number), 4)
+        if feature is not None and feature.feature_type == FeatureType.SequenceFeature and feature.seq_multi_sep:
+            return self._multi_valued(feature, field)
         if feature is not None and feature.feature_type == FeatureType.SequenceFeature and feature.boundaries:
             numbers = self.rng.uniform(feature.boundaries[0] - 1, feature.boundaries[-1] + 1, self._sequence_count)
             return feature.separator.join(str(round(float(n), 2)) for n in numbers)  # bucketized, as RawFeature
@@ -225,6 +228,20 @@ class SampleGenerator:
         if field.input_type == FieldType.BOOL:
             return int(self.rng.integers(0, 2))
         return self._id(field, hidden if feature is not None else int(self.rng.integers(0, self.vocab)))
+
+    def _multi_valued(self, feature: pipeline_pb2.FeatureConfig, field: pipeline_pb2.DataConfig.Field) -> str:
+        """A sequence of several values a position (seq_multi_sep): 1-3 values at each of its positions, numbers
+        spanning its boundaries or ids of its key's vocabulary."""
+        key = self._key_field.get(field.input_name, field)
+        positions = []
+        for count in self.rng.integers(1, 4, self._sequence_count):
+            if feature.boundaries:
+                values = [str(round(float(n), 2)) for n in self.rng.uniform(
+                    feature.boundaries[0] - 1, feature.boundaries[-1] + 1, int(count))]
+            else:
+                values = [str(self._id(key, int(i))) for i in self.rng.choice(self.vocab, int(count), p=self._probs)]
+            positions.append(feature.seq_multi_sep.join(values))
+        return feature.separator.join(positions)
 
     def samples(self, count: int) -> List[Dict[str, object]]:
         """``count`` samples as dicts by input name (labels included)."""
