@@ -160,8 +160,12 @@ def _validate_features(config: pipeline_pb2.PipelineConfig) -> None:
             log.warning("%s.hash_bucket_size is ignored: a %s's ids need no buckets in a dynamic table", path,
                         pipeline_pb2.FeatureConfig.FeatureType.Name(kind))
         if feature.HasField("raw_input_dim"):
-            _require(kind == pipeline_pb2.FeatureConfig.RawFeature and not feature.boundaries, f"{path}.raw_input_dim",
-                     "only a RawFeature without boundaries is a vector")
+            raw_sequence = kind == pipeline_pb2.FeatureConfig.SequenceFeature and \
+                feature.sub_feature_type == pipeline_pb2.FeatureConfig.RawFeature
+            _require(kind == pipeline_pb2.FeatureConfig.RawFeature or raw_sequence, f"{path}.raw_input_dim",
+                     "only a RawFeature, or a SequenceFeature of numbers, without boundaries is a vector")
+            _require(not feature.boundaries, f"{path}.raw_input_dim",
+                     "only a RawFeature, or a SequenceFeature of numbers, without boundaries is a vector")
             _require(1 <= feature.raw_input_dim <= 4096, f"{path}.raw_input_dim",
                      f"must be in [1, 4096], got {feature.raw_input_dim}")
         if kind == pipeline_pb2.FeatureConfig.RawFeature and feature.raw_input_dim > 1:

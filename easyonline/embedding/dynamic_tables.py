@@ -199,14 +199,19 @@ class _TableIds:
 
 def _positions_pooled(feature, features, rows: tf.Tensor) -> tf.Tensor:
     """[B, L, width]: each position of a sequence with several ids a position, the ``combiner`` (mean or sum)
-    of its ids' ``rows`` (flat, as its ids); zeros past each sample's length."""
+    of its ids' ``rows`` (flat, as its ids; a raw sequence's times their numbers); zeros past each sample's
+    length."""
     positions = features[positions_key(feature.name)]
+    if feature.carries_weights:
+        rows = rows * features[weights_key(feature.name)].flat_values[:, None]
     lengths = sequence_lengths(feature, features)
     longest = tf.reduce_max(tf.concat([lengths, tf.zeros([1], lengths.dtype)], 0))
     slot = positions.value_rowids() * longest + positions.flat_values  # (sample, position), flat
     count = positions.nrows() * longest
     pooled = tf.math.unsorted_segment_sum(rows, slot, count)
-    if feature.combiner == "mean":
+    if feature.combiner == "mean" and feature.raw_width:  # (over every column: a missing number is 0)
+        pooled = pooled / feature.raw_width
+    elif feature.combiner == "mean":
         ids = tf.math.unsorted_segment_sum(tf.ones_like(slot, rows.dtype), slot, count)
         pooled = tf.math.divide_no_nan(pooled, ids[:, None])
     width = rows.shape[1] if rows.shape[1] is not None else -1  # (static when known: layers are built on it)
@@ -302,7 +307,7 @@ class DynamicTables(tf.keras.layers.Layer):
                     rows[feature.name] = piece
                     continue
                 ragged = features[feature.name]
-                if feature.sequence and feature.multi_separator:
+                if feature.positioned:
                     rows[feature.name] = _positions_pooled(feature, features, piece)
                     continue
                 if feature.sequence:

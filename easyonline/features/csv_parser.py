@@ -158,7 +158,7 @@ def parsed_features(specs: FeatureSpecs, column_of: Callable[[str], tf.Tensor], 
         if feature.multi_value and not feature.combo:
             parsed = multi_value_ids(feature, column_of(feature.input_name))
             features[feature.name] = parsed.ids
-            if feature.weighted:
+            if parsed.weights is not None:
                 features[weights_key(feature.name)] = parsed.weights
             if parsed.positions is not None:
                 features[positions_key(feature.name)] = parsed.positions
@@ -181,6 +181,9 @@ def parsed_features(specs: FeatureSpecs, column_of: Callable[[str], tf.Tensor], 
 def _malformed(feature: IdFeature) -> Tuple[str, str]:
     """(rejection kind, what each value must be) of a tag or sequence feature with a malformed value."""
     item = "a number" if feature.boundaries else "an int64 id" if not feature.string_ids else "an id"
+    if feature.raw_width:
+        item = f"at most {feature.raw_width} number(s) a position" + (
+            f", joined by {feature.multi_separator!r}" if feature.multi_separator else "")
     if feature.weighted:
         return BAD_TAG_WEIGHT, f"id{feature.kv_separator}weight with {item} and a number weight"
     return (BAD_SEQUENCE if feature.sequence else BAD_VALUE), item

@@ -44,7 +44,10 @@ class IdFeature:
     (``kv_separator``) carry a weight per id, parsed into the feature
     ``weights_key(name)``. A sequence of several ids a position
     (``multi_separator``) has its ids flat and each one's position under
-    ``positions_key(name)``.
+    ``positions_key(name)``. A sequence of numbers fed as numbers
+    (``raw_width``: RawFeature without boundaries) is one too: a position's
+    ids are its columns 0 .. raw_width - 1, weighted by its numbers, so its
+    row is a learned linear projection of them.
     """
     name: str
     input_name: str
@@ -61,6 +64,7 @@ class IdFeature:
     max_length: int = 0
     kv_separator: str = ""
     multi_separator: str = ""  # a sequence's seq_multi_sep: several ids a position
+    raw_width: int = 0  # a sequence of numbers fed as numbers: how many a position (raw_input_dim)
 
     @property
     def input_names(self) -> Tuple[str, ...]:
@@ -76,6 +80,16 @@ class IdFeature:
     @property
     def weighted(self) -> bool:
         return bool(self.kv_separator)
+
+    @property
+    def positioned(self) -> bool:
+        """Its ids come flat with each one's position (``positions_key``): several ids make a position."""
+        return bool(self.multi_separator) or self.raw_width > 0
+
+    @property
+    def carries_weights(self) -> bool:
+        """A weight per id under ``weights_key``: a weighted tag's, or a raw sequence's numbers."""
+        return self.weighted or self.raw_width > 0
 
 
 def positions_key(feature_name: str) -> str:
@@ -192,14 +206,17 @@ def build_feature_specs(config: pipeline_pb2.PipelineConfig) -> FeatureSpecs:
         sequence = fc.feature_type == pipeline_pb2.FeatureConfig.SequenceFeature
         id_features.append(IdFeature(
             name=name, input_name=input_name, table=table,
-            string_ids=types[input_name] == _FT.STRING and not fc.boundaries,
+            string_ids=types[input_name] == _FT.STRING and not fc.boundaries
+            and not (sequence and fc.sub_feature_type == pipeline_pb2.FeatureConfig.RawFeature),
             multi_value=fc.feature_type == pipeline_pb2.FeatureConfig.TagFeature or sequence
             or any(c.multi_value for c in combo),
             separator=fc.separator, combiner=fc.combiner, padding=tuple(fc.padding), combo=combo,
             hash_buckets=fc.hash_bucket_size, boundaries=tuple(fc.boundaries), sequence=sequence,
             max_length=sequence_bound(fc) if sequence else 0,
             kv_separator=fc.kv_separator if fc.feature_type == pipeline_pb2.FeatureConfig.TagFeature else "",
-            multi_separator=fc.seq_multi_sep if sequence else ""))
+            multi_separator=fc.seq_multi_sep if sequence else "",
+            raw_width=max(fc.raw_input_dim, 1) if sequence and fc.sub_feature_type == pipeline_pb2.FeatureConfig.RawFeature
+            and not fc.boundaries else 0))
     return FeatureSpecs(fields, data.separator, tuple(data.label_fields), tuple(id_features),
                         tuple(raw_features), tables, label_kinds=label_kinds(config), sample_weight=data.sample_weight,
                         aligned_sequences=tuple(g.sequences for g in sequence_groups(config.model_config)))

@@ -15,7 +15,7 @@ dropped, never converted (a conversion error would fail the whole batch).
 A sequence of several values a position (``seq_multi_sep``) keeps its ids
 flat, with each id's position beside them (``positions``).
 """
-from typing import NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.features.cross_ops import bucketize
@@ -94,40 +94,71 @@ def _rows_with(flags: tf.Tensor, values: tf.RaggedTensor) -> tf.Tensor:
 
 def sequence_lengths(feature: IdFeature, features) -> tf.Tensor:
     """[B] int64: the positions of each sample's sequence ``feature`` in parsed ``features``."""
-    if not feature.multi_separator:
+    if not feature.positioned:
         return features[feature.name].row_lengths()
     positions = features[positions_key(feature.name)]
     last = tf.math.unsorted_segment_max(positions.flat_values, positions.value_rowids(), positions.nrows())
     return tf.maximum(last + 1, 0)  # (an empty row's maximum is int64's lowest)
 
 
+def _split_positions(feature: IdFeature, column: tf.Tensor) -> Tuple[tf.RaggedTensor, tf.RaggedTensor]:
+    """(positions [B, P] texts, their values [sum P, M] texts): each position split on ``multi_separator``
+    (or one value a position without one); empty texts dropped."""
+    positions = _values(feature, column)
+    if not feature.multi_separator:
+        return positions, tf.RaggedTensor.from_row_lengths(positions.flat_values,
+                                                           tf.ones([tf.size(positions.flat_values)], tf.int64))
+    values = tf.strings.split(positions.flat_values, sep=feature.multi_separator)
+    return positions, tf.ragged.boolean_mask(values, tf.strings.length(values) > 0)
+
+
+def _flat_by_position(feature: IdFeature, positions: tf.RaggedTensor, kept: tf.Tensor,
+                      parts: Sequence[tf.RaggedTensor]) -> Tuple[List[tf.RaggedTensor], tf.RaggedTensor]:
+    """The ``kept`` positions' values (each of ``parts``: [sum P, m], alike in shape) flat per sample [B, n],
+    the first ``max_length`` positions of each sample; and each value's position in its sample [B, n]."""
+    rows = tf.boolean_mask(positions.value_rowids(), kept)
+    nested = [tf.RaggedTensor.from_value_rowids(tf.ragged.boolean_mask(part, kept), rows, positions.nrows())
+              for part in parts]
+    if feature.max_length:
+        nested = [n[:, :feature.max_length] for n in nested]  # [B, L, m]
+    position_of_value = nested[0].values.value_rowids()  # (over every sample's kept positions)
+    first_position = tf.gather(nested[0].row_splits, tf.gather(nested[0].value_rowids(), position_of_value))
+    flat = [n.merge_dims(1, 2) for n in nested]
+    return flat, flat[0].with_flat_values(position_of_value - first_position)
+
+
 def _positioned_ids(feature: IdFeature, column: tf.Tensor) -> MultiValueIds:
     """A sequence of several values a position: each position split on ``multi_separator``; its empty,
     padding and malformed values dropped, then the positions left without a value; the first ``max_length``
     positions kept. The ids come flat per sample, with each one's position."""
-    positions = _values(feature, column)  # [B, P] position texts
-    values = tf.strings.split(positions.flat_values, sep=feature.multi_separator)  # [sum P, M]
-    values = tf.ragged.boolean_mask(values, tf.strings.length(values) > 0)
+    positions, values = _split_positions(feature, column)
     well_formed = _well_formed(feature, values.flat_values)
     ids = _ids(feature, tf.ragged.boolean_mask(values, values.with_flat_values(
         well_formed & _not_padding(feature, values.flat_values))))  # [sum P, m]
-    kept = ids.row_lengths() > 0
-    sample_of_position = positions.value_rowids()
-    nested = tf.RaggedTensor.from_value_rowids(tf.ragged.boolean_mask(ids, kept),
-                                               tf.boolean_mask(sample_of_position, kept), positions.nrows())
-    if feature.max_length:
-        nested = nested[:, :feature.max_length]  # [B, L, m]
-    position_of_id = nested.values.value_rowids()  # (over every sample's kept positions)
-    first_position = tf.gather(nested.row_splits, tf.gather(nested.value_rowids(), position_of_id))
-    flat = nested.merge_dims(1, 2)
+    (flat,), where = _flat_by_position(feature, positions, ids.row_lengths() > 0, [ids])
     bad = _rows_with(_rows_with(~well_formed, values), positions)  # (a position's, then its sample's)
-    return MultiValueIds(flat, bad=None if feature.string_ids else bad,
-                         positions=flat.with_flat_values(position_of_id - first_position))
+    return MultiValueIds(flat, bad=None if feature.string_ids else bad, positions=where)
+
+
+def _raw_positions(feature: IdFeature, column: tf.Tensor) -> MultiValueIds:
+    """A sequence of numbers fed as numbers: each position up to ``raw_width`` numbers (split on
+    ``multi_separator`` when it has one; fewer are the first columns, the others 0, as EasyRec fills them); its
+    ids are the columns 0 .. raw_width - 1 and its weights the numbers. A position with a token that is not a
+    number, or more than raw_width of them, is dropped and its sample flagged bad."""
+    positions, values = _split_positions(feature, column)
+    well_formed = tf.strings.regex_full_match(values.flat_values, NUMBER_PATTERN)
+    numbers = values.with_flat_values(tf.strings.to_number(tf.where(well_formed, values.flat_values, "0")))
+    position_bad = _rows_with(~well_formed, values) | (values.row_lengths() > feature.raw_width)
+    columns = tf.ragged.range(values.row_lengths())
+    (weights, ids), where = _flat_by_position(feature, positions, ~position_bad, [numbers, columns])
+    return MultiValueIds(ids, weights, _rows_with(position_bad, positions), where)
 
 
 def multi_value_ids(feature: IdFeature, column: tf.Tensor) -> MultiValueIds:
     """The ids (and weights, or positions) of a TagFeature or SequenceFeature from its decoded string column
     [B]."""
+    if feature.raw_width:
+        return _raw_positions(feature, column)
     if feature.multi_separator:
         return _positioned_ids(feature, column)
     values = _values(feature, column)

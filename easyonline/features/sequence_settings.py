@@ -45,9 +45,11 @@ def validate_multi_value(feature: pipeline_pb2.FeatureConfig, data_separator: st
         sub = feature.sub_feature_type
         _require(sub in (_FC.IdFeature, _FC.RawFeature), f"{path}.sub_feature_type",
                  f"a sequence's values are IdFeature or RawFeature, not {_FC.FeatureType.Name(sub)}")
-        _require(sub == _FC.IdFeature or len(feature.boundaries) > 0, f"{path}.boundaries",
-                 "a sequence of numbers (sub_feature_type: RawFeature) needs boundaries (or EasyRec's num_buckets): "
-                 "its buckets are its ids; numbers fed to the model as numbers are not supported in a sequence")
+        raw = sub == _FC.RawFeature and not feature.boundaries  # numbers fed as numbers: projected
+        _require(not raw or not feature.embedding_name, f"{path}.embedding_name",
+                 "a sequence of numbers without boundaries has a table of its own (its rows project its numbers)")
+        _require(not raw or feature.raw_input_dim <= 1 or feature.HasField("seq_multi_sep"), f"{path}.seq_multi_sep",
+                 f"raw_input_dim {feature.raw_input_dim} numbers a position are joined by seq_multi_sep: set it")
         _require(sub == _FC.RawFeature or not feature.boundaries, f"{path}.boundaries",
                  "only a sequence of numbers (sub_feature_type: RawFeature) is bucketized")
 

@@ -17,10 +17,10 @@ def feature_signature(specs: FeatureSpecs) -> Dict[str, Union[tf.TensorSpec, tf.
         if feature.multi_value:
             signature[feature.name] = tf.RaggedTensorSpec([None, None], tf.int64, ragged_rank=1,
                                                           row_splits_dtype=tf.int64)
-            if feature.weighted:
+            if feature.carries_weights:
                 signature[weights_key(feature.name)] = tf.RaggedTensorSpec([None, None], tf.float32, ragged_rank=1,
                                                                            row_splits_dtype=tf.int64)
-            if feature.multi_separator:
+            if feature.positioned:
                 signature[positions_key(feature.name)] = tf.RaggedTensorSpec([None, None], tf.int64, ragged_rank=1,
                                                                              row_splits_dtype=tf.int64)
         else:
@@ -37,9 +37,9 @@ def empty_features(specs: FeatureSpecs):
         empty = tf.zeros([0], tf.int64)
         features[feature.name] = (tf.RaggedTensor.from_row_splits(empty, tf.zeros([1], tf.int64))
                                   if feature.multi_value else empty)
-        if feature.weighted:
+        if feature.carries_weights:
             features[weights_key(feature.name)] = tf.RaggedTensor.from_row_splits(tf.zeros([0]), tf.zeros([1], tf.int64))
-        if feature.multi_separator:
+        if feature.positioned:
             features[positions_key(feature.name)] = tf.RaggedTensor.from_row_splits(empty, tf.zeros([1], tf.int64))
     for feature in specs.raw_features:
         features[feature.name] = tf.zeros([0, feature.dim] if feature.is_vector else [0], tf.float32)

@@ -91,7 +91,8 @@ def multi_value_supported(specs: FeatureSpecs) -> bool:
     for f in specs.id_features:
         if not f.multi_value:
             continue
-        if f.combo or (f.boundaries and not f.sequence) or f.multi_separator or not one_byte(f.separator) or \
+        if f.combo or (f.boundaries and not f.sequence) or f.positioned or \
+                not one_byte(f.separator) or \
                 (f.weighted and not one_byte(f.kv_separator)):
             return False
     return True

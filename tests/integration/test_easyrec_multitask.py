@@ -140,20 +140,25 @@ def mmoe_with_tower_losses() -> str:
 
 def dbmtl_with_jrc_and_dice() -> str:
     """DBMTL of F1 + PAIR_WISE and JRC towers with dice (dbmtl_on_taobao_with_multi_loss's), and an attention
-    over a sequence of several categories a position (seq_multi_sep, as dbmtl_on_multi_numeric_*'s)."""
+    over a sequence of several categories a position (seq_multi_sep, as dbmtl_on_multi_numeric_*'s) beside a
+    sequence of two numbers a position fed as numbers (dbmtl_on_multi_numeric_raw_*'s)."""
     text = easyrec_sample("dbmtl")
     start, end = text.index("  dbmtl {"), text.index("  embedding_regularization")
     text = text[:start] + DBMTL + text[end:]
     for old, new in (
             ('  input_fields { input_name: "price" input_type: DOUBLE }\n',
              '  input_fields { input_name: "price" input_type: DOUBLE }\n'
-             '  input_fields { input_name: "cate_hist" input_type: STRING }\n'),
+             '  input_fields { input_name: "cate_hist" input_type: STRING }\n'
+             '  input_fields { input_name: "price_hist" input_type: STRING }\n'),
             ('  features { input_names: "price" feature_type: RawFeature }\n',
              '  features { input_names: "price" feature_type: RawFeature }\n'
              '  features { input_names: "cate_hist" feature_type: SequenceFeature embedding_dim: 8 '
-             'embedding_name: "cate_id" separator: "|" seq_multi_sep: ";" sequence_length: 5 }\n'),
+             'embedding_name: "cate_id" separator: "|" seq_multi_sep: ";" sequence_length: 5 }\n'
+             '  features { input_names: "price_hist" feature_type: SequenceFeature sub_feature_type: RawFeature '
+             'raw_input_dim: 2 embedding_dim: 8 separator: "|" seq_multi_sep: ";" sequence_length: 5 }\n'),
             ('wide_deep: DEEP }\n', 'wide_deep: DEEP sequence_features { group_name: "seq_fea" '
-                                    'seq_att_map { key: "cate_id" hist_seq: "cate_hist" } } }\n')):
+                                    'seq_att_map { key: ["cate_id", "item_id"] hist_seq: ["cate_hist", "price_hist"] '
+                                    '} } }\n')):
         assert text.count(old) == 1, old
         text = text.replace(old, new)
     return text

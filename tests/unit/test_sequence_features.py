@@ -178,7 +178,10 @@ def test_the_array_path_takes_sequences_and_weighted_tags_but_not_multi_byte_sep
     (('din {', 'din { attention_normalizer: "relu"'), "model_config.din.attention_normalizer"),
     (('input_names: "item" embedding_dim: 2', 'input_names: "item" embedding_dim: 2 kv_separator: ":"'),
      "feature_configs[0].kv_separator"),
-    (('sub_feature_type: RawFeature boundaries: [1, 10]', 'sub_feature_type: RawFeature'), "feature_configs[4].boundaries"),
+    (('sub_feature_type: RawFeature boundaries: [1, 10]', 'sub_feature_type: RawFeature embedding_name: "cate"'),
+     "feature_configs[4].embedding_name"),  # numbers fed as numbers: a table of its own
+    (('sub_feature_type: RawFeature boundaries: [1, 10]', 'sub_feature_type: RawFeature raw_input_dim: 2'),
+     "feature_configs[4].seq_multi_sep"),  # two numbers a position need their separator
     (('sub_feature_type: RawFeature boundaries: [1, 10]', 'sub_feature_type: ComboFeature'),
      "feature_configs[4].sub_feature_type"),
     (('input_names: "cate" embedding_dim: 2', 'input_names: "cate" embedding_dim: 2 sequence_length: 3'),
@@ -429,3 +432,26 @@ def test_seq_multi_sep_errors_name_the_field(edit, path):
     with pytest.raises(ConfigError) as raised:
         _config(edit=edit)
     assert raised.value.path == path, raised.value
+
+
+RAW = ('sub_feature_type: RawFeature boundaries: [1, 10]', 'sub_feature_type: RawFeature raw_input_dim: 2 seq_multi_sep: ":"')
+
+
+def test_numbers_fed_as_numbers_project_each_position_and_a_bad_one_rejects_its_sample():
+    """A SequenceFeature of numbers without boundaries (EasyRec's raw sequence): each position's raw_input_dim
+    numbers weigh the rows of columns 0 .. raw_input_dim - 1 of its own table (a learned projection)."""
+    model, specs = _model(_config(edit=RAW))
+    _upsert(model, "nums", [0, 1], [[1, 0], [0, 10]])
+    batch = CsvParser(specs).parse([b"1,a,x,,,0.5:2;-1:0;;3:.5,,", b"0,a,x,,,,,",
+                                    b"0,a,x,,,4,,",  # fewer numbers: the first columns (EasyRec's zeros after)
+                                    b"0,a,x,,,1:2:3;3,,", b"0,a,x,,,1:zz,,"])  # three numbers, a word: rejected
+    assert batch.size == 3 and [rejection_kind(r) for _, r in batch.rejected] == [BAD_SEQUENCE] * 2
+    assert "at most 2 number(s) a position, joined by ':'" in batch.rejected[0][1]
+    assert batch.features["nums"].to_list() == [[0, 1, 0, 1, 0, 1], [], [0]]
+    assert batch.features["nums/positions"].to_list() == [[0, 0, 1, 1, 2, 2], [], [0]]
+    rows = model.tables(batch.features, training=False)["nums"].numpy()
+    # mean (the default combiner) over the two columns of number * row: (0.5 * [1, 0] + 2 * [0, 10]) / 2, ...
+    np.testing.assert_allclose(rows, [[[0.25, 10], [-0.5, 0], [1.5, 2.5]], [[0, 0], [0, 0], [0, 0]],
+                                      [[2, 0], [0, 0], [0, 0]]])
+    assert model(batch.features).shape == (3,)
+    assert not supports(specs, _config(edit=RAW).data_config)  # the general parser takes them

@@ -167,7 +167,8 @@ class SampleGenerator:
     attention needs), drawn from the vocabulary of the key they are compared
     with (so a sequence names items the stream also shows as targets), or
     numbers spanning the boundaries of a bucketized one; 1-3 of them at each
-    position of a sequence with ``seq_multi_sep``.
+    position of a sequence with ``seq_multi_sep``; ``raw_input_dim`` numbers at
+    each position of a sequence of numbers without boundaries.
     Binary labels are 0/1 from a hidden logistic model of the first id
     feature, a later binary label only where the first is 1 (as a purchase
     needs a click); regression labels are numbers.
@@ -210,7 +211,8 @@ class SampleGenerator:
                 return feature.separator.join(str(round(float(n), 4)) for n in numbers)
             number = self.rng.uniform(low, high)
             return int(number) if field.input_type in _INTS else round(float(number), 4)
-        if feature is not None and feature.feature_type == FeatureType.SequenceFeature and feature.seq_multi_sep:
+        if feature is not None and feature.feature_type == FeatureType.SequenceFeature and (
+                feature.seq_multi_sep or (feature.sub_feature_type == FeatureType.RawFeature and not feature.boundaries)):
             return self._multi_valued(feature, field)
         if feature is not None and feature.feature_type == FeatureType.SequenceFeature and feature.boundaries:
             numbers = self.rng.uniform(feature.boundaries[0] - 1, feature.boundaries[-1] + 1, self._sequence_count)
@@ -231,11 +233,15 @@ class SampleGenerator:
 
     def _multi_valued(self, feature: pipeline_pb2.FeatureConfig, field: pipeline_pb2.DataConfig.Field) -> str:
         """A sequence of several values a position (seq_multi_sep): 1-3 values at each of its positions, numbers
-        spanning its boundaries or ids of its key's vocabulary."""
+        spanning its boundaries or ids of its key's vocabulary; or a sequence of numbers fed as numbers:
+        raw_input_dim numbers at each position."""
         key = self._key_field.get(field.input_name, field)
         positions = []
+        raw = feature.sub_feature_type == FeatureType.RawFeature and not feature.boundaries
         for count in self.rng.integers(1, 4, self._sequence_count):
-            if feature.boundaries:
+            if raw:
+                values = [str(round(float(n), 3)) for n in self.rng.uniform(0, 10, max(feature.raw_input_dim, 1))]
+            elif feature.boundaries:
                 values = [str(round(float(n), 2)) for n in self.rng.uniform(
                     feature.boundaries[0] - 1, feature.boundaries[-1] + 1, int(count))]
             else:
