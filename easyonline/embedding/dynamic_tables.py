@@ -214,8 +214,9 @@ def _positions_pooled(feature, features, rows: tf.Tensor) -> tf.Tensor:
     elif feature.combiner == "mean":
         ids = tf.math.unsorted_segment_sum(tf.ones_like(slot, rows.dtype), slot, count)
         pooled = tf.math.divide_no_nan(pooled, ids[:, None])
-    width = rows.shape[1] if rows.shape[1] is not None else -1  # (static when known: layers are built on it)
-    return tf.reshape(pooled, tf.stack([positions.nrows(), longest, tf.constant(width, tf.int64)]))
+    width = tf.constant(rows.shape[1], tf.int64) if rows.shape[1] is not None else \
+        tf.shape(rows, out_type=tf.int64)[1]  # (static when known: layers are built on it)
+    return tf.reshape(pooled, tf.stack([positions.nrows(), longest, width]))
 
 
 class DynamicTables(tf.keras.layers.Layer):

@@ -143,14 +143,18 @@ def _positioned_ids(feature: IdFeature, column: tf.Tensor) -> MultiValueIds:
 def _raw_positions(feature: IdFeature, column: tf.Tensor) -> MultiValueIds:
     """A sequence of numbers fed as numbers: each position up to ``raw_width`` numbers (split on
     ``multi_separator`` when it has one; fewer are the first columns, the others 0, as EasyRec fills them); its
-    ids are the columns 0 .. raw_width - 1 and its weights the numbers. A position with a token that is not a
-    number, or more than raw_width of them, is dropped and its sample flagged bad."""
+    ids are the columns 0 .. raw_width - 1 and its weights the numbers. A position without a number is dropped
+    (as an empty value is); one with a token that is not a finite number, or more than raw_width of them, is
+    dropped and its sample flagged bad."""
     positions, values = _split_positions(feature, column)
-    well_formed = tf.strings.regex_full_match(values.flat_values, NUMBER_PATTERN)
-    numbers = values.with_flat_values(tf.strings.to_number(tf.where(well_formed, values.flat_values, "0")))
+    written = tf.strings.regex_full_match(values.flat_values, NUMBER_PATTERN)
+    read = tf.strings.to_number(tf.where(written, values.flat_values, "0"))
+    well_formed = written & tf.math.is_finite(read)  # ("1e400" is written as a number, and is inf in float32)
+    numbers = values.with_flat_values(read)
     position_bad = _rows_with(~well_formed, values) | (values.row_lengths() > feature.raw_width)
     columns = tf.ragged.range(values.row_lengths())
-    (weights, ids), where = _flat_by_position(feature, positions, ~position_bad, [numbers, columns])
+    kept = ~position_bad & (values.row_lengths() > 0)
+    (weights, ids), where = _flat_by_position(feature, positions, kept, [numbers, columns])
     return MultiValueIds(ids, weights, _rows_with(position_bad, positions), where)
 
 

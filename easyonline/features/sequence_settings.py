@@ -56,7 +56,13 @@ def validate_multi_value(feature: pipeline_pb2.FeatureConfig, data_separator: st
 
 def validate_shared_sequence_tables(config: pipeline_pb2.PipelineConfig) -> None:
     """A SequenceFeature sharing a table (embedding_name) reads its ids as the table's other features do: all
-    hashed strings, or all ints; else the same item would get two rows."""
+    hashed strings, or all ints; else the same item would get two rows. No feature shares the table of a
+    sequence of numbers fed as numbers (its rows are its columns' projections, keyed 0, 1, ...)."""
+    raw = {feature_name(f) for f in config.feature_configs if f.feature_type == _FC.SequenceFeature
+           and f.sub_feature_type == _FC.RawFeature and not f.boundaries}
+    for i, feature in enumerate(config.feature_configs):
+        _require(feature.embedding_name not in raw, f"feature_configs[{i}].embedding_name",
+                 f"{feature.embedding_name!r} is a sequence of numbers without boundaries: its table is its own")
     types = {f.input_name: f.input_type for f in config.data_config.input_fields}
     kinds: Dict[str, set] = {}
     for feature in config.feature_configs:

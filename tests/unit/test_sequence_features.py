@@ -444,14 +444,20 @@ def test_numbers_fed_as_numbers_project_each_position_and_a_bad_one_rejects_its_
     _upsert(model, "nums", [0, 1], [[1, 0], [0, 10]])
     batch = CsvParser(specs).parse([b"1,a,x,,,0.5:2;-1:0;;3:.5,,", b"0,a,x,,,,,",
                                     b"0,a,x,,,4,,",  # fewer numbers: the first columns (EasyRec's zeros after)
-                                    b"0,a,x,,,1:2:3;3,,", b"0,a,x,,,1:zz,,"])  # three numbers, a word: rejected
-    assert batch.size == 3 and [rejection_kind(r) for _, r in batch.rejected] == [BAD_SEQUENCE] * 2
+                                    b"0,a,x,,,1:2:3;3,,", b"0,a,x,,,1:zz,,", b"0,a,x,,,1e400,,",  # three numbers,
+                                    b"1,a,x,,,:;4:1,,"])  # a word, not finite: rejected; a position of no number
+    assert batch.size == 4 and [rejection_kind(r) for _, r in batch.rejected] == [BAD_SEQUENCE] * 3
     assert "at most 2 number(s) a position, joined by ':'" in batch.rejected[0][1]
-    assert batch.features["nums"].to_list() == [[0, 1, 0, 1, 0, 1], [], [0]]
-    assert batch.features["nums/positions"].to_list() == [[0, 0, 1, 1, 2, 2], [], [0]]
+    assert batch.features["nums"].to_list() == [[0, 1, 0, 1, 0, 1], [], [0], [0, 1]]
+    assert batch.features["nums/positions"].to_list() == [[0, 0, 1, 1, 2, 2], [], [0], [0, 0]]
     rows = model.tables(batch.features, training=False)["nums"].numpy()
     # mean (the default combiner) over the two columns of number * row: (0.5 * [1, 0] + 2 * [0, 10]) / 2, ...
     np.testing.assert_allclose(rows, [[[0.25, 10], [-0.5, 0], [1.5, 2.5]], [[0, 0], [0, 0], [0, 0]],
-                                      [[2, 0], [0, 0], [0, 0]]])
-    assert model(batch.features).shape == (3,)
+                                      [[2, 0], [0, 0], [0, 0]], [[2, 5], [0, 0], [0, 0]]])
+    assert model(batch.features).shape == (4,)
     assert not supports(specs, _config(edit=RAW).data_config)  # the general parser takes them
+    with pytest.raises(ConfigError) as raised:  # its table is its own: no other feature's ids among its columns
+        validate_pipeline_config(parse_pipeline_config((CONFIG % ("", MODEL)).replace(*RAW).replace(
+            'input_names: "ihist" feature_type: SequenceFeature embedding_dim: 2',
+            'input_names: "ihist" feature_type: SequenceFeature embedding_dim: 2 embedding_name: "nums"')))
+    assert raised.value.path == "feature_configs[6].embedding_name", raised.value
