@@ -105,7 +105,7 @@ def test_a_vector_raw_feature_is_dim_dense_columns_of_its_group(tmp_path):
 
 @pytest.mark.parametrize("edit, field, why", [
     ("raw_input_dim: 0", "feature_configs[4].raw_input_dim", "must be in [1, 4096]"),
-    ("boundaries: [1, 2]", "feature_configs[4].raw_input_dim", "only a RawFeature without boundaries"),
+    ("boundaries: [1, 2]", "feature_configs[4].raw_input_dim", "without boundaries is a vector"),
     ('separator: ","', "feature_configs[4].separator", "one character other than data_config.separator"),
     ('separator: "ab"', "feature_configs[4].separator", "one character other than data_config.separator"),
 ])
