@@ -34,7 +34,7 @@ from easyonline.features.fingerprint import fingerprint64, hash_bucket
 from easyonline.features.label_kinds import BINARY, SAMPLE_WEIGHT_KEY
 from easyonline.features.plain_decimals import floats, ints
 from easyonline.features.vector_multi_value import (MultiColumn, RaggedArray, aligned_positions, lengths_align,
-                                                     multi_value_supported, parse_numpy)
+                                                     multi_value_refusal, parse_numpy)
 from easyonline.protos import pipeline_pb2
 
 try:
@@ -109,17 +109,30 @@ class _Column:
         return self.role == "dense"
 
 
-def supports(specs: FeatureSpecs, data: pipeline_pb2.DataConfig) -> bool:
-    """True when batches of this config can take the array path at all: plain CSV of single-value features and
-    of the multi-value forms ``multi_value_supported`` takes, with numeric labels (every label field and the
-    sample weight become float32 columns)."""
+def array_path_refusal(specs: FeatureSpecs, data: pipeline_pb2.DataConfig) -> str:
+    """Why batches of this config cannot take the array path ("" when they can: plain CSV of single-value
+    features and of the multi-value forms ``multi_value_refusal`` takes, with numeric labels; every label field
+    and the sample weight become float32 columns). The trainer logs it at start."""
     types = {f.name: f.field_type for f in specs.input_fields}
     numbers = specs.label_names + ((specs.sample_weight,) if specs.sample_weight else ())
-    return (data.input_format == pipeline_pb2.DataConfig.CSV and len(specs.separator.encode()) == 1
-            and specs.separator not in '"\n\r' and multi_value_supported(specs)
-            # a vector raw feature (raw_input_dim) is several columns from one field: CsvParser reads it
-            and not any(f.is_vector for f in specs.raw_features)
-            and len(specs.label_names) >= 1 and all(types[name] != _FT.STRING for name in numbers))
+    vectors = [f.name for f in specs.raw_features if f.is_vector]  # several columns from one field
+    if data.input_format != pipeline_pb2.DataConfig.CSV:
+        return f"input_format {pipeline_pb2.DataConfig.InputFormat.Name(data.input_format)} is not CSV"
+    if len(specs.separator.encode()) != 1 or specs.separator in '"\n\r':
+        return f"data_config.separator {specs.separator!r} is not one plain byte"
+    if vectors:
+        return f"{vectors[0]} is a vector raw feature (raw_input_dim)"
+    if not specs.label_names:
+        return "no label field"
+    strings = [name for name in numbers if types[name] == _FT.STRING]
+    if strings:
+        return f"label or weight field {strings[0]!r} is a STRING"
+    return multi_value_refusal(specs)
+
+
+def supports(specs: FeatureSpecs, data: pipeline_pb2.DataConfig) -> bool:
+    """True when batches of this config can take the array path at all (``array_path_refusal``)."""
+    return not array_path_refusal(specs, data)
 
 
 def native_available() -> bool:

@@ -75,15 +75,15 @@ class MultiColumn:
                 ids, splits, weights)
 
 
-def multi_value_supported(specs: FeatureSpecs) -> bool:
-    """True when every multi-value feature is a form the array path parses: a TagFeature (plain or weighted) or a
-    SequenceFeature (ids, or numbers bucketized; one value a position) with one-byte separators, on a field
-    nothing else reads."""
+def multi_value_refusal(specs: FeatureSpecs) -> str:
+    """Why the array path cannot parse the config's multi-value features ("" when it can: every one a TagFeature
+    (plain or weighted) or a SequenceFeature (ids, or numbers bucketized; one value a position) with one-byte
+    separators, on a field nothing else reads)."""
     split = {name for f in specs.id_features for name in f.split_inputs}
     others = {name for f in specs.id_features if not f.multi_value for name in f.input_names}
     others |= {f.input_name for f in specs.raw_features} | set(specs.label_names) | {specs.sample_weight}
-    if split & others:
-        return False  # (that field decodes as a string for every reader of it)
+    if split & others:  # (that field decodes as a string for every reader of it)
+        return f"field {sorted(split & others)[0]!r} is read as several values and also as one"
 
     def one_byte(separator: str) -> bool:
         return len(separator.encode()) == 1 and separator not in _NOT_A_SEPARATOR and separator != specs.separator
@@ -91,11 +91,14 @@ def multi_value_supported(specs: FeatureSpecs) -> bool:
     for f in specs.id_features:
         if not f.multi_value:
             continue
-        if f.combo or (f.boundaries and not f.sequence) or f.positioned or \
-                not one_byte(f.separator) or \
-                (f.weighted and not one_byte(f.kv_separator)):
-            return False
-    return True
+        why = ("crosses a multi-value field" if f.combo else "is a TagFeature with boundaries"
+               if f.boundaries and not f.sequence else "is a sequence of numbers fed as numbers" if f.raw_width
+               else "has several values a position" if f.multi_separator
+               else "has a separator of more than one byte" if not one_byte(f.separator)
+               or (f.weighted and not one_byte(f.kv_separator)) else "")
+        if why:
+            return f"{f.name} {why}"
+    return ""
 
 
 def aligned_positions(specs: FeatureSpecs, names: Sequence[str]) -> Tuple[Tuple[int, ...], ...]:

@@ -11,7 +11,7 @@ from typing import Dict, Optional, Tuple
 from easyonline.config.kafka_settings import extra_consumer_config
 from easyonline.features import FeatureSpecs
 from easyonline.features.record_parser import make_parser
-from easyonline.features.vector_csv import VectorCsvParser, supports
+from easyonline.features.vector_csv import VectorCsvParser, array_path_refusal
 from easyonline.inputs import fast_records
 from easyonline.inputs.dead_letter import DeadLetterSink
 from easyonline.inputs.file_input import FileInput
@@ -41,10 +41,11 @@ def build_source(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs,
     """
     data = config.data_config
     if config.HasField("kafka_train_input"):
-        parser = VectorCsvParser(specs) if supports(specs, data) else None
+        refusal = array_path_refusal(specs, data)
+        parser = None if refusal else VectorCsvParser(specs)
         log.info("input: a reader process decodes Kafka records %s and parses %s",
                  "in C" if fast_records.native_available() else "in Python (C decoder not built)",
-                 "in TensorFlow on the trainer (not plain CSV)" if parser is None else
+                 f"in TensorFlow on the trainer ({refusal})" if parser is None else
                  "in C" if parser.native else "with numpy (C decoder not built)")
         return KafkaReaderProcess(config.kafka_train_input, data.batch_size, data.batch_timeout_ms,
                                   checkpoint_positions=positions or None, max_message_bytes=data.max_message_bytes,

@@ -11,7 +11,7 @@ from easyonline.features import build_feature_specs
 from easyonline.features.cross_ops import bucketize, cross_ids
 from easyonline.features.crosses import bucketize_np, cross_ids_np, fingerprint_cat64_np
 from easyonline.features.csv_parser import CsvParser
-from easyonline.features.vector_csv import VectorCsvParser, native_available, supports
+from easyonline.features.vector_csv import VectorCsvParser, array_path_refusal, native_available, supports
 
 tf = ensure_legacy_keras()
 
@@ -123,6 +123,7 @@ def test_a_multi_valued_cross_in_the_trainer_and_in_serving():
     assert served.to_list() == trainer.to_list()
     config = parse_pipeline_config(CONFIG % USER_GENRES)
     assert not supports(specs, config.data_config)  # multi-valued: the reader process leaves it to CsvParser
+    assert array_path_refusal(specs, config.data_config).endswith("crosses a multi-value field")
 
 
 def test_a_bad_number_in_a_bucketized_field_rejects_that_line_only():

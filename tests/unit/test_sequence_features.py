@@ -17,7 +17,7 @@ from easyonline.features import CsvParser, build_feature_specs  # noqa: E402
 from easyonline.features.csv_parser import HASH_BUCKETS  # noqa: E402
 from easyonline.features.record_parser import make_parser  # noqa: E402
 from easyonline.features.signature import empty_features  # noqa: E402
-from easyonline.features.vector_csv import supports  # noqa: E402
+from easyonline.features.vector_csv import array_path_refusal, supports  # noqa: E402
 from easyonline.models.builder import build_model  # noqa: E402
 from easyonline.models.layers import MLP, TargetAttention  # noqa: E402
 from easyonline.protos import pipeline_pb2  # noqa: E402
@@ -399,6 +399,9 @@ def test_several_values_a_position_come_flat_with_their_positions_and_positions_
     assert from_json.features["hist_cate"].to_list() == [_hash("x", "y", "z", "w")]
     assert from_json.features["hist_cate/positions"].to_list() == [[0, 0, 1, 2]]
     assert not supports(build_feature_specs(config), config.data_config)  # the general parser takes them
+    config.data_config.input_format = pipeline_pb2.DataConfig.CSV
+    assert array_path_refusal(build_feature_specs(config), config.data_config) == \
+        "hist_cate has several values a position"  # (the trainer logs why at start)
 
 
 def test_a_bad_value_at_a_position_rejects_its_sample_alone():
@@ -455,7 +458,7 @@ def test_numbers_fed_as_numbers_project_each_position_and_a_bad_one_rejects_its_
     np.testing.assert_allclose(rows, [[[0.25, 10], [-0.5, 0], [1.5, 2.5]], [[0, 0], [0, 0], [0, 0]],
                                       [[2, 0], [0, 0], [0, 0]], [[2, 5], [0, 0], [0, 0]]])
     assert model(batch.features).shape == (4,)
-    assert not supports(specs, _config(edit=RAW).data_config)  # the general parser takes them
+    assert array_path_refusal(specs, _config(edit=RAW).data_config) == "nums is a sequence of numbers fed as numbers"
     with pytest.raises(ConfigError) as raised:  # its table is its own: no other feature's ids among its columns
         validate_pipeline_config(parse_pipeline_config((CONFIG % ("", MODEL)).replace(*RAW).replace(
             'input_names: "ihist" feature_type: SequenceFeature embedding_dim: 2',
