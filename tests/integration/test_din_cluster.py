@@ -1,8 +1,10 @@
-"""A sequence model on the parameter-server cluster: DIN (a history sharing the item table, a weighted tag
-feature) trains on two ps and one trainer, and the updates it publishes replay into its checkpoint.
+"""A sequence model on the parameter-server cluster: DIN (a history sharing the item table, a history of
+categories with several at some positions, a weighted tag feature) trains on two ps and one trainer, and the
+updates it publishes replay into its checkpoint.
 
-The cluster feeds ragged features (ids, their row splits, a weighted tag's weights) through placeholders;
-a history id is looked up in (and trained into) the target's table on its ps, as in a single process.
+The cluster feeds ragged features (ids, their row splits, a weighted tag's weights, a sequence's positions)
+through placeholders; a history id is looked up in (and trained into) the target's table on its ps, as in a
+single process.
 """
 import numpy as np
 
@@ -30,9 +32,11 @@ def test_a_two_ps_cluster_trains_din_and_its_published_updates_equal_its_checkpo
     other cluster tests run.)"""
     data = tmp_path / "samples.csv"
     # the last line's history holds an id ("i9999") no sample has as a target: only a lookup of the
-    # sequence in the shared table can give it a row
-    data.write_bytes(b"\n".join(din_lines(0, SAMPLES - 1) + [b"1,u1,i3,c3,1.0,i9999|i3,c3|c3,t1:0.5"]) + b"\n")
+    # sequence in the shared table can give it a row; its first position has two categories (seq_multi_sep)
+    last = b"1,u1,i3,c3,1.0,i9999|i3,c3;c7|c3,t1:0.5"
+    data.write_bytes(b"\n".join(din_lines(0, SAMPLES - 1) + [last]) + b"\n")
     config = din_config(tmp_path / "model")
+    next(f for f in config.feature_configs if f.input_names[0] == "hist_cate").seq_multi_sep = ";"
     config.ClearField("kafka_train_input")
     config.file_train_input.paths.append(str(data))
     config.train_config.incr_save_config.fs.incr_save_dir = str(tmp_path / "updates")
@@ -57,6 +61,7 @@ def test_a_two_ps_cluster_trains_din_and_its_published_updates_equal_its_checkpo
     assert any(name.startswith("attentions/din/") for name in ids.dense), sorted(ids.dense)
     # one item table for targets and histories: the history-only id has a row, and a tag has rows
     parser = CsvParser(model.specs)
+    assert parser.parse([last]).features["hist_cate/positions"].to_list() == [[0, 0, 1]]
     history_only = parser.parse([b"0,u1,i9999,c3,1.0,,,"]).features["item"].numpy()[0]
     items = set(model.model.tables.embeddings["item"].params.export()[0].numpy().tolist())
     assert history_only in items
