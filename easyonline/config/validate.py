@@ -13,7 +13,7 @@ from easyonline.features.sequence_settings import (validate_multi_value, validat
                                                   validate_shared_sequence_tables)
 from easyonline.config.kafka_settings import confluent_kafka_module, extra_consumer_config, librdkafka_config
 from easyonline.core.errors import ConfigError
-from easyonline.features.feature_spec import is_id_feature
+from easyonline.features.feature_spec import is_id_feature, is_raw_sequence
 from easyonline.features.label_kinds import towers_in
 from easyonline.features.parse_fn import load_parse_fn
 from easyonline.models import registry
@@ -160,11 +160,8 @@ def _validate_features(config: pipeline_pb2.PipelineConfig) -> None:
             log.warning("%s.hash_bucket_size is ignored: a %s's ids need no buckets in a dynamic table", path,
                         pipeline_pb2.FeatureConfig.FeatureType.Name(kind))
         if feature.HasField("raw_input_dim"):
-            raw_sequence = kind == pipeline_pb2.FeatureConfig.SequenceFeature and \
-                feature.sub_feature_type == pipeline_pb2.FeatureConfig.RawFeature
-            _require(kind == pipeline_pb2.FeatureConfig.RawFeature or raw_sequence, f"{path}.raw_input_dim",
-                     "only a RawFeature, or a SequenceFeature of numbers, without boundaries is a vector")
-            _require(not feature.boundaries, f"{path}.raw_input_dim",
+            _require((kind == pipeline_pb2.FeatureConfig.RawFeature and not feature.boundaries)
+                     or is_raw_sequence(feature), f"{path}.raw_input_dim",
                      "only a RawFeature, or a SequenceFeature of numbers, without boundaries is a vector")
             _require(1 <= feature.raw_input_dim <= 4096, f"{path}.raw_input_dim",
                      f"must be in [1, 4096], got {feature.raw_input_dim}")

@@ -19,7 +19,6 @@ from typing import Dict, List, Optional
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.admission import admits
 from easyonline.features.feature_spec import FeatureSpecs, TableSpec, positions_key, weights_key
-from easyonline.features.multi_value_ops import sequence_lengths
 
 tf = ensure_legacy_keras()
 from tensorflow.python.ops import variable_scope  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
@@ -204,8 +203,7 @@ def _positions_pooled(feature, features, rows: tf.Tensor) -> tf.Tensor:
     positions = features[positions_key(feature.name)]
     if feature.carries_weights:
         rows = rows * features[weights_key(feature.name)].flat_values[:, None]
-    lengths = sequence_lengths(feature, features)
-    longest = tf.reduce_max(tf.concat([lengths, tf.zeros([1], lengths.dtype)], 0))
+    longest = tf.reduce_max(tf.concat([positions.flat_values + 1, tf.zeros([1], tf.int64)], 0))
     slot = positions.value_rowids() * longest + positions.flat_values  # (sample, position), flat
     count = positions.nrows() * longest
     pooled = tf.math.unsorted_segment_sum(rows, slot, count)

@@ -334,10 +334,10 @@ class CsvParser:
                 text = _field_text(lines[i], self._separator, self._index[feature.input_name])
                 bad.setdefault(int(i), rejection(kind, f"{name}: a value of {feature.input_name} is not {what}: "
                                                  f"{text!r}"))
+        by_name = {f.name: f for f in self._specs.id_features}
         for names in self._specs.aligned_sequences:
             if len(names) < 2:
                 continue
-            by_name = {f.name: f for f in self._specs.id_features}
             lengths = [sequence_lengths(by_name[name], features).numpy() for name in names]
             for other, length in zip(names[1:], lengths[1:]):
                 for i in np.flatnonzero(length != lengths[0]):

@@ -173,6 +173,13 @@ class FeatureSpecs:
         return [c for n in names if n in starts for c in range(starts[n][0], starts[n][0] + starts[n][1])]
 
 
+def is_raw_sequence(fc: pipeline_pb2.FeatureConfig) -> bool:
+    """A SequenceFeature of numbers fed as numbers (RawFeature values, no boundaries): its positions are
+    projected, its table is its own."""
+    return (fc.feature_type == pipeline_pb2.FeatureConfig.SequenceFeature
+            and fc.sub_feature_type == pipeline_pb2.FeatureConfig.RawFeature and not fc.boundaries)
+
+
 def is_id_feature(fc: pipeline_pb2.FeatureConfig) -> bool:
     """True for every feature with an embedding table: all but plain RawFeatures (bucketized ones have one)."""
     return fc.feature_type != pipeline_pb2.FeatureConfig.RawFeature or len(fc.boundaries) > 0
@@ -215,8 +222,7 @@ def build_feature_specs(config: pipeline_pb2.PipelineConfig) -> FeatureSpecs:
             max_length=sequence_bound(fc) if sequence else 0,
             kv_separator=fc.kv_separator if fc.feature_type == pipeline_pb2.FeatureConfig.TagFeature else "",
             multi_separator=fc.seq_multi_sep if sequence else "",
-            raw_width=max(fc.raw_input_dim, 1) if sequence and fc.sub_feature_type == pipeline_pb2.FeatureConfig.RawFeature
-            and not fc.boundaries else 0))
+            raw_width=max(fc.raw_input_dim, 1) if is_raw_sequence(fc) else 0))
     return FeatureSpecs(fields, data.separator, tuple(data.label_fields), tuple(id_features),
                         tuple(raw_features), tables, label_kinds=label_kinds(config), sample_weight=data.sample_weight,
                         aligned_sequences=tuple(g.sequences for g in sequence_groups(config.model_config)))

@@ -12,8 +12,9 @@ an int64 id (tags and sequences of int ids) or not a number (sequences of
 bucketized numbers) are flagged in ``bad``, so the trainer's parser rejects
 that sample alone with a reason naming the feature; the malformed value is
 dropped, never converted (a conversion error would fail the whole batch).
-A sequence of several values a position (``seq_multi_sep``) keeps its ids
-flat, with each id's position beside them (``positions``).
+A sequence of several values a position (``seq_multi_sep``), or of numbers
+fed as numbers, keeps its ids flat, with each id's position beside them
+(``positions``).
 """
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 

@@ -3,6 +3,7 @@ of ``feature_groups.sequence_features`` (docs/config_reference.md#sequence-featu
 from typing import Dict
 
 from easyonline.core.errors import ConfigError
+from easyonline.features.feature_spec import is_raw_sequence
 from easyonline.protos import pipeline_pb2
 
 _FC = pipeline_pb2.FeatureConfig
@@ -45,7 +46,7 @@ def validate_multi_value(feature: pipeline_pb2.FeatureConfig, data_separator: st
         sub = feature.sub_feature_type
         _require(sub in (_FC.IdFeature, _FC.RawFeature), f"{path}.sub_feature_type",
                  f"a sequence's values are IdFeature or RawFeature, not {_FC.FeatureType.Name(sub)}")
-        raw = sub == _FC.RawFeature and not feature.boundaries  # numbers fed as numbers: projected
+        raw = is_raw_sequence(feature)  # numbers fed as numbers: projected
         _require(not raw or not feature.embedding_name, f"{path}.embedding_name",
                  "a sequence of numbers without boundaries has a table of its own (its rows project its numbers)")
         _require(not raw or feature.raw_input_dim <= 1 or feature.HasField("seq_multi_sep"), f"{path}.seq_multi_sep",
@@ -58,8 +59,7 @@ def validate_shared_sequence_tables(config: pipeline_pb2.PipelineConfig) -> None
     """A SequenceFeature sharing a table (embedding_name) reads its ids as the table's other features do: all
     hashed strings, or all ints; else the same item would get two rows. No feature shares the table of a
     sequence of numbers fed as numbers (its rows are its columns' projections, keyed 0, 1, ...)."""
-    raw = {feature_name(f) for f in config.feature_configs if f.feature_type == _FC.SequenceFeature
-           and f.sub_feature_type == _FC.RawFeature and not f.boundaries}
+    raw = {feature_name(f) for f in config.feature_configs if is_raw_sequence(f)}
     for i, feature in enumerate(config.feature_configs):
         _require(feature.embedding_name not in raw, f"feature_configs[{i}].embedding_name",
                  f"{feature.embedding_name!r} is a sequence of numbers without boundaries: its table is its own")

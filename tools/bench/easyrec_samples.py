@@ -56,6 +56,7 @@ from easyonline.config import load_pipeline_config  # noqa: E402
 from easyonline.config.validate import validate_pipeline_config  # noqa: E402
 from easyonline.core.errors import ConfigError  # noqa: E402
 from easyonline.features import build_feature_specs  # noqa: E402
+from easyonline.features.feature_spec import is_raw_sequence  # noqa: E402
 from easyonline.protos import pipeline_pb2  # noqa: E402
 
 FAMILIES = ("multi_tower", "dbmtl", "mmoe", "esmm", "dcn", "din", "bst")
@@ -212,7 +213,7 @@ class SampleGenerator:
             number = self.rng.uniform(low, high)
             return int(number) if field.input_type in _INTS else round(float(number), 4)
         if feature is not None and feature.feature_type == FeatureType.SequenceFeature and (
-                feature.seq_multi_sep or (feature.sub_feature_type == FeatureType.RawFeature and not feature.boundaries)):
+                feature.seq_multi_sep or is_raw_sequence(feature)):
             return self._multi_valued(feature, field)
         if feature is not None and feature.feature_type == FeatureType.SequenceFeature and feature.boundaries:
             numbers = self.rng.uniform(feature.boundaries[0] - 1, feature.boundaries[-1] + 1, self._sequence_count)
@@ -237,7 +238,7 @@ class SampleGenerator:
         raw_input_dim numbers at each position."""
         key = self._key_field.get(field.input_name, field)
         positions = []
-        raw = feature.sub_feature_type == FeatureType.RawFeature and not feature.boundaries
+        raw = is_raw_sequence(feature)
         for count in self.rng.integers(1, 4, self._sequence_count):
             if raw:
                 values = [str(round(float(n), 3)) for n in self.rng.uniform(0, 10, max(feature.raw_input_dim, 1))]
