@@ -255,6 +255,8 @@ def _validate_model(config: pipeline_pb2.PipelineConfig) -> None:
     entry = registry.lookup(model.model_class)
     _require(entry is not None, f"{path}.model_class",
              f"{model.model_class!r} is not one of {', '.join(registry.model_names())}")
+    _require(not model.HasField("backbone") or entry.config_field == "model_params", f"{path}.backbone",
+             f"a backbone is EasyRec's RankModel's (model_class {model.model_class!r} does not read it)")
     if entry.model_class.one_embedding_dim:
         dims = sorted({f.embedding_dim for f in config.feature_configs if is_id_feature(f)})
         _require(len(dims) <= 1, "feature_configs",

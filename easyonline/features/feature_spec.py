@@ -4,7 +4,7 @@ The rest of the package reads these, never the protobuf, so a model or a
 parser has one obvious input and the config's quirks stay in one place.
 """
 import dataclasses
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Collection, Dict, List, Optional, Sequence, Tuple
 
 from easyonline.features.label_kinds import label_kinds
 from easyonline.protos import pipeline_pb2
@@ -225,7 +225,8 @@ def build_feature_specs(config: pipeline_pb2.PipelineConfig) -> FeatureSpecs:
             raw_width=max(fc.raw_input_dim, 1) if is_raw_sequence(fc) else 0))
     return FeatureSpecs(fields, data.separator, tuple(data.label_fields), tuple(id_features),
                         tuple(raw_features), tables, label_kinds=label_kinds(config), sample_weight=data.sample_weight,
-                        aligned_sequences=tuple(g.sequences for g in sequence_groups(config.model_config)))
+                        aligned_sequences=tuple(g.sequences for g in sequence_groups(
+                            config.model_config, sequence_feature_names(config))))
 
 
 def sequence_bound(fc: pipeline_pb2.FeatureConfig) -> int:
@@ -243,6 +244,7 @@ class SequenceGroup:
     hist_seqs: Tuple[str, ...]
     aux_hist_seqs: Tuple[str, ...]
     config: pipeline_pb2.SeqAttGroup
+    backbone: bool = False  # a feature group a backbone reads as sequence and target (no attention of its own)
 
     @property
     def sequences(self) -> Tuple[str, ...]:
@@ -250,9 +252,10 @@ class SequenceGroup:
         return self.hist_seqs + self.aux_hist_seqs
 
 
-def sequence_groups(model_config: pipeline_pb2.ModelConfig) -> List[SequenceGroup]:
+def sequence_groups(model_config: pipeline_pb2.ModelConfig, sequence_names: Collection[str]) -> List[SequenceGroup]:
     """Every target attention of the feature groups, in config order (EasyRec's SeqInputLayer reads each
-    group's maps in order: keys and sequences concatenated)."""
+    group's maps in order: keys and sequences concatenated), then the groups a backbone reads as sequence and
+    target (``backbone_sequence_groups``; ``sequence_names``: the SequenceFeatures' names)."""
     groups = []
     for group in model_config.feature_groups:
         for seq in group.sequence_features:
@@ -260,4 +263,31 @@ def sequence_groups(model_config: pipeline_pb2.ModelConfig) -> List[SequenceGrou
             groups.append(SequenceGroup(seq.group_name or group.group_name, group.group_name,
                                         tuple(k for m in maps for k in m.key), tuple(h for m in maps for h in m.hist_seq),
                                         tuple(a for m in maps for a in m.aux_hist_seq), seq))
+    return groups + backbone_sequence_groups(model_config, sequence_names)
+
+
+def backbone_sequence_groups(model_config: pipeline_pb2.ModelConfig,
+                             sequence_names: Collection[str]) -> List[SequenceGroup]:
+    """The feature groups a backbone's input layer reads with ``output_seq_and_normal_feature`` (EasyRec's
+    form for its DIN and BST layers), each a SequenceGroup of the group's name: its SequenceFeatures (in the
+    group's order) the hist_seqs, its other features the keys (the target). So the parsers check that their
+    positions line up, and the model reads them as any target attention's (``sequence_input``)."""
+    read = {block.inputs[0].feature_group_name for block in model_config.backbone.blocks
+            if block.WhichOneof("layer") == "input_layer" and block.input_layer.output_seq_and_normal_feature
+            and len(block.inputs) == 1 and block.inputs[0].WhichOneof("name") == "feature_group_name"}
+    groups = []
+    for group in model_config.feature_groups:
+        if group.group_name not in read:
+            continue
+        keys = tuple(n for n in group.feature_names if n not in sequence_names)
+        hist = tuple(n for n in group.feature_names if n in sequence_names)
+        config = pipeline_pb2.SeqAttGroup(group_name=group.group_name, allow_key_transform=True,
+                                          seq_att_map=[pipeline_pb2.SeqAttMap(key=keys, hist_seq=hist)])
+        groups.append(SequenceGroup(group.group_name, group.group_name, keys, hist, (), config, backbone=True))
     return groups
+
+
+def sequence_feature_names(config: pipeline_pb2.PipelineConfig) -> List[str]:
+    """The names of the config's SequenceFeatures."""
+    return [fc.feature_name or fc.input_names[0] for fc in config.feature_configs
+            if fc.feature_type == pipeline_pb2.FeatureConfig.SequenceFeature]

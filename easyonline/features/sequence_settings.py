@@ -3,7 +3,7 @@ of ``feature_groups.sequence_features`` (docs/config_reference.md#sequence-featu
 from typing import Dict
 
 from easyonline.core.errors import ConfigError
-from easyonline.features.feature_spec import is_raw_sequence
+from easyonline.features.feature_spec import backbone_sequence_groups, is_raw_sequence
 from easyonline.protos import pipeline_pb2
 
 _FC = pipeline_pb2.FeatureConfig
@@ -102,11 +102,19 @@ def validate_sequence_groups(config: pipeline_pb2.PipelineConfig) -> None:
     dims = _dims(config)
     sequences = {n for n, f in features.items() if f.feature_type == _FC.SequenceFeature}
     used, names = set(), set()
+    # a backbone's input layer may read a group's sequences and target apart (output_seq_and_normal_feature)
+    backbone = {g.name: g for g in backbone_sequence_groups(config.model_config, sequences)}
     for i, group in enumerate(config.model_config.feature_groups):
         gpath = f"model_config.feature_groups[{i}]"
+        if group.group_name in backbone:
+            used.update(backbone[group.group_name].hist_seqs)
+            _require(bool(backbone[group.group_name].hist_seqs), f"{gpath}.feature_names",
+                     f"group {group.group_name!r} has no SequenceFeature, and a backbone's input layer reads it with "
+                     "output_seq_and_normal_feature (for a DIN or BST layer)")
         for j, name in enumerate(group.feature_names):
-            _require(name not in sequences, f"{gpath}.feature_names[{j}]",
-                     f"{name!r} is a SequenceFeature: a group reads it through sequence_features.seq_att_map.hist_seq")
+            _require(name not in sequences or group.group_name in backbone, f"{gpath}.feature_names[{j}]",
+                     f"{name!r} is a SequenceFeature: a group reads it through sequence_features.seq_att_map.hist_seq "
+                     "(or a backbone's input layer with output_seq_and_normal_feature)")
         for k, seq in enumerate(group.sequence_features):
             path = f"{gpath}.sequence_features[{k}]"
             name = seq.group_name or group.group_name
@@ -142,7 +150,7 @@ def validate_sequence_groups(config: pipeline_pb2.PipelineConfig) -> None:
     if unread:
         raise ConfigError("model_config.feature_groups", f"SequenceFeature(s) {unread} are read by no target attention: "
                           "add feature_groups { sequence_features { seq_att_map { key: <target item feature> "
-                          "hist_seq: <sequence> } } }")
+                          "hist_seq: <sequence> } } } (or list it in a group a backbone reads with output_seq_and_normal_feature)")
 
 
 def sequence_group_names(config: pipeline_pb2.PipelineConfig) -> Dict[str, str]:

@@ -13,7 +13,7 @@ def build_model(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> Ran
     entry, field, sub = _model_entry(model_config)
     # the settings' own DNN (DeepFM's, WideAndDeep's, DNN's); a model of towers has none
     dnn = sub.dnn if "dnn" in sub.DESCRIPTOR.fields_by_name else pipeline_pb2.DNN()
-    return entry.model_class(specs, model_config, dnn, seed=config.train_config.seed, name=field,
+    return entry.model_class(specs, model_config, dnn, seed=config.train_config.seed, name=entry.names[0],
                              tasks=build_tasks(config, specs, entry.model_class, sub, field))
 
 

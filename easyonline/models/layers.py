@@ -1,6 +1,6 @@
 """Building blocks shared by the models: an MLP tower (its ``dice`` activation), the FM interaction, MMoE's
 experts, DIN's target attention and BST's transformer layer."""
-from typing import Sequence
+from typing import Optional, Sequence, Union
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.protos import pipeline_pb2
@@ -49,25 +49,50 @@ def _activation(name: str):
     return Dice() if name == "dice" else tf.keras.layers.Activation(name)
 
 
-class MLP(tf.keras.layers.Layer):
-    """Dense layers with optional batch norm and dropout."""
+def initializer_of(name: str, seed: int):
+    """Keras initializer ``name`` (glorot_uniform, he_uniform, ...) with ``seed`` when it takes one."""
+    initializer = tf.keras.initializers.get(name)
+    config = initializer.get_config()
+    if "seed" in config:
+        config["seed"] = seed
+    return type(initializer).from_config(config)
 
-    def __init__(self, hidden_units: Sequence[int], activation: str = "relu", dropout_ratio: float = 0.0,
-                 use_bn: bool = False, l2: float = 0.0, seed: int = 0, **kwargs):
+
+class MLP(tf.keras.layers.Layer):
+    """Dense layers with optional batch norm and dropout.
+
+    ``dropout_ratio`` is one ratio for every layer or one per layer. The last layer may differ (EasyRec's MLP
+    layer: ``final_activation``, ``use_final_bn``, ``use_final_bias``; None: as the others). ``initializer``
+    names a Keras initializer, seeded per layer; ``bn_after_activation`` puts batch norm after the activation.
+    """
+
+    def __init__(self, hidden_units: Sequence[int], activation: str = "relu",
+                 dropout_ratio: Union[float, Sequence[float]] = 0.0, use_bn: bool = False, l2: float = 0.0,
+                 seed: int = 0, *, final_activation: Optional[str] = None, use_final_bn: Optional[bool] = None,
+                 use_bias: bool = True, use_final_bias: Optional[bool] = None, initializer: str = "glorot_uniform",
+                 bn_after_activation: bool = False, **kwargs):
         super().__init__(**kwargs)
         regularizer = tf.keras.regularizers.l2(l2) if l2 > 0 else None
+        ratios = list(dropout_ratio) if isinstance(dropout_ratio, (list, tuple)) else [dropout_ratio] * len(hidden_units)
         self._layers = []
         for i, units in enumerate(hidden_units):
-            separate = use_bn or activation == "dice"  # an activation layer after the Dense (and batch norm)
+            last = i == len(hidden_units) - 1
+            act = final_activation if last and final_activation is not None else activation
+            bn = use_final_bn if last and use_final_bn is not None else use_bn
+            bias = use_final_bias if last and use_final_bias is not None else use_bias
+            separate = bn or act == "dice"  # an activation layer after the Dense (and batch norm)
             self._layers.append(tf.keras.layers.Dense(
-                units, activation=None if separate else activation, kernel_regularizer=regularizer,
-                kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed + i)))
-            if use_bn:
+                units, activation=None if separate else act, use_bias=bias, kernel_regularizer=regularizer,
+                kernel_initializer=initializer_of(initializer, seed + i)))
+            if bn and not bn_after_activation:
                 self._layers.append(BatchNorm())
             if separate:
-                self._layers.append(_activation(activation))
-            if dropout_ratio > 0:
-                self._layers.append(tf.keras.layers.Dropout(dropout_ratio, seed=seed + i))
+                self._layers.append(_activation(act))
+            if bn and bn_after_activation:
+                self._layers.append(BatchNorm())
+            ratio = ratios[i] if i < len(ratios) else 0.0
+            if ratio > 0:
+                self._layers.append(tf.keras.layers.Dropout(ratio, seed=seed + i))
 
     def call(self, x, training=False):
         for layer in self._layers:

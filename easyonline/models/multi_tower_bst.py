@@ -11,7 +11,7 @@ group's keys), every position's output flattened, as EasyRec's
 """
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
-from easyonline.features.feature_spec import sequence_groups
+from easyonline.features.feature_spec import sequence_feature_names, sequence_groups
 from easyonline.features.sequence_settings import feature_name, validate_sequence_groups
 from easyonline.models.layers import SequenceTransformer
 from easyonline.models.multi_tower import MultiTower
@@ -33,7 +33,7 @@ class MultiTowerBST(MultiTower):
         if settings.towers:
             super().validate_settings(config, path)
         validate_sequence_groups(config)  # (first: the widths below read its features)
-        groups = {group.name: group for group in sequence_groups(config.model_config)}
+        groups = {group.name: group for group in sequence_groups(config.model_config, sequence_feature_names(config))}
         dims = {feature_name(f): f.embedding_dim for f in config.feature_configs}
         for i, tower in enumerate(settings.bst_towers):
             tpath = f"{path}.bst_towers[{i}]"

@@ -121,15 +121,16 @@ class RankingModel(tf.keras.Model):
         self._groups = _group_columns(specs, model_config, self._deep_ids)
         self._seed = seed
         self._built_mlps = 0
-        self.sequence_groups: Dict[str, SequenceGroup] = {g.name: g for g in sequence_groups(model_config)}
-        self._sequence_members = {g.group_name: [s.name for s in sequence_groups(model_config)
-                                                 if s.feature_group == g.group_name] for g in model_config.feature_groups}
+        groups = sequence_groups(model_config, [f.name for f in specs.id_features if f.sequence])
+        self.sequence_groups: Dict[str, SequenceGroup] = {g.name: g for g in groups}
+        self._sequence_members = {g.group_name: [s.name for s in groups if s.feature_group == g.group_name
+                                                 and not s.backbone] for g in model_config.feature_groups}
         default_dnn, normalizer = self.attention_defaults(model_config)
         self.attentions: Dict[str, TargetAttention] = {
             group.name: self.target_attention(group, group.config.seq_dnn if group.config.HasField("seq_dnn")
                                               else default_dnn, normalizer, group.config.need_key_feature,
                                               model_config.l2_regularization, f"seq_dnn{group.name}")
-            for group in self.sequence_groups.values()}
+            for group in self.sequence_groups.values() if not group.backbone}  # (a backbone's: its DIN/BST layers)
         # EasyRec's final_dnn, when a model has one: build_final_dnn
         self.final_dnn: Optional[MLP] = None
         self.final_logit: Any = None
@@ -304,12 +305,13 @@ class RankingModel(tf.keras.Model):
         return tf.reshape(tf.concat(parts, axis=1), [-1, width])
 
     def sequence_input(self, name: str, embeddings: List[tf.Tensor]) -> SequenceInput:
-        """The parts of target attention ``name`` (a sequence_features group_name): keys [B, Dk], sequence
+        """The parts of target attention ``name`` (a sequence_features group_name): keys [B, Dk] (None: none, a
+        backbone's BST input may have none), sequence
         [B, L, D], lengths [B], aux [B, L, Da] or None; ``embeddings`` is what ``embed`` returned."""
         if not isinstance(embeddings, Embeddings):
             raise TypeError("sequence_input reads what embed returned")
         group = self.sequence_groups[name]
-        keys = tf.concat([embeddings.by_name[k] for k in group.keys], axis=1)
+        keys = tf.concat([embeddings.by_name[k] for k in group.keys], axis=1) if group.keys else None
         sequences = [embeddings.sequences[h][0] for h in group.sequences]
         length = tf.reduce_max(tf.stack([tf.shape(s)[1] for s in sequences]))  # (as long in a parsed batch)
         padded = [tf.pad(s, [[0, 0], [0, length - tf.shape(s)[1]], [0, 0]]) for s in sequences]
@@ -394,7 +396,9 @@ def _grouped(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig):
         return everything, everything, None, None
     deep = {n for g in groups if g.wide_deep != pipeline_pb2.FeatureGroup.WIDE for n in g.feature_names}
     wide = {n for g in groups if g.wide_deep != pipeline_pb2.FeatureGroup.DEEP for n in g.feature_names}
-    return ({i for i, n in enumerate(id_names) if n in deep}, {i for i, n in enumerate(id_names) if n in wide},
+    # (a backbone's groups may list sequences: read by its layers, never embedded as one vector)
+    plain = [(i, n) for i, n in enumerate(id_names) if not specs.id_features[i].sequence]
+    return ({i for i, n in plain if n in deep}, {i for i, n in plain if n in wide},
             specs.dense_columns([n for n in dense_names if n in deep]),
             specs.dense_columns([n for n in dense_names if n in wide]))
 

@@ -2,7 +2,8 @@
 
 A model class declares its names with ``@register("deepfm", "DeepFM")``:
 the first name is also the field of ``model_config`` that holds its
-settings (``model_config { model_class: "DeepFM" deepfm { dnn {...} } }``).
+settings (``model_config { model_class: "DeepFM" deepfm { dnn {...} } }``),
+unless ``settings_field`` names another (EasyRec's RankModel: ``model_params``).
 This module loads no TensorFlow; asking for the registered models imports
 the model modules (which do), so the registry is complete whoever asks first.
 """
@@ -14,7 +15,8 @@ from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 MODEL_MODULES = ("easyonline.models.deepfm", "easyonline.models.wide_and_deep", "easyonline.models.dnn",
                  "easyonline.models.mmoe", "easyonline.models.dbmtl", "easyonline.models.esmm",
                  "easyonline.models.multi_tower", "easyonline.models.dcn", "easyonline.models.din",
-                 "easyonline.models.multi_tower_din", "easyonline.models.multi_tower_bst")
+                 "easyonline.models.multi_tower_din", "easyonline.models.multi_tower_bst",
+                 "easyonline.models.rank_model")
 
 T = TypeVar("T")
 
@@ -24,22 +26,24 @@ class ModelEntry:
     """A registered model: its class, its names, and the model_config field of its settings."""
     model_class: Any  # a RankingModel subclass (not imported here: this module loads no TensorFlow)
     names: tuple
+    settings_field: str = ""
 
     @property
     def config_field(self) -> str:
-        return self.names[0]
+        """The ``model_config`` field of its settings."""
+        return self.settings_field or self.names[0]
 
 
 _ENTRIES: Dict[str, ModelEntry] = {}
 
 
-def register(*names: str) -> Callable[[Type[T]], Type[T]]:
+def register(*names: str, settings_field: str = "") -> Callable[[Type[T]], Type[T]]:
     """Class decorator: makes the model buildable as ``model_config.model_class: <any of names>``."""
     if not names:
         raise ValueError("register() needs at least one name")
 
     def decorate(cls: Type[T]) -> Type[T]:
-        entry = ModelEntry(cls, tuple(names))
+        entry = ModelEntry(cls, tuple(names), settings_field)
         for name in names:  # every name is checked before any is taken
             if name in _ENTRIES and _ENTRIES[name].model_class is not cls:
                 raise ValueError(f"model name {name!r} is registered twice "

@@ -167,8 +167,15 @@ def test_a_bst_trains_through_the_broker_replays_its_updates_exactly_and_its_exp
     parsed = trainer.parser.parse(din_lines(90000, 400))
     outputs = trainer.model.task_outputs(trainer.model(parsed.features, training=False))
     assert auc(parsed.labels.numpy(), outputs["probs"].numpy()) > 0.7  # the category-in-history signal
-    export(tmp_path / "m", tmp_path / "export")
     # an empty history (the target alone), and one longer than seq_len - 1 (cut)
+    export_serves_what_it_scores(trainer, tmp_path)
+
+
+def export_serves_what_it_scores(trainer, tmp_path) -> None:
+    """Exports the trainer's model_dir (``tmp_path / "m"``) and serves it over REST: what it serves for
+    samples of the stream, an empty history and one longer than the sequence_length (5) is what the trainer
+    scores."""
+    export(tmp_path / "m", tmp_path / "export")
     lines = din_lines(70000, 6) + [b"0,u1,i3,c3,1.0,,,", b"1,u2,i4,c4,2.0,i4|i16|i9|i1|i2|i3|i5,c4|c4|c9|c1|c2|c3|c5,t1:2"]
     expected = trained_outputs(trainer, lines)
     assert np.all(np.isfinite(expected["probs"]))

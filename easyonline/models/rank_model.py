@@ -1,0 +1,142 @@
+"""RankModel (EasyRec's ``RankModel`` with a ``backbone``): a graph of blocks over feature groups, their outputs
+concatenated, ``top_mlp``, and one logit.
+
+Blocks (models/backbone/graph.py) read feature groups through input layers, or other blocks; their layers are
+EasyRec's MLP, DIN (target attention, models/layers.py ``TargetAttention``) and BST (models/backbone/
+bst_encoder.py). A group a DIN or BST layer reads lists its SequenceFeatures and its target features together
+and an input layer reads it with ``output_seq_and_normal_feature`` (the parsers then check that its sequences'
+positions line up, as a target attention's). EasyRec's samples ``din_backbone_on_taobao`` and
+``bst_backbone_on_taobao`` are of this form. docs/models.md, "Backbone".
+"""
+from typing import Any, Dict, List
+
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.core.errors import ConfigError
+from easyonline.features.feature_spec import sequence_feature_names
+from easyonline.models.backbone.bst_encoder import BSTEncoder
+from easyonline.models.backbone.graph import BlockInputs, block_graph
+from easyonline.models.layers import MLP, BatchNorm, TargetAttention, initializer_of
+from easyonline.models.ranking_model import RankingModel, SequenceInput, one_or_all
+from easyonline.models.registry import register
+from easyonline.protos import pipeline_pb2
+
+tf = ensure_legacy_keras()
+
+
+@register("rank_model", "RankModel", settings_field="model_params")
+class RankModel(RankingModel):
+    global_bias = False  # the output layer has its bias
+
+    @classmethod
+    def validate_settings(cls, config: pipeline_pb2.PipelineConfig, path: str) -> None:
+        model = config.model_config
+        if not model.HasField("backbone"):
+            raise ConfigError("model_config.backbone", "RankModel is EasyRec's backbone model: give "
+                              "model_config.backbone { blocks { ... } }")
+        if model.model_params.l2_regularization < 0:
+            raise ConfigError(f"{path}.l2_regularization", "must be >= 0")
+        names = sequence_feature_names(config)
+        dims = {f.feature_name or f.input_names[0]: f.embedding_dim for f in config.feature_configs}
+        block_graph(model.backbone, {g.group_name: g for g in model.feature_groups if g.group_name}, names, dims)
+
+    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
+                 **kwargs):
+        super().__init__(specs, model_config, dnn, seed=seed, **kwargs)
+        self.l2 = model_config.l2_regularization or model_config.model_params.l2_regularization
+        widths = {f.name: self.tables.table_dim(f.table) for f in specs.id_features}
+        self.graph = block_graph(model_config.backbone, {g.group_name: g for g in model_config.feature_groups},
+                                 [f.name for f in specs.id_features if f.sequence], widths)
+        self.block_layers: Dict[str, List] = {node.name: self._layers_of(node, widths) for node in self.graph.order}
+        backbone = model_config.backbone
+        self.top_mlp = self.easyrec_mlp(backbone.top_mlp, "top_mlp") if backbone.HasField("top_mlp") else None
+        self.output_logit = self.logit_layer(0.0, "output")
+
+    def easyrec_mlp(self, settings: pipeline_pb2.MLP, name: str, drop_last: bool = False) -> MLP:
+        """An MLP layer of EasyRec's settings (``drop_last``: all but its last layer, DIN's hidden layers)."""
+        units = list(settings.hidden_units)[:-1] if drop_last else list(settings.hidden_units)
+        self._built_mlps += 1
+        self.dropout_ratio = max([self.dropout_ratio] + list(settings.dropout_ratio)[:len(units)])
+        self.use_bn = self.use_bn or settings.use_bn or settings.activation == "dice" or \
+            (settings.use_final_bn and not drop_last)
+        return MLP(units, settings.activation, list(settings.dropout_ratio), settings.use_bn, self.l2,
+                   seed=self._seed + 1000 * self._built_mlps,
+                   final_activation=None if drop_last else (settings.final_activation or "linear"),
+                   use_final_bn=None if drop_last else settings.use_final_bn, use_bias=settings.use_bias,
+                   use_final_bias=None if drop_last else settings.use_final_bias,
+                   initializer=settings.initializer, bn_after_activation=settings.use_bn_after_activation, name=name)
+
+    def _layers_of(self, node: BlockInputs, widths: Dict[str, int]) -> list:
+        block = node.block
+        if node.layer == "input_layer":
+            settings = block.input_layer
+            layers: list = []
+            if settings.do_batch_norm:
+                layers.append(BatchNorm(name=f"{block.name}_bn"))
+                self.use_bn = True
+            if settings.do_layer_norm:
+                layers.append(tf.keras.layers.LayerNormalization(name=f"{block.name}_ln"))
+            if settings.dropout_rate > 0:
+                layers.append(tf.keras.layers.Dropout(settings.dropout_rate, seed=self._seed))
+                self.dropout_ratio = max(self.dropout_ratio, settings.dropout_rate)
+            return layers
+        if node.layer == "keras_layer":
+            return [self._keras_layer(block.keras_layer, node, widths, block.name)]
+        if node.layer == "layers":
+            return [self._keras_layer(item.keras_layer, node, widths, f"{block.name}_l{k}")
+                    for k, item in enumerate(block.layers)]
+        return []  # identity: the inputs concatenated
+
+    def _keras_layer(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
+        if keras.class_name == "MLP":
+            return self.easyrec_mlp(keras.mlp, name)
+        group = self.sequence_groups[self._sequence_group_of(node)]
+        target = sum(widths[k] for k in group.keys)
+        width = sum(widths[h] for h in group.hist_seqs)
+        if keras.class_name == "DIN":
+            settings = keras.din
+            self._built_mlps += 1
+            score = tf.keras.layers.Dense(1, name=f"{name}_score", kernel_initializer=initializer_of(
+                settings.attention_dnn.initializer, self._seed + 1000 * self._built_mlps),
+                kernel_regularizer=tf.keras.regularizers.l2(self.l2) if self.l2 > 0 else None)
+            return TargetAttention(self.easyrec_mlp(settings.attention_dnn, f"{name}_attention", drop_last=True),
+                                   score, settings.attention_normalizer, settings.need_target_feature, target, width,
+                                   transform="pad" if target < width else "", name=name)
+        settings = keras.bst
+        self._built_mlps += 1
+        self.dropout_ratio = max(self.dropout_ratio, settings.hidden_dropout_prob,
+                                 settings.attention_probs_dropout_prob)
+        return BSTEncoder(settings, width, target, self.l2, seed=self._seed + 1000 * self._built_mlps, name=name)
+
+    def _sequence_group_of(self, node: BlockInputs) -> str:
+        """The feature group of the sequence input that ``node`` (a DIN or BST block) reads."""
+        reader = next(n for n in self.graph.order if n.name == node.inputs[0][1])
+        return reader.inputs[0][1]
+
+    def logits_from(self, embeddings, first_order, dense, training):
+        outputs: Dict[str, Any] = {}
+        for node in self.graph.order:
+            outputs[node.name] = self._run(node, outputs, embeddings, dense, training)
+        parts = [outputs[name] for name in self.graph.outputs]
+        hidden = parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
+        if self.top_mlp is not None:
+            hidden = self.top_mlp(hidden, training=training)
+        if hidden.shape[-1] == 1:  # (EasyRec adds the output layer only when the width is not one logit's)
+            return hidden[:, 0]
+        return one_or_all(self.output_logit(hidden))
+
+    def _run(self, node: BlockInputs, outputs: Dict[str, Any], embeddings, dense, training):
+        layers = self.block_layers[node.name]
+        if node.reads_sequence:
+            return self.sequence_input(node.inputs[0][1], embeddings)
+        parts = [outputs[name] if kind == "block" else self.group_input(name, embeddings, dense, training)
+                 for kind, name in node.inputs]
+        x = parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
+        for layer in layers:
+            if isinstance(x, SequenceInput):
+                if isinstance(layer, BSTEncoder):
+                    x = layer(x.sequence, x.lengths, x.keys, training=training)
+                else:
+                    x = layer(x.keys, x.sequence, x.lengths, training=training)
+            else:
+                x = layer(x, training=training)
+        return x

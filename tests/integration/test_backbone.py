@@ -1,0 +1,69 @@
+"""EasyRec's backbone models (model_class RankModel: blocks of MLP, DIN and BST layers) trained online.
+
+The configs have the shape of EasyRec's ``din_backbone_on_taobao`` and ``bst_backbone_on_taobao`` samples
+(an MLP over the user's group; an input layer with ``output_seq_and_normal_feature`` over a group holding
+the target item and its history; a DIN or BST block over it; ``top_mlp``), written here, not copied, over
+test_din's stream (the click depends on the history's categories, which no single id holds). The stream is
+written as production writes it: librdkafka's transactional producer, zstd-compressed, every fourth
+transaction aborted. Each model trains to the end of the topic through the real local broker while
+publishing updates; the updates replayed equal the trainer's model; the model has learnt the history's
+signal; its export, served over REST, gives what the trainer scores, for an empty history and one longer
+than the sequence_length too.
+"""
+import pytest
+
+from easyonline.updates.model_diff import differences_from_model
+from easyonline.updates.param_ids import read_parameter_ids
+from tests.integration.test_din import _train_to_the_end, din_config, din_lines, export_serves_what_it_scores
+from tests.integration.test_incremental_updates import _replay
+from tests.integration.test_multi_task_models import auc
+from tests.integration.test_transactional_topics import write_transactions
+
+GROUPS = """
+  feature_groups { group_name: "user" feature_names: ["user", "tags", "price"] wide_deep: DEEP }
+  feature_groups { group_name: "sequence" feature_names: ["item", "cate", "hist_item", "hist_cate"] wide_deep: DEEP }
+"""
+
+
+def backbone(layer: str) -> str:
+    return f"""model_class: "RankModel" model_name: "backbone test"
+  backbone {{
+    blocks {{ name: "deep" inputs {{ feature_group_name: "user" }}
+              keras_layer {{ class_name: "MLP" mlp {{ hidden_units: [16, 8] }} }} }}
+    blocks {{ name: "seq_input" inputs {{ feature_group_name: "sequence" }}
+              input_layer {{ output_seq_and_normal_feature: true }} }}
+    blocks {{ name: "seq" inputs {{ block_name: "seq_input" }} keras_layer {{ {layer} }} }}
+    top_mlp {{ hidden_units: [16, 8] }}
+  }}
+  model_params {{ l2_regularization: 1e-6 }}"""
+
+
+DIN = backbone('class_name: "DIN" din { attention_dnn { hidden_units: [8, 1] activation: "dice" } '
+               'need_target_feature: true }')
+BST = backbone('class_name: "BST" bst { hidden_size: 8 num_attention_heads: 2 num_hidden_layers: 1 '
+               'intermediate_size: 8 hidden_act: "gelu" max_position_embeddings: 5 hidden_dropout_prob: 0.1 '
+               'attention_probs_dropout_prob: 0 }')
+
+
+@pytest.mark.parametrize("model,layer", [(DIN, "block_layers/seq/0/hidden/"),
+                                         (BST, "block_layers/seq/0/layers_/0/query/")], ids=["din", "bst"])
+def test_a_backbone_model_trains_through_the_broker_replays_exactly_learns_the_history_and_serves_what_it_scores(
+        broker, topic, tmp_path, model, layer):
+    broker.create_topic(topic, 2)
+    committed = write_transactions(broker.bootstrap, topic, din_lines(0, 10000), 250, 2, codec="zstd")
+    samples = len(committed)
+    assert samples == 7500
+    updates = topic + "_updates"
+    config = din_config(tmp_path / "m", model, broker.bootstrap, topic, updates, groups=GROUPS)
+    trainer, records = _train_to_the_end(config, samples, broker.bootstrap, updates)
+    ids = read_parameter_ids(str(tmp_path / "m"))
+    assert differences_from_model(_replay(records, "m"), trainer.model, ids) == []
+    # the block's layer is dense parameters like any other: published and replayed
+    assert any(name.startswith(layer) for name in ids.dense), sorted(ids.dense)
+    # the history's ids are rows of the item table (one row whatever its place)
+    parsed = trainer.parser.parse(din_lines(90000, 400))
+    known = set(trainer.model.tables.embeddings["item"].params.export()[0].numpy().tolist())
+    assert set(parsed.features["hist_item"].flat_values.numpy().tolist()) <= known
+    outputs = trainer.model.task_outputs(trainer.model(parsed.features, training=False))
+    assert auc(parsed.labels.numpy(), outputs["probs"].numpy()) > 0.75  # the category-in-history signal
+    export_serves_what_it_scores(trainer, tmp_path)

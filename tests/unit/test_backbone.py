@@ -1,0 +1,241 @@
+"""EasyRec's backbone (model_class RankModel): the BST layer checked by hand, the block graph's order and
+outputs, every form it does not run refused naming its field, and EasyRec's DIN backbone sample's form read,
+built and scored, its sequence group's positions checked by the parser."""
+import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from easyonline.core.bootstrap import ensure_legacy_keras
+
+tf = ensure_legacy_keras()
+
+import math  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from easyonline.config import ConfigError, parse_pipeline_config  # noqa: E402
+from easyonline.config.easyrec_compat import normalize  # noqa: E402
+from easyonline.config.validate import validate_pipeline_config  # noqa: E402
+from easyonline.core.rejections import BAD_SEQUENCE, rejection_kind  # noqa: E402
+from easyonline.features import CsvParser, build_feature_specs  # noqa: E402
+from easyonline.features.signature import empty_features  # noqa: E402
+from easyonline.models.backbone.bst_encoder import BSTEncoder  # noqa: E402
+from easyonline.models.backbone.graph import block_graph  # noqa: E402
+from easyonline.models.builder import build_model  # noqa: E402
+from easyonline.protos import pipeline_pb2  # noqa: E402
+
+# label,user,age,brand,cate,brand_list,cate_list in the form of EasyRec's din_backbone_on_taobao sample
+EASYREC_DIN_BACKBONE = '''
+model_dir: "/tmp/unused"
+file_train_input { paths: "unused" }
+data_config {
+  input_fields { input_name: "label" input_type: INT32 }
+  input_fields { input_name: "user" input_type: STRING }
+  input_fields { input_name: "age" input_type: INT32 }
+  input_fields { input_name: "brand" input_type: STRING }
+  input_fields { input_name: "cate" input_type: STRING }
+  input_fields { input_name: "brand_list" input_type: STRING }
+  input_fields { input_name: "cate_list" input_type: STRING }
+  label_fields: "label"
+}
+feature_config: {
+  features: { input_names: "user" feature_type: IdFeature embedding_dim: 4 hash_bucket_size: 100 }
+  features: { input_names: "age" feature_type: RawFeature }
+  features: { input_names: "brand" feature_type: IdFeature embedding_dim: 4 hash_bucket_size: 100 }
+  features: { input_names: "cate" feature_type: IdFeature embedding_dim: 2 hash_bucket_size: 100 }
+  features: { input_names: "brand_list" feature_type: SequenceFeature separator: "|" embedding_dim: 4
+              embedding_name: "brand" sequence_length: 5 }
+  features: { input_names: "cate_list" feature_type: SequenceFeature separator: "|" embedding_dim: 2
+              embedding_name: "cate" sequence_length: 5 }
+}
+model_config: {
+  model_name: 'DIN'
+  model_class: 'RankModel'
+  feature_groups: { group_name: 'normal' feature_names: 'user' feature_names: 'age' feature_names: 'brand'
+                    wide_deep: DEEP }
+  feature_groups: { group_name: 'sequence' feature_names: "brand" feature_names: "cate"
+                    feature_names: "brand_list" feature_names: "cate_list" wide_deep: DEEP }
+  backbone {
+    blocks { name: 'deep' inputs { feature_group_name: 'normal' } keras_layer { class_name: 'MLP' mlp {
+      hidden_units: [8, 4] } } }
+    blocks { name: 'seq_input' inputs { feature_group_name: 'sequence' } input_layer {
+      output_seq_and_normal_feature: true } }
+    blocks { name: 'DIN' inputs { block_name: 'seq_input' } keras_layer { class_name: 'DIN' din {
+      attention_dnn { hidden_units: 4 hidden_units: 1 activation: "dice" } need_target_feature: true } } }
+    top_mlp { hidden_units: [8, 4] }
+  }
+  model_params { l2_regularization: 0 }
+  embedding_regularization: 0
+}
+'''
+
+
+def _config(*edits):
+    text = EASYREC_DIN_BACKBONE
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    config = parse_pipeline_config(text)
+    normalize(config)
+    validate_pipeline_config(config)
+    return config
+
+
+def test_easyrecs_din_backbone_form_builds_scores_and_the_parser_checks_its_sequence_positions():
+    config = _config()
+    specs = build_feature_specs(config)
+    model = build_model(config, specs)
+    assert [node.name for node in model.graph.order] == ["deep", "seq_input", "DIN"]
+    assert model.graph.outputs == ("deep", "DIN")  # every block no other block reads
+    model(empty_features(specs), training=False)
+    parser = CsvParser(specs)
+    parsed = parser.parse([b"1,u1,30,b1,c1,b1|b2,c1|c2", b"0,u2,20,b2,c2,,", b"1,u3,40,b3,c3,b1|b2|b3,c1|c2"])
+    assert [rejection_kind(reason) for _, reason in parsed.rejected] == [BAD_SEQUENCE]  # (3 brands, 2 categories)
+    other = parser.parse([b"1,u1,30,b1,c1,b7|b2,c1|c2"])
+    brands = model.tables.embeddings["brand"].params  # (rows for the brands: unknown ids score as zeros)
+    ids = np.unique(np.concatenate([b.features["brand_list"].flat_values.numpy() for b in (parsed, other)]))
+    brands.upsert(tf.constant(ids, tf.int64), tf.constant(np.random.default_rng(0).normal(size=(len(ids), 4)),
+                                                         tf.float32))
+    probs = model.task_outputs(model(parsed.features, training=False))["probs"].numpy()
+    assert probs.shape == (2,) and np.all(np.isfinite(probs))
+    # the history counts: another brand in it changes the score
+    assert abs(model.task_outputs(model(other.features, training=False))["probs"].numpy()[0] - probs[0]) > 1e-4
+
+
+@pytest.mark.parametrize("edit,field,words", [
+    (("keras_layer { class_name: 'DIN' din {", "keras_layer { class_name: 'FM' din {"),
+     "model_config.backbone.blocks[2].keras_layer.class_name", "'FM' is not one of"),
+    (("blocks { name: 'DIN' inputs { block_name: 'seq_input' }", "blocks { name: 'DIN' inputs { block_name: 'deep' }"),
+     "model_config.backbone.blocks[2].inputs", "a DIN layer reads one block"),
+    (("blocks { name: 'deep' inputs { feature_group_name: 'normal' }",
+      "blocks { name: 'deep' inputs { block_name: 'seq_input' }"),
+     "model_config.backbone.blocks[0].inputs", "only a DIN or BST layer reads it"),
+    (("blocks { name: 'deep' inputs { feature_group_name: 'normal' }",
+      "blocks { name: 'deep' inputs { feature_group_name: 'sequence' }"),
+     "model_config.backbone.blocks[0].inputs[0].feature_group_name", "holds SequenceFeature(s)"),
+    (("blocks { name: 'deep' inputs { feature_group_name: 'normal' }",
+      "blocks { name: 'deep' inputs { feature_group_name: 'normal' input_fn: 'lambda x: x' }"),
+     "model_config.backbone.blocks[0].inputs[0].input_fn", "Python expressions"),
+    (("    top_mlp {", "    blocks { name: 'x' inputs { block_name: 'y' } keras_layer { class_name: 'MLP' mlp { "
+      "hidden_units: 2 } } }\n    blocks { name: 'y' inputs { block_name: 'x' } keras_layer { class_name: 'MLP' mlp { "
+      "hidden_units: 2 } } }\n    top_mlp {"), "model_config.backbone.blocks", "cycle: x, y"),
+    (("top_mlp {", "concat_blocks: 'dnn' top_mlp {"), "model_config.backbone.concat_blocks[0]", "'dnn' is not a block"),
+    (("top_mlp {", "concat_blocks: 'seq_input' top_mlp {"), "model_config.backbone.concat_blocks[0]",
+     "is a sequence input"),
+    (("keras_layer { class_name: 'MLP' mlp {\n      hidden_units: [8, 4] } }", "lambda { expression: 'lambda x: x' }"),
+     "model_config.backbone.blocks[0].lambda", "Python lambda layers"),
+    (("hidden_units: 4 hidden_units: 1 activation", "hidden_units: 4 hidden_units: 2 activation"),
+     "model_config.backbone.blocks[2].keras_layer.din.attention_dnn.hidden_units", "one unit"),
+    (("feature_names: \"brand\" feature_names: \"cate\"\n", "feature_names: \"brand\" feature_names: \"cate\" "
+      "feature_names: \"user\"\n"), "model_config.backbone.blocks[2].keras_layer", "no wider"),
+    (("output_seq_and_normal_feature: true }", "output_seq_and_normal_feature: true only_output_3d_tensor: true }"),
+     "model_config.backbone.blocks[1].input_layer.only_output_3d_tensor", "is not supported here"),
+    (("  model_params { l2_regularization: 0 }\n", ""), None, None),
+])
+def test_forms_the_backbone_does_not_run_are_refused_naming_their_field(edit, field, words):
+    if field is None:  # (model_params may be left out)
+        _config(edit)
+        return
+    with pytest.raises(ConfigError) as error:
+        _config(edit)
+    assert error.value.path == field, error.value
+    assert words in str(error.value)
+
+
+def test_a_backbone_of_another_model_class_or_a_rank_model_without_one_is_refused():
+    with pytest.raises(ConfigError) as error:
+        _config(("model_class: 'RankModel'", "model_class: 'DNN'"))
+    assert error.value.path == "model_config.backbone" and "RankModel" in str(error.value)
+    text = EASYREC_DIN_BACKBONE
+    without = text[:text.index("  backbone {")] + text[text.index("  model_params"):]
+    config = parse_pipeline_config(without.replace("feature_names: \"brand_list\" feature_names: \"cate_list\"", ""))
+    normalize(config)
+    with pytest.raises(ConfigError) as error:
+        validate_pipeline_config(config)
+    assert error.value.path == "model_config.backbone"
+
+
+def test_the_graph_runs_blocks_after_what_they_read_and_concatenates_the_named_outputs():
+    backbone = pipeline_pb2.Backbone()
+    for name, inputs in (("top", ["a", "b"]), ("a", ["g"]), ("b", ["a"])):
+        block = backbone.blocks.add(name=name)
+        for item in inputs:
+            block.inputs.add(**({"feature_group_name": item} if item == "g" else {"block_name": item}))
+        block.keras_layer.class_name = "MLP"
+        block.keras_layer.mlp.hidden_units.append(2)
+    groups = {"g": pipeline_pb2.FeatureGroup(group_name="g", feature_names=["x"])}
+    graph = block_graph(backbone, groups, [], {"x": 4})
+    assert [n.name for n in graph.order] == ["a", "b", "top"] and graph.outputs == ("top",)
+    backbone.concat_blocks.extend(["a", "top"])
+    assert block_graph(backbone, groups, [], {"x": 4}).outputs == ("a", "top")
+
+
+def _layer_norm(x):
+    return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-12)  # (scale 1, offset 0 at start)
+
+
+def _gelu(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _bst_by_hand(layer, sequence, lengths, target):
+    """BERT's encoder as EasyRec's BST layer runs it (target at the head, one transformer layer), in numpy,
+    one sample at a time: the target's position's output."""
+    def dense(d, x):
+        return x @ d.kernel.numpy() + (d.bias.numpy() if d.bias is not None else 0)
+    out = []
+    block = layer.layers_[0]
+    heads, width = layer.heads, layer.hidden // layer.heads
+    for s, n, t in zip(sequence, lengths, target):
+        n = min(n, layer.max_positions)
+        s = np.maximum(dense(layer.seq_project, s[:n]), 0)
+        x = np.concatenate([t[None], s]) + layer.position_embeddings.numpy()[:n + 1]
+        x = _layer_norm(x)
+        q, k, v = (dense(block[name], x) for name in ("query", "key", "value"))
+        context = []
+        for h in range(heads):
+            cols = slice(h * width, (h + 1) * width)
+            scores = q[:, cols] @ k[:, cols].T / math.sqrt(width)
+            w = np.exp(scores - scores.max(1, keepdims=True))
+            context.append((w / w.sum(1, keepdims=True)) @ v[:, cols])
+        attended = _layer_norm(x + dense(block["attention_output"], np.concatenate(context, 1)))
+        x = _layer_norm(attended + dense(block["output"], _gelu(dense(block["intermediate"], attended))))
+        out.append(x[0])
+    return np.array(out)
+
+
+def _bst(**settings):
+    values = dict(hidden_size=4, num_hidden_layers=1, num_attention_heads=2, intermediate_size=6,
+                  max_position_embeddings=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                  output_all_token_embeddings=False)
+    values.update(settings)
+    return pipeline_pb2.BSTEncoder(**values)
+
+
+def test_the_bst_layer_is_berts_encoder_over_the_target_and_the_history_and_padding_changes_nothing():
+    layer = BSTEncoder(_bst(), seq_width=6, target_width=4, seed=5)
+    rng = np.random.default_rng(0)
+    sequence = rng.normal(size=(4, 5, 6)).astype(np.float32)
+    target = rng.normal(size=(4, 4)).astype(np.float32)
+    lengths = np.array([2, 5, 0, 3])  # 5: cut to max_position_embeddings = 3; 0: the target alone
+    got = layer(tf.constant(sequence), tf.constant(lengths, tf.int64), tf.constant(target)).numpy()
+    assert got.shape == (4, layer.output_width) == (4, 4)
+    np.testing.assert_allclose(got, _bst_by_hand(layer, sequence, lengths, target), rtol=1e-4, atol=1e-5)
+    sequence[0, 2:] = 9.0  # past its length
+    sequence[1, 3:] = -4.0  # past max_position_embeddings
+    sequence[2] = 7.0
+    again = layer(tf.constant(sequence), tf.constant(lengths, tf.int64), tf.constant(target)).numpy()
+    np.testing.assert_allclose(again, got, rtol=1e-5, atol=1e-6)
+    sequence[0, 1] += 1.0  # a valid position counts
+    assert not np.allclose(layer(tf.constant(sequence), tf.constant(lengths, tf.int64),
+                                 tf.constant(target)).numpy()[0], got[0], atol=1e-4)
+
+
+def test_the_bst_layer_flattens_every_position_and_leaves_the_target_out_when_asked():
+    everything = BSTEncoder(_bst(output_all_token_embeddings=True), seq_width=4, target_width=4, seed=1)
+    sequence = tf.ones([2, 7, 4])
+    out = everything(sequence, tf.constant([1, 7], tf.int64), tf.ones([2, 4]))
+    assert out.shape == (2, 4 * 4) == (2, everything.output_width)  # 3 positions and the target's
+    assert everything.seq_project is None and everything.target_project is None  # (as wide as hidden_size)
+    alone = BSTEncoder(_bst(target_item_position="ignore", reserve_target_position=False), seq_width=4,
+                       target_width=4, seed=1)
+    assert alone(sequence, tf.constant([1, 2], tf.int64), None).shape == (2, 4)
+    assert alone.positions == 3
