@@ -7,6 +7,7 @@ through placeholders; a history id is looked up in (and trained into) the target
 single process.
 """
 import numpy as np
+import pytest
 
 from easyonline.config.loader import to_text
 from easyonline.features.csv_parser import CsvParser
@@ -21,21 +22,27 @@ from easyonline.updates.readers import DirectoryUpdateReader
 from easyonline.updates.replica import ParameterReplica
 from tests.conftest import python_env
 from tests.integration.test_cluster import _summary
-from tests.integration.test_din import din_config, din_lines
+from tests.integration.test_backbone import BST, GROUPS as BACKBONE_GROUPS
+from tests.integration.test_din import GROUPS, DIN, din_config, din_lines
 
 SAMPLES = 2400
 
 
-def test_a_two_ps_cluster_trains_din_and_its_published_updates_equal_its_checkpoint(tmp_path):
+@pytest.mark.parametrize("model,groups,layer,kernels", [
+    (DIN, GROUPS, ("attentions/din/", "seq_dnn"), 5),
+    (BST, BACKBONE_GROUPS, ("block_layers/seq/0/layers_/0/query/", "layer_0_query"), 11)], ids=["din", "bst_backbone"])
+def test_a_two_ps_cluster_trains_a_sequence_model_and_its_published_updates_equal_its_checkpoint(
+        tmp_path, model, groups, layer, kernels):
     """Tables split by key (ps_shard_tables_by_key): the sequence's ids and the target's of one table live on
     both ps, so a history's lookup crosses ps. (Whole tables, one ps per table, are what test_cluster and the
-    other cluster tests run.)"""
+    other cluster tests run.) DIN, and EasyRec's backbone form of BST (blocks, a sequence input, BERT's
+    encoder with dropout)."""
     data = tmp_path / "samples.csv"
     # the last line's history holds an id ("i9999") no sample has as a target: only a lookup of the
     # sequence in the shared table can give it a row; its first position has two categories (seq_multi_sep)
     last = b"1,u1,i3,c3,1.0,i9999|i3,c3;c7|c3,t1:0.5"
     data.write_bytes(b"\n".join(din_lines(0, SAMPLES - 1) + [last]) + b"\n")
-    config = din_config(tmp_path / "model")
+    config = din_config(tmp_path / "model", model, groups=groups)
     next(f for f in config.feature_configs if f.input_names[0] == "hist_cate").seq_multi_sep = ";"
     config.ClearField("kafka_train_input")
     config.file_train_input.paths.append(str(data))
@@ -58,7 +65,7 @@ def test_a_two_ps_cluster_trains_din_and_its_published_updates_equal_its_checkpo
         replica.apply(decode_update(data))
     ids = read_parameter_ids(str(tmp_path / "model"))
     assert differences_from_model(replica, model.model, ids) == []
-    assert any(name.startswith("attentions/din/") for name in ids.dense), sorted(ids.dense)
+    assert any(name.startswith(layer[0]) for name in ids.dense), sorted(ids.dense)
     # one item table for targets and histories: the history-only id has a row, and a tag has rows
     parser = CsvParser(model.specs)
     assert parser.parse([last]).features["hist_cate/positions"].to_list() == [[0, 0, 1]]
@@ -67,11 +74,11 @@ def test_a_two_ps_cluster_trains_din_and_its_published_updates_equal_its_checkpo
     assert history_only in items
     assert "hist_item" not in model.model.tables.embeddings
     assert model.model.tables.embeddings["tags"].params.size().numpy() > 0
-    # every layer trained, the attention's too: each kernel moved from a fresh model's (the same seed) initial
+    # every layer trained, the attention's (the encoder's) too: each kernel moved from a fresh model's (the same seed) initial
     # values. (Not a learning check: DIN leaves its initial plateau after 12 to 40+ steps, by seed.)
     fresh = build_model(config, model.specs)
     fresh(empty_features(model.specs))
-    kernels = [(trained.name, trained.numpy(), initial.numpy()) for trained, initial in
-               zip(model.model.trainable_variables, fresh.trainable_variables) if "kernel" in trained.name]
-    assert len(kernels) == 5 and any("seq_dnn" in name for name, _, _ in kernels), [k[0] for k in kernels]
-    assert [name for name, trained, initial in kernels if np.array_equal(trained, initial)] == []
+    moved = [(trained.name, trained.numpy(), initial.numpy()) for trained, initial in
+             zip(model.model.trainable_variables, fresh.trainable_variables) if "kernel" in trained.name]
+    assert len(moved) == kernels and any(layer[1] in name for name, _, _ in moved), [k[0] for k in moved]
+    assert [name for name, trained, initial in moved if np.array_equal(trained, initial)] == []
