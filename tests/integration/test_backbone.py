@@ -8,15 +8,24 @@ written as production writes it: librdkafka's transactional producer, zstd-compr
 transaction aborted. Each model trains to the end of the topic through the real local broker while
 publishing updates; the updates replayed equal the trainer's model; the model has learnt the history's
 signal; its export, served over REST, gives what the trainer scores, for an empty history and one longer
-than the sequence_length too.
+than the sequence_length too; its export for stock TensorFlow Serving, read in a fresh process without TFRA,
+scores the same.
 """
+import json
+import subprocess
+
+import numpy as np
 import pytest
 
 from easyonline.updates.model_diff import differences_from_model
 from easyonline.updates.param_ids import read_parameter_ids
-from tests.integration.test_din import _train_to_the_end, din_config, din_lines, export_serves_what_it_scores
+from tests.conftest import PYTHON, python_env
+from tests.integration.test_din import FIELDS, _train_to_the_end, din_config, din_lines, export_serves_what_it_scores
 from tests.integration.test_incremental_updates import _replay
 from tests.integration.test_multi_task_models import auc
+from tests.integration.test_positioned_sequence_exports import READER
+from tests.integration.test_serve_tasks import trained_outputs
+from tests.integration.test_stock_serving_export import _export, _finished
 from tests.integration.test_transactional_topics import write_transactions
 
 GROUPS = """
@@ -67,3 +76,16 @@ def test_a_backbone_model_trains_through_the_broker_replays_exactly_learns_the_h
     outputs = trainer.model.task_outputs(trainer.model(parsed.features, training=False))
     assert auc(parsed.labels.numpy(), outputs["probs"].numpy()) > 0.75  # the category-in-history signal
     export_serves_what_it_scores(trainer, tmp_path)
+    # the export for stock TensorFlow Serving, read in a fresh process without TFRA, scores the same
+    stock = _finished(_export(tmp_path / "m", tmp_path / "stock", "--for_stock_serving"))
+    lines = din_lines(80000, 8) + [b"0,u1,i3,c3,1.0,,,"]
+    want = trained_outputs(trainer, lines)["probs"]
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps([{n: (float(v) if n == "price" else v) for (n, _), v in
+                                 zip(FIELDS[1:], line.decode().split(",")[1:])} for line in lines]))
+    run = subprocess.run([PYTHON, "-c", READER, stock, str(rows)], env=python_env(), capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["stock"] and not got["tfra"]
+    np.testing.assert_allclose(got["probs"], want, atol=1e-6)
