@@ -9,7 +9,7 @@ logit. A tower names only towers before it. ``call`` returns {tower name:
 logits [B]}. ``deepfm_terms`` (not EasyRec's) adds to each task's logit
 DeepFM's terms, as MMoE's.
 """
-from typing import Dict, Set
+from typing import Dict, Sequence, Set
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
@@ -21,8 +21,47 @@ from easyonline.protos import pipeline_pb2
 tf = ensure_legacy_keras()
 
 
+def check_relations(towers: Sequence[pipeline_pb2.BayesTaskTower], path: str) -> None:
+    """ConfigError unless each tower's relation_tower_names name towers before it (``path``: the towers')."""
+    earlier: Set[str] = set()
+    for i, tower in enumerate(towers):
+        for j, name in enumerate(tower.relation_tower_names):
+            if name not in earlier:
+                raise ConfigError(f"{path}[{i}].relation_tower_names[{j}]",
+                                  f"{name!r} is not a tower before {tower.tower_name!r} (towers read the "
+                                  f"relation outputs of earlier towers only: {sorted(earlier)})")
+        earlier.add(tower.tower_name)
+
+
+class BayesTowers:
+    """DBMTL's task towers, for a RankingModel that gives each tower its input (DBMTL; EasyRec's MultiTaskModel
+    over a backbone): per tower (``BayesTaskTower``, in order) its ``dnn``, its ``relation_dnn`` over [its dnn
+    output, the relation_dnn outputs of the towers it names], and its logit."""
+
+    def build_bayes_towers(self, towers: Sequence[pipeline_pb2.BayesTaskTower], l2: float) -> None:
+        self.tower_names = [t.tower_name for t in towers]
+        self.relations = [list(t.relation_tower_names) for t in towers]
+        self.towers = [self.mlp(t.dnn, l2, f"{t.tower_name}_dnn") for t in towers]  # type: ignore[attr-defined]
+        self.relation_dnns = [self.mlp(t.relation_dnn, l2, f"{t.tower_name}_relation_dnn")  # type: ignore[attr-defined]
+                              for t in towers]
+        self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit", t.num_class)  # type: ignore[attr-defined]
+                             for t in towers]
+
+    def bayes_logits(self, inputs: Sequence[tf.Tensor], training) -> Dict[str, tf.Tensor]:
+        """{tower name: logits} of the towers, each over its input (``inputs``, in tower order)."""
+        relation: Dict[str, tf.Tensor] = {}
+        logits: Dict[str, tf.Tensor] = {}
+        for name, x, tower, relations, relation_dnn, logit in zip(
+                self.tower_names, inputs, self.towers, self.relations, self.relation_dnns, self.tower_logits):
+            parts = [tower(x, training=training)] + [relation[r] for r in relations]
+            relation[name] = relation_dnn(tf.concat(parts, axis=1) if len(parts) > 1 else parts[0],
+                                          training=training)
+            logits[name] = one_or_all(logit(relation[name]))
+        return logits
+
+
 @register("dbmtl", "DBMTL")
-class DBMTL(RankingModel):
+class DBMTL(BayesTowers, RankingModel):
     global_bias = False
 
     @classmethod
@@ -32,14 +71,7 @@ class DBMTL(RankingModel):
             raise ConfigError(f"{path}.task_towers", "DBMTL needs at least one task tower")
         if settings.HasField("expert_dnn") and settings.num_expert < 1:
             raise ConfigError(f"{path}.num_expert", f"must be >= 1 with expert_dnn, got {settings.num_expert}")
-        earlier: Set[str] = set()
-        for i, tower in enumerate(settings.task_towers):
-            for j, name in enumerate(tower.relation_tower_names):
-                if name not in earlier:
-                    raise ConfigError(f"{path}.task_towers[{i}].relation_tower_names[{j}]",
-                                      f"{name!r} is not a tower before {tower.tower_name!r} (towers read the "
-                                      f"relation outputs of earlier towers only: {sorted(earlier)})")
-            earlier.add(tower.tower_name)
+        check_relations(settings.task_towers, f"{path}.task_towers")
         check_group(config, "all", "model_config.feature_groups")
         if settings.deepfm_terms:
             check_deepfm_terms(config, f"{path}.deepfm_terms", settings.task_towers)
@@ -54,11 +86,7 @@ class DBMTL(RankingModel):
         self.mixture = ExpertMixture([self.mlp(settings.expert_dnn, l2, f"expert_{i}")
                                       for i in range(settings.num_expert)], len(towers), l2, seed=seed + 300,
                                      name="mmoe") if settings.HasField("expert_dnn") else None
-        self.tower_names = [t.tower_name for t in towers]
-        self.relations = [list(t.relation_tower_names) for t in towers]
-        self.towers = [self.mlp(t.dnn, l2, f"{t.tower_name}_dnn") for t in towers]
-        self.relation_dnns = [self.mlp(t.relation_dnn, l2, f"{t.tower_name}_relation_dnn") for t in towers]
-        self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit", t.num_class) for t in towers]
+        self.build_bayes_towers(towers, l2)
         if settings.deepfm_terms:
             self.build_deepfm_terms(len(self.tower_names))
 
@@ -70,12 +98,4 @@ class DBMTL(RankingModel):
         bottom = self.bottom(self.group_input("all", embeddings, dense, training), training=training)
         inputs = self.mixture(bottom, training=training) if self.mixture is not None \
             else [bottom] * len(self.tower_names)
-        relation: Dict[str, tf.Tensor] = {}
-        logits: Dict[str, tf.Tensor] = {}
-        for name, x, tower, relations, relation_dnn, logit in zip(
-                self.tower_names, inputs, self.towers, self.relations, self.relation_dnns, self.tower_logits):
-            parts = [tower(x, training=training)] + [relation[r] for r in relations]
-            relation[name] = relation_dnn(tf.concat(parts, axis=1) if len(parts) > 1 else parts[0],
-                                          training=training)
-            logits[name] = one_or_all(logit(relation[name]))
-        return self.with_deepfm_terms(logits, embeddings, first_order, dense)
+        return self.with_deepfm_terms(self.bayes_logits(inputs, training), embeddings, first_order, dense)

@@ -14,8 +14,9 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import sequence_feature_names
 from easyonline.models.backbone.bst_encoder import BSTEncoder
-from easyonline.models.backbone.graph import BlockInputs, block_graph
-from easyonline.models.layers import MLP, BatchNorm, TargetAttention, initializer_of
+from easyonline.models.backbone.graph import BlockGraph, BlockInputs, block_graph
+from easyonline.models.backbone.senet import SENet
+from easyonline.models.layers import MLP, BatchNorm, ExpertMixture, TargetAttention, initializer_of
 from easyonline.models.ranking_model import RankingModel, SequenceInput, one_or_all
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
@@ -26,25 +27,36 @@ tf = ensure_legacy_keras()
 @register("rank_model", "RankModel", settings_field="model_params")
 class RankModel(RankingModel):
     global_bias = False  # the output layer has its bias
+    reads_task_towers = False  # (MultiTaskModel's do)
 
     @classmethod
     def validate_settings(cls, config: pipeline_pb2.PipelineConfig, path: str) -> None:
+        cls.validated_graph(config, path)
+
+    @classmethod
+    def validated_graph(cls, config: pipeline_pb2.PipelineConfig, path: str) -> BlockGraph:
+        """The backbone's graph; ConfigError naming the field of anything that cannot run."""
         model = config.model_config
         if not model.HasField("backbone"):
-            raise ConfigError("model_config.backbone", "RankModel is EasyRec's backbone model: give "
+            raise ConfigError("model_config.backbone", f"{cls.__name__} is EasyRec's backbone model: give "
                               "model_config.backbone { blocks { ... } }")
         if model.model_params.l2_regularization < 0:
             raise ConfigError(f"{path}.l2_regularization", "must be >= 0")
+        if model.model_params.task_towers and not cls.reads_task_towers:
+            raise ConfigError(f"{path}.task_towers", "task towers are MultiTaskModel's (model_class "
+                              "\"MultiTaskModel\"); a RankModel has one task, of model_config.loss_type")
         names = sequence_feature_names(config)
         dims = {f.feature_name or f.input_names[0]: f.embedding_dim for f in config.feature_configs}
-        block_graph(model.backbone, {g.group_name: g for g in model.feature_groups if g.group_name}, names, dims)
+        return block_graph(model.backbone, {g.group_name: g for g in model.feature_groups if g.group_name}, names,
+                           dims)
 
     def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
                  **kwargs):
         super().__init__(specs, model_config, dnn, seed=seed, **kwargs)
         self.l2 = model_config.l2_regularization or model_config.model_params.l2_regularization
         widths = {f.name: self.tables.table_dim(f.table) for f in specs.id_features}
-        self.graph = block_graph(model_config.backbone, {g.group_name: g for g in model_config.feature_groups},
+        self._group_config = {g.group_name: g for g in model_config.feature_groups}
+        self.graph = block_graph(model_config.backbone, self._group_config,
                                  [f.name for f in specs.id_features if f.sequence], widths)
         self.block_layers: Dict[str, List] = {node.name: self._layers_of(node, widths) for node in self.graph.order}
         backbone = model_config.backbone
@@ -89,7 +101,18 @@ class RankModel(RankingModel):
     def _keras_layer(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
         if keras.class_name == "MLP":
             return self.easyrec_mlp(keras.mlp, name)
-        group = self.sequence_groups[self._sequence_group_of(node)]
+        if keras.class_name == "MMoE":
+            settings = keras.mmoe
+            experts = [self.easyrec_mlp(settings.expert_mlp, f"{name}_expert_{i}") for i in range(settings.num_expert)]
+            self._built_mlps += 1
+            return ExpertMixture(experts, settings.num_task, self.l2, seed=self._seed + 1000 * self._built_mlps,
+                                 name=name)
+        if keras.class_name == "SENet":
+            names = list(self._group_config[self._source_group(node)].feature_names)
+            self._built_mlps += 1
+            return SENet(keras.senet, len(names), sum(self._feature_width(n, widths) for n in names),
+                         seed=self._seed + 1000 * self._built_mlps, name=name)
+        group = self.sequence_groups[self._source_group(node)]
         target = sum(widths[k] for k in group.keys)
         width = sum(widths[h] for h in group.hist_seqs)
         if keras.class_name == "DIN":
@@ -107,19 +130,41 @@ class RankModel(RankingModel):
                                  settings.attention_probs_dropout_prob)
         return BSTEncoder(settings, width, target, self.l2, seed=self._seed + 1000 * self._built_mlps, name=name)
 
-    def _sequence_group_of(self, node: BlockInputs) -> str:
-        """The feature group of the sequence input that ``node`` (a DIN or BST block) reads."""
+    def _source_group(self, node: BlockInputs) -> str:
+        """The feature group of the input layer that ``node`` (a DIN, BST or SENet block) reads."""
         reader = next(n for n in self.graph.order if n.name == node.inputs[0][1])
         return reader.inputs[0][1]
 
-    def logits_from(self, embeddings, first_order, dense, training):
+    def _feature_width(self, name: str, widths: Dict[str, int]) -> int:
+        raw = {f.name: f.dim for f in self.specs.raw_features}
+        return raw[name] if name in raw else widths[name]
+
+    def group_features(self, group: str, embeddings, dense) -> List[tf.Tensor]:
+        """Feature group ``group`` as a list (EasyRec's ``only_output_feature_list``), in the group's order: an id
+        feature's embedding [B, dim], a raw feature's columns [B, dim]."""
+        raw = {f.name: f.dim for f in self.specs.raw_features}
+        return [tf.reshape(tf.gather(dense, self.specs.dense_columns([n]), axis=1), [-1, raw[n]]) if n in raw
+                else embeddings.by_name[n] for n in self._group_config[group].feature_names]
+
+    def backbone_outputs(self, embeddings, dense, training) -> List[tf.Tensor]:
+        """The outputs of the blocks the model reads (concat_blocks / output_blocks), in order; a block giving
+        a list (MMoE's) gives its tensors in order."""
         outputs: Dict[str, Any] = {}
         for node in self.graph.order:
             outputs[node.name] = self._run(node, outputs, embeddings, dense, training)
-        parts = [outputs[name] for name in self.graph.outputs]
+        parts: List[tf.Tensor] = []
+        for name in self.graph.outputs:
+            parts += outputs[name] if isinstance(outputs[name], list) else [outputs[name]]
+        return parts
+
+    def backbone_output(self, embeddings, dense, training) -> tf.Tensor:
+        """The outputs concatenated, then ``top_mlp`` when set: EasyRec's backbone output."""
+        parts = self.backbone_outputs(embeddings, dense, training)
         hidden = parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
-        if self.top_mlp is not None:
-            hidden = self.top_mlp(hidden, training=training)
+        return self.top_mlp(hidden, training=training) if self.top_mlp is not None else hidden
+
+    def logits_from(self, embeddings, first_order, dense, training):
+        hidden = self.backbone_output(embeddings, dense, training)
         if hidden.shape[-1] == 1:  # (EasyRec adds the output layer only when the width is not one logit's)
             return hidden[:, 0]
         return one_or_all(self.output_logit(hidden))
@@ -128,6 +173,8 @@ class RankModel(RankingModel):
         layers = self.block_layers[node.name]
         if node.reads_sequence:
             return self.sequence_input(node.inputs[0][1], embeddings)
+        if node.layer == "input_layer" and node.block.input_layer.only_output_feature_list:
+            return self.group_features(node.inputs[0][1], embeddings, dense)
         parts = [outputs[name] if kind == "block" else self.group_input(name, embeddings, dense, training)
                  for kind, name in node.inputs]
         x = parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)

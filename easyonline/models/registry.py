@@ -16,7 +16,7 @@ MODEL_MODULES = ("easyonline.models.deepfm", "easyonline.models.wide_and_deep", 
                  "easyonline.models.mmoe", "easyonline.models.dbmtl", "easyonline.models.esmm",
                  "easyonline.models.multi_tower", "easyonline.models.dcn", "easyonline.models.din",
                  "easyonline.models.multi_tower_din", "easyonline.models.multi_tower_bst",
-                 "easyonline.models.rank_model")
+                 "easyonline.models.rank_model", "easyonline.models.multi_task_model")
 
 T = TypeVar("T")
 

@@ -1,4 +1,5 @@
-"""EasyRec-shaped MultiTower, DBMTL, MMoE, ESMM and DCN configs through the judging harness's own functions.
+"""EasyRec-shaped MultiTower, DBMTL, MMoE, ESMM, DCN and MultiTaskModel (backbone) configs through the judging
+harness's own functions.
 
 The configs are written here in the shape of EasyRec's taobao samples (file inputs, ``feature_config {
 features }``, ``input_type: CSVInput``, two 0/1 labels, id, tag and raw features, EasyRec's model messages),
@@ -66,8 +67,21 @@ MODELS = {
   }
 """),
 }
+# EasyRec's MultiTaskModel over a backbone (mmoe_backbone_on_taobao's form): the group as a feature list,
+# SENet's reweighting, an MMoE layer giving each task tower its input
+MODELS["mmoe_backbone"] = ("MultiTaskModel", [("all", ("user_id", "age_level", "item_id", "cate_id", "tags"))], """\
+  backbone {
+    blocks { name: "all" inputs { feature_group_name: "all" } input_layer { only_output_feature_list: true } }
+    blocks { name: "senet" inputs { block_name: "all" } keras_layer { class_name: "SENet" senet { reduction_ratio: 4 } } }
+    blocks { name: "mmoe" inputs { block_name: "senet" }
+             keras_layer { class_name: "MMoE" mmoe { num_task: 2 num_expert: 3 expert_mlp { hidden_units: [16, 8] } } } }
+  }
+  model_params {
+""" + _tower("ctr", "clk") + _tower("cvr", "buy", 'relation_tower_names: ["ctr"] relation_dnn { hidden_units: [8] } ')
+    + "    l2_regularization: 1e-6\n  }\n")
 EXPECTED_OUTPUTS = {"multi_tower": ["probs"], "dcn": ["probs"], "mmoe": ["probs_ctr", "probs_cvr"],
-                    "dbmtl": ["probs_ctr", "probs_cvr", "pos_logits_cvr"], "esmm": ["probs_ctcvr", "probs_ctr", "probs_cvr"]}
+                    "dbmtl": ["probs_ctr", "probs_cvr", "pos_logits_cvr"], "esmm": ["probs_ctcvr", "probs_ctr", "probs_cvr"],
+                    "mmoe_backbone": ["probs_ctr", "probs_cvr"]}
 
 
 def easyrec_sample(family: str) -> str:
@@ -168,7 +182,8 @@ def dbmtl_with_jrc_and_dice() -> str:
 # The harness run: each family once, the MultiTower, MMoE and DBMTL samples with their several losses
 # (test_easyrec_losses.py checks their tasks).
 SAMPLES = {"multi_tower": with_model_losses, "dcn": lambda: easyrec_sample("dcn"), "mmoe": mmoe_with_tower_losses,
-           "dbmtl": dbmtl_with_jrc_and_dice, "esmm": lambda: easyrec_sample("esmm")}
+           "dbmtl": dbmtl_with_jrc_and_dice, "esmm": lambda: easyrec_sample("esmm"),
+           "mmoe_backbone": lambda: easyrec_sample("mmoe_backbone")}
 
 
 @pytest.fixture(scope="module")
@@ -179,13 +194,13 @@ def results(broker, tmp_path_factory):
         path = configs / f"{family}_on_generated.config"
         path.write_text(make())
         paths.append(str(path))
-    return {r.family: r for r in run_samples(paths, broker, str(tmp_path_factory.mktemp("runs")), samples=600,
-                                             predict_rows=4)}
+    return {r.name: r for r in run_samples(paths, broker, str(tmp_path_factory.mktemp("runs")), samples=600,
+                                           predict_rows=4)}
 
 
-@pytest.mark.parametrize("family", sorted(MODELS))
+@pytest.mark.parametrize("family", sorted(SAMPLES))
 def test_an_easyrec_sample_loads_trains_exports_serves_every_task_and_replays_equal(results, family):
-    result = results[family]
+    result = results[f"{family}_on_generated"]
     assert result.passed == list(STEPS), result.error
     assert result.samples == 600 and result.published > 0
     # every task's prediction output is served (the logits come too)

@@ -7,6 +7,7 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 tf = ensure_legacy_keras()
 
 import math  # noqa: E402
+import re  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -19,6 +20,7 @@ from easyonline.features import CsvParser, build_feature_specs  # noqa: E402
 from easyonline.features.signature import empty_features  # noqa: E402
 from easyonline.models.backbone.bst_encoder import BSTEncoder  # noqa: E402
 from easyonline.models.backbone.graph import block_graph  # noqa: E402
+from easyonline.models.backbone.senet import SENet  # noqa: E402
 from easyonline.models.builder import build_model  # noqa: E402
 from easyonline.protos import pipeline_pb2  # noqa: E402
 
@@ -104,10 +106,10 @@ def test_easyrecs_din_backbone_form_builds_scores_and_the_parser_checks_its_sequ
     (("keras_layer { class_name: 'DIN' din {", "keras_layer { class_name: 'FM' din {"),
      "model_config.backbone.blocks[2].keras_layer.class_name", "'FM' is not one of"),
     (("blocks { name: 'DIN' inputs { block_name: 'seq_input' }", "blocks { name: 'DIN' inputs { block_name: 'deep' }"),
-     "model_config.backbone.blocks[2].inputs", "a DIN layer reads one block"),
+     "model_config.backbone.blocks[2].inputs", "layer DIN reads a sequence input"),
     (("blocks { name: 'deep' inputs { feature_group_name: 'normal' }",
       "blocks { name: 'deep' inputs { block_name: 'seq_input' }"),
-     "model_config.backbone.blocks[0].inputs", "only a DIN or BST layer reads it"),
+     "model_config.backbone.blocks[0].inputs", "layer MLP reads a tensor"),
     (("blocks { name: 'deep' inputs { feature_group_name: 'normal' }",
       "blocks { name: 'deep' inputs { feature_group_name: 'sequence' }"),
      "model_config.backbone.blocks[0].inputs[0].feature_group_name", "holds SequenceFeature(s)"),
@@ -239,3 +241,87 @@ def test_the_bst_layer_flattens_every_position_and_leaves_the_target_out_when_as
                        target_width=4, seed=1)
     assert alone(sequence, tf.constant([1, 2], tf.int64), None).shape == (2, 4)
     assert alone.positions == 3
+
+
+def test_the_senet_layer_reweights_each_column_from_the_grouped_squeeze_of_every_feature():
+    layer = SENet(pipeline_pb2.SENet(reduction_ratio=2, num_squeeze_group=2), fields=2, width=6, seed=3)
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=(3, 2)).astype(np.float32)
+    got = layer([tf.constant(a), tf.constant(b)]).numpy()
+    assert got.shape == (3, 6) and layer.reduce.units == 4  # 2 fields * 2 groups * 2 / reduction_ratio 2
+    squeezed = np.concatenate([a.reshape(3, 2, 2).max(-1), a.reshape(3, 2, 2).mean(-1),
+                               b.reshape(3, 2, 1).max(-1), b.reshape(3, 2, 1).mean(-1)], axis=1)
+    hidden = np.maximum(squeezed @ layer.reduce.kernel.numpy() + layer.reduce.bias.numpy(), 0)
+    weights = hidden @ layer.excite.kernel.numpy() + layer.excite.bias.numpy()
+    inputs = np.concatenate([a, b], axis=1)
+    np.testing.assert_allclose(got, _layer_norm_eps(inputs * weights + inputs, 1e-3), rtol=1e-4, atol=1e-5)
+
+
+def _layer_norm_eps(x, epsilon):
+    return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + epsilon)
+
+
+# mmoe_backbone_on_taobao's form: the group as a feature list, SENet, an MMoE layer giving each task its input
+MULTI_TASK = (("  model_name: 'DIN'\n  model_class: 'RankModel'", "  model_class: 'MultiTaskModel'"),
+              ("  backbone {", """  backbone {
+    blocks { name: 'all' inputs { feature_group_name: 'normal' } input_layer { only_output_feature_list: true } }
+    blocks { name: 'senet' inputs { block_name: 'all' } keras_layer { class_name: 'SENet' senet {
+      reduction_ratio: 2 num_squeeze_group: 1 } } }
+    blocks { name: 'mmoe' inputs { block_name: 'senet' } keras_layer { class_name: 'MMoE' mmoe {
+      num_task: 2 num_expert: 3 expert_mlp { hidden_units: [8, 4] } } } }
+  }
+  unused {"""),
+              ("  model_params { l2_regularization: 0 }", """  model_params {
+    task_towers { tower_name: 'ctr' label_name: 'label' dnn { hidden_units: [4] } }
+    task_towers { tower_name: 'cvr' label_name: 'label' dnn { hidden_units: [4] } relation_tower_names: 'ctr'
+                  relation_dnn { hidden_units: [2] } }
+  }"""))
+
+
+def _multi_task(*edits):
+    text = EASYREC_DIN_BACKBONE
+    for old, new in MULTI_TASK + edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    start = text.index("  unused {")  # (the DIN sample's blocks dropped: this backbone has its own)
+    text = text[:start] + text[text.index("  model_params {"):]
+    text = re.sub(r'  features: \{ input_names: "(brand|cate)_list".*?\}\n', "", text, flags=re.S)  # (no sequence)
+    config = parse_pipeline_config(text.replace('feature_names: "brand_list" feature_names: "cate_list"', ""))
+    normalize(config)
+    validate_pipeline_config(config)
+    return config
+
+
+def test_easyrecs_multi_task_backbone_gives_each_task_tower_its_mmoe_input_and_scores_every_task():
+    config = _multi_task()
+    specs = build_feature_specs(config)
+    model = build_model(config, specs)
+    assert [t.name for t in model.tasks] == ["ctr", "cvr"] and model.one_by_one
+    model(empty_features(specs), training=False)
+    parsed = CsvParser(specs).parse([b"1,u1,30,b1,c1,,", b"0,u2,20,b2,c2,,"])
+    outputs = model.task_outputs(model(parsed.features, training=False))
+    assert {"probs_ctr", "probs_cvr"} <= set(outputs) and outputs["probs_cvr"].shape == (2,)
+    assert np.all(np.isfinite(outputs["probs_ctr"].numpy()))
+
+
+@pytest.mark.parametrize("edit,field,words", [
+    (("num_task: 2", "num_task: 3"), "model_config.backbone", "gives 3 outputs one by one"),
+    (("num_squeeze_group: 1", "num_squeeze_group: 3"), "model_config.backbone.blocks[1].keras_layer.senet."
+     "num_squeeze_group", "multiple of num_squeeze_group"),
+    (("relation_tower_names: 'ctr'", "relation_tower_names: 'cvr'"),
+     "model_config.model_params.task_towers[1].relation_tower_names[0]", "not a tower before"),
+    (("keras_layer { class_name: 'SENet'", "keras_layer { class_name: 'MLP' mlp { hidden_units: 2 } } } "
+      "blocks { name: 'x' inputs { block_name: 'all' } keras_layer { class_name: 'SENet'"),
+     "model_config.backbone.blocks[1].inputs", "layer MLP reads a tensor"),
+])
+def test_multi_task_backbone_forms_that_cannot_run_are_refused_naming_their_field(edit, field, words):
+    with pytest.raises(ConfigError) as error:
+        _multi_task(edit)
+    assert error.value.path == field, error.value
+    assert words in str(error.value)
+
+
+def test_task_towers_in_a_rank_model_are_refused():
+    with pytest.raises(ConfigError) as error:
+        _multi_task(("  model_class: 'MultiTaskModel'", "  model_class: 'RankModel'"))
+    assert error.value.path == "model_config.model_params.task_towers" and "MultiTaskModel" in str(error.value)

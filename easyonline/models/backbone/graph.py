@@ -3,9 +3,11 @@ and the checks that name the field of anything this package does not run. No Ten
 validator calls ``check_backbone`` before any model is built.
 
 A block reads feature groups (through an input layer) or earlier blocks; its inputs are concatenated on the
-last axis and its layer runs over them. An input layer with ``output_seq_and_normal_feature`` gives a
-*sequence input* (the group's sequences, their lengths and its target features), which only a DIN or BST
-layer reads. The outputs of ``concat_blocks`` (default: every block no other block reads) are concatenated.
+last axis and its layer runs over them. Each block's output is of one kind: a ``tensor`` [B, width]; a
+``list`` of them (an input layer's ``only_output_feature_list``, which SENet reads; MMoE's one input per
+task); or a ``sequence`` input (an input layer's ``output_seq_and_normal_feature``: the group's sequences,
+their lengths and its target features), which only a DIN or BST layer reads. The outputs of
+``concat_blocks`` (default: every block no other block reads) are what the model reads.
 """
 import dataclasses
 from typing import Collection, Dict, List, Mapping, Tuple
@@ -13,13 +15,16 @@ from typing import Collection, Dict, List, Mapping, Tuple
 from easyonline.core.errors import ConfigError
 from easyonline.protos import pipeline_pb2
 
-LAYER_CLASSES = ("MLP", "DIN", "BST")  # EasyRec's class_names a KerasLayer may name here
+LAYER_CLASSES = ("MLP", "DIN", "BST", "SENet", "MMoE")  # EasyRec's class_names a KerasLayer may name here
 SEQUENCE_LAYERS = ("DIN", "BST")  # the ones that read a sequence input
-_PARAMS = {"MLP": "mlp", "DIN": "din", "BST": "bst"}
+_PARAMS = {"MLP": "mlp", "DIN": "din", "BST": "bst", "SENet": "senet", "MMoE": "mmoe"}
+# the kind of input each layer reads, and of its output
+_READS = {"MLP": "tensor", "DIN": "sequence", "BST": "sequence", "SENet": "list", "MMoE": "tensor"}
+_GIVES = {"MLP": "tensor", "DIN": "tensor", "BST": "tensor", "SENet": "tensor", "MMoE": "list"}
 BST_ACTIVATIONS = ("gelu", "relu", "tanh", "swish")
 TARGET_POSITIONS = ("head", "tail", "ignore")
-_UNSUPPORTED_INPUT_LAYER = ("feature_dropout_rate", "only_output_feature_list", "only_output_3d_tensor",
-                            "output_2d_tensor_and_feature_list", "wide_output_dim")
+_UNSUPPORTED_INPUT_LAYER = ("feature_dropout_rate", "only_output_3d_tensor", "output_2d_tensor_and_feature_list",
+                            "wide_output_dim")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +52,14 @@ class BlockInputs:
 
 @dataclasses.dataclass(frozen=True)
 class BlockGraph:
-    """The blocks in an order where each comes after every block it reads, and the outputs concatenated."""
+    """The blocks in an order where each comes after every block it reads, the outputs the model reads, and
+    each block's output kind (tensor, list, sequence)."""
     order: Tuple[BlockInputs, ...]
     outputs: Tuple[str, ...]
+    kinds: Tuple[Tuple[str, str], ...]
+
+    def kind(self, name: str) -> str:
+        return dict(self.kinds)[name]
 
 
 def _require(condition: bool, path: str, message: str) -> None:
@@ -73,9 +83,11 @@ def block_graph(backbone: pipeline_pb2.Backbone, groups: Mapping[str, pipeline_p
     nodes = [_block_inputs(block, index, groups, sequence_names, f"{path}.blocks[{i}]")
              for i, block in enumerate(backbone.blocks)]
     by_name = {node.name: node for node in nodes}
-    for i, node in enumerate(nodes):
-        _check_layer(node, by_name, groups, sequence_names, dims, f"{path}.blocks[{i}]")
     order = _ordered(nodes, path)
+    kinds: Dict[str, str] = {}
+    for node in order:
+        where = f"{path}.blocks[{index[node.name]}]"
+        kinds[node.name] = _output_kind(node, kinds, by_name, groups, sequence_names, dims, where)
     read = {name for node in nodes for kind, name in node.inputs if kind == "block"}
     _require(not backbone.output_blocks or not backbone.concat_blocks, f"{path}.output_blocks",
              "give concat_blocks or output_blocks, not both")
@@ -85,12 +97,12 @@ def block_graph(backbone: pipeline_pb2.Backbone, groups: Mapping[str, pipeline_p
     for j, name in enumerate(outputs):
         where = f"{path}.{field}[{j}]" if backbone.concat_blocks or backbone.output_blocks else f"{path}.blocks"
         _require(name in by_name, where, f"{name!r} is not a block (blocks: {sorted(by_name)})")
-        _require(not by_name[name].reads_sequence, where,
+        _require(kinds[name] != "sequence", where,
                  f"block {name!r} is a sequence input (output_seq_and_normal_feature): a DIN or BST block reads it, "
                  "it is not an output")
     if backbone.HasField("top_mlp"):
         check_mlp(backbone.top_mlp, f"{path}.top_mlp")
-    return BlockGraph(tuple(order), outputs)
+    return BlockGraph(tuple(order), outputs, tuple(kinds.items()))
 
 
 def _block_inputs(block: pipeline_pb2.Block, index: Mapping[str, int],
@@ -134,50 +146,76 @@ def _block_inputs(block: pipeline_pb2.Block, index: Mapping[str, int],
     return BlockInputs(block, tuple(inputs))
 
 
-def _check_layer(node: BlockInputs, blocks: Mapping[str, BlockInputs], groups: Mapping[str, pipeline_pb2.FeatureGroup],
-                 sequence_names: Collection[str], dims: Mapping[str, int], path: str) -> None:
+def _output_kind(node: BlockInputs, kinds: Mapping[str, str], blocks: Mapping[str, BlockInputs],
+                 groups: Mapping[str, pipeline_pb2.FeatureGroup], sequence_names: Collection[str],
+                 dims: Mapping[str, int], path: str) -> str:
+    """The kind of ``node``'s output (``kinds``: those of the blocks before it); ConfigError when its layer
+    cannot read what it is given."""
     block = node.block
-    sequence_inputs = [name for kind, name in node.inputs if kind == "block" and blocks[name].reads_sequence]
     if node.layer == "input_layer":
         layer = block.input_layer
         _require(len(node.inputs) == 1 and node.inputs[0][0] == "group", f"{path}.inputs",
                  "an input layer reads exactly one feature_group_name")
         for field in _UNSUPPORTED_INPUT_LAYER:
             _require(not layer.HasField(field) or not getattr(layer, field), f"{path}.input_layer.{field}",
-                     "is not supported here: an input layer gives its group's features concatenated, or "
-                     "(output_seq_and_normal_feature) its sequences and target apart")
+                     "is not supported here: an input layer gives its group's features concatenated, as a list "
+                     "(only_output_feature_list) or, with output_seq_and_normal_feature, its sequences and target apart")
         _require(not (layer.do_batch_norm and layer.do_layer_norm), f"{path}.input_layer",
                  "do_batch_norm and do_layer_norm cannot both be set")
         _require(0 <= layer.dropout_rate < 1, f"{path}.input_layer.dropout_rate", "must be in [0, 1)")
-        if layer.output_seq_and_normal_feature:
+        _require(not (layer.output_seq_and_normal_feature and layer.only_output_feature_list), f"{path}.input_layer",
+                 "output_seq_and_normal_feature and only_output_feature_list cannot both be set")
+        if layer.output_seq_and_normal_feature or layer.only_output_feature_list:
             _require(layer.concat_seq_feature, f"{path}.input_layer.concat_seq_feature",
                      "the sequences are concatenated here (false: a list of them, not supported)")
             _require(not (layer.do_batch_norm or layer.do_layer_norm or layer.dropout_rate), f"{path}.input_layer",
-                     "a sequence input (output_seq_and_normal_feature) takes no normalization or dropout")
-        return
+                     "a sequence input or a feature list takes no normalization or dropout here")
+            return "sequence" if layer.output_seq_and_normal_feature else "list"
+        return "tensor"
     if node.layer == "lambda" or any(item.WhichOneof("layer") == "lambda" for item in block.layers):
         raise ConfigError(f"{path}.lambda", "Python lambda layers are not run here (EasyRec evaluates the "
-                          "expression); use an MLP, DIN or BST layer, or a block with several inputs to concatenate")
+                          "expression); use an MLP, DIN, BST, SENet or MMoE layer, or a block with several inputs "
+                          "to concatenate")
+    read = [kinds[name] if kind == "block" else "tensor" for kind, name in node.inputs]
+    others = [(name, r) for (_, name), r in zip(node.inputs, read) if r != "tensor"]
+    if len(read) > 1 and others:
+        raise ConfigError(f"{path}.inputs", f"block {others[0][0]!r} gives a {others[0][1]}: only tensors are "
+                          "concatenated (give it a block of its own)")
+    kind = read[0] if len(read) == 1 else "tensor"
     layers = [(f"{path}.keras_layer", block.keras_layer)] if node.layer == "keras_layer" else \
         [(f"{path}.layers[{k}].keras_layer", item.keras_layer) for k, item in enumerate(block.layers)]
     for k, (where, keras) in enumerate(layers):
         _check_keras_layer(keras, where)
-        reads = keras.class_name in SEQUENCE_LAYERS
-        if k == 0:
-            if reads:
-                _require(len(node.inputs) == 1 and len(sequence_inputs) == 1, f"{path}.inputs",
-                         f"a {keras.class_name} layer reads one block: an input layer with "
-                         "output_seq_and_normal_feature")
-                group = groups[blocks[sequence_inputs[0]].inputs[0][1]]
-                _check_sequence_widths(keras, group, sequence_names, dims, where)
-            elif sequence_inputs:
-                raise ConfigError(f"{path}.inputs", f"block {sequence_inputs[0]!r} is a sequence input: only a DIN "
-                                  "or BST layer reads it")
-        else:
-            _require(not reads, where, f"a {keras.class_name} layer reads a sequence input: it comes first")
-    if node.layer == "identity" and sequence_inputs:
-        raise ConfigError(f"{path}.inputs", f"block {sequence_inputs[0]!r} is a sequence input: only a DIN or BST "
-                          "layer reads it")
+        wanted = _READS[keras.class_name]
+        if kind != wanted:
+            what = {"sequence": "a sequence input (an input layer with output_seq_and_normal_feature)",
+                    "list": "a feature list (an input layer with only_output_feature_list)",
+                    "tensor": "a tensor (a feature group, or a block giving one)"}
+            raise ConfigError(where if k else f"{path}.inputs", f"layer {keras.class_name} reads {what[wanted]}; "
+                              f"its input here is {what[kind].split(' (')[0]}")
+        if wanted == "sequence":
+            _require(len(node.inputs) == 1, f"{path}.inputs", f"layer {keras.class_name} reads one block")
+            group = groups[blocks[node.inputs[0][1]].inputs[0][1]]
+            _check_sequence_widths(keras, group, sequence_names, dims, where)
+        if keras.class_name == "SENet":
+            _check_senet(keras.senet, blocks, node, groups, dims, where)
+        kind = _GIVES[keras.class_name]
+    if kind == "sequence" and node.layer == "identity":
+        raise ConfigError(f"{path}.inputs", "a sequence input is read by a DIN or BST layer only")
+    return kind
+
+
+def _check_senet(senet: pipeline_pb2.SENet, blocks: Mapping[str, BlockInputs], node: BlockInputs,
+                 groups: Mapping[str, pipeline_pb2.FeatureGroup], dims: Mapping[str, int], path: str) -> None:
+    _require(senet.reduction_ratio > 0, f"{path}.senet.reduction_ratio", "must be at least 1")
+    _require(senet.num_squeeze_group > 0, f"{path}.senet.num_squeeze_group", "must be at least 1")
+    source = blocks[node.inputs[0][1]]
+    if source.layer != "input_layer":
+        return
+    group = groups[source.inputs[0][1]]
+    bad = [n for n in group.feature_names if (dims.get(n) or 1) % senet.num_squeeze_group]
+    _require(not bad, f"{path}.senet.num_squeeze_group", f"features {bad} of group {group.group_name!r}: "
+             f"each feature's width must be a multiple of num_squeeze_group ({senet.num_squeeze_group})")
 
 
 def _check_keras_layer(keras: pipeline_pb2.KerasLayer, path: str) -> None:
@@ -195,7 +233,13 @@ def _check_keras_layer(keras: pipeline_pb2.KerasLayer, path: str) -> None:
                  f"the last layer gives the score: one unit, got {units}")
         _require(keras.din.attention_normalizer in ("softmax", "sigmoid"), f"{path}.din.attention_normalizer",
                  f"{keras.din.attention_normalizer!r} is not softmax or sigmoid")
-    else:
+    elif field == "mmoe":
+        _require(keras.mmoe.num_task > 0, f"{path}.mmoe.num_task", "must be at least 1")
+        _require(keras.mmoe.num_expert > 0, f"{path}.mmoe.num_expert", "must be at least 1")
+        _require(keras.mmoe.HasField("expert_mlp"), f"{path}.mmoe.expert_mlp",
+                 "is required here (EasyRec's MMoE without experts reads a list of them: not supported)")
+        check_mlp(keras.mmoe.expert_mlp, f"{path}.mmoe.expert_mlp")
+    elif field == "bst":
         bst = keras.bst
         for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                      "max_position_embeddings"):
