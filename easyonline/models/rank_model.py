@@ -15,6 +15,7 @@ from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import sequence_feature_names
 from easyonline.models.backbone.bst_encoder import BSTEncoder
 from easyonline.models.backbone.graph import BlockGraph, BlockInputs, block_graph
+from easyonline.models.backbone.masknet import MaskNet
 from easyonline.models.backbone.senet import SENet
 from easyonline.models.layers import MLP, BatchNorm, ExpertMixture, TargetAttention, initializer_of
 from easyonline.models.ranking_model import RankingModel, SequenceInput, one_or_all
@@ -107,6 +108,11 @@ class RankModel(RankingModel):
             self._built_mlps += 1
             return ExpertMixture(experts, settings.num_task, self.l2, seed=self._seed + 1000 * self._built_mlps,
                                  name=name)
+        if keras.class_name == "MaskNet":
+            settings = keras.masknet
+            mlp = self.easyrec_mlp(settings.mlp, f"{name}_mlp") if settings.HasField("mlp") else None
+            self._built_mlps += 1
+            return MaskNet(settings, mlp, self.l2, seed=self._seed + 1000 * self._built_mlps, name=name)
         if keras.class_name == "SENet":
             names = list(self._group_config[self._source_group(node)].feature_names)
             self._built_mlps += 1

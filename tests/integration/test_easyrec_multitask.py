@@ -67,13 +67,17 @@ MODELS = {
   }
 """),
 }
-# EasyRec's MultiTaskModel over a backbone (mmoe_backbone_on_taobao's form): the group as a feature list,
-# SENet's reweighting, an MMoE layer giving each task tower its input
+# EasyRec's MultiTaskModel over a backbone (mmoe_backbone_on_taobao's form, with dbmtl_backbone_on_taobao's
+# MaskNet): the group as a feature list, SENet's reweighting, MaskNet's masks, an MMoE layer giving each task
+# tower its input
 MODELS["mmoe_backbone"] = ("MultiTaskModel", [("all", ("user_id", "age_level", "item_id", "cate_id", "tags"))], """\
   backbone {
     blocks { name: "all" inputs { feature_group_name: "all" } input_layer { only_output_feature_list: true } }
     blocks { name: "senet" inputs { block_name: "all" } keras_layer { class_name: "SENet" senet { reduction_ratio: 4 } } }
-    blocks { name: "mmoe" inputs { block_name: "senet" }
+    blocks { name: "masknet" inputs { block_name: "senet" } keras_layer { class_name: "MaskNet" masknet {
+      mask_blocks { aggregation_size: 16 output_size: 8 } mask_blocks { reduction_factor: 0.5 output_size: 8 }
+      mlp { hidden_units: [16] } } } }
+    blocks { name: "mmoe" inputs { block_name: "masknet" }
              keras_layer { class_name: "MMoE" mmoe { num_task: 2 num_expert: 3 expert_mlp { hidden_units: [16, 8] } } } }
   }
   model_params {

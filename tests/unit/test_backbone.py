@@ -20,6 +20,7 @@ from easyonline.features import CsvParser, build_feature_specs  # noqa: E402
 from easyonline.features.signature import empty_features  # noqa: E402
 from easyonline.models.backbone.bst_encoder import BSTEncoder  # noqa: E402
 from easyonline.models.backbone.graph import block_graph  # noqa: E402
+from easyonline.models.backbone.masknet import MaskNet  # noqa: E402
 from easyonline.models.backbone.senet import SENet  # noqa: E402
 from easyonline.models.builder import build_model  # noqa: E402
 from easyonline.protos import pipeline_pb2  # noqa: E402
@@ -325,3 +326,24 @@ def test_task_towers_in_a_rank_model_are_refused():
     with pytest.raises(ConfigError) as error:
         _multi_task(("  model_class: 'MultiTaskModel'", "  model_class: 'RankModel'"))
     assert error.value.path == "model_config.model_params.task_towers" and "MultiTaskModel" in str(error.value)
+
+
+def test_a_mask_block_weighs_its_input_by_a_mask_of_the_features_and_masknet_runs_them_side_by_side_or_in_a_row():
+    settings = pipeline_pb2.MaskNet(mask_blocks=[pipeline_pb2.MaskBlock(aggregation_size=6, output_size=3),
+                                                 pipeline_pb2.MaskBlock(reduction_factor=2.0)], use_parallel=False)
+    layer = MaskNet(settings, None, seed=2)
+    x = np.random.default_rng(3).normal(size=(4, 5)).astype(np.float32)
+    got = layer(tf.constant(x)).numpy()
+    first, second = layer.blocks
+
+    def dense(d, v, relu=False):
+        out = v @ d.kernel.numpy() + (d.bias.numpy() if d.bias is not None else 0)
+        return np.maximum(out, 0) if relu else out
+    normed = _layer_norm_eps(x, 1e-3)  # MaskNet's input layer norm (scale 1, offset 0 at start)
+    net = np.maximum(_layer_norm_eps(dense(first.output_dense, normed * dense(first.weigh, dense(
+        first.aggregate, normed, relu=True))), 1e-3), 0)
+    assert second.aggregate.units == 10  # reduction_factor 2 times the features' width 5
+    want = net * dense(second.weigh, dense(second.aggregate, normed, relu=True))  # no output_size: the mask alone
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    settings.use_parallel = True
+    assert MaskNet(settings, None, seed=2)(tf.constant(x)).shape == (4, 3 + 5)  # the blocks' outputs side by side

@@ -15,12 +15,12 @@ from typing import Collection, Dict, List, Mapping, Tuple
 from easyonline.core.errors import ConfigError
 from easyonline.protos import pipeline_pb2
 
-LAYER_CLASSES = ("MLP", "DIN", "BST", "SENet", "MMoE")  # EasyRec's class_names a KerasLayer may name here
+LAYER_CLASSES = ("MLP", "DIN", "BST", "SENet", "MMoE", "MaskNet")  # EasyRec's class_names a KerasLayer may name here
 SEQUENCE_LAYERS = ("DIN", "BST")  # the ones that read a sequence input
-_PARAMS = {"MLP": "mlp", "DIN": "din", "BST": "bst", "SENet": "senet", "MMoE": "mmoe"}
+_PARAMS = {"MLP": "mlp", "DIN": "din", "BST": "bst", "SENet": "senet", "MMoE": "mmoe", "MaskNet": "masknet"}
 # the kind of input each layer reads, and of its output
-_READS = {"MLP": "tensor", "DIN": "sequence", "BST": "sequence", "SENet": "list", "MMoE": "tensor"}
-_GIVES = {"MLP": "tensor", "DIN": "tensor", "BST": "tensor", "SENet": "tensor", "MMoE": "list"}
+_READS = {"MLP": "tensor", "DIN": "sequence", "BST": "sequence", "SENet": "list", "MMoE": "tensor", "MaskNet": "tensor"}
+_GIVES = {"MLP": "tensor", "DIN": "tensor", "BST": "tensor", "SENet": "tensor", "MMoE": "list", "MaskNet": "tensor"}
 BST_ACTIVATIONS = ("gelu", "relu", "tanh", "swish")
 TARGET_POSITIONS = ("head", "tail", "ignore")
 _UNSUPPORTED_INPUT_LAYER = ("feature_dropout_rate", "only_output_3d_tensor", "output_2d_tensor_and_feature_list",
@@ -174,8 +174,8 @@ def _output_kind(node: BlockInputs, kinds: Mapping[str, str], blocks: Mapping[st
         return "tensor"
     if node.layer == "lambda" or any(item.WhichOneof("layer") == "lambda" for item in block.layers):
         raise ConfigError(f"{path}.lambda", "Python lambda layers are not run here (EasyRec evaluates the "
-                          "expression); use an MLP, DIN, BST, SENet or MMoE layer, or a block with several inputs "
-                          "to concatenate")
+                          "expression); use an MLP, DIN, BST, SENet, MMoE or MaskNet layer, or a block with several "
+                          "inputs to concatenate")
     read = [kinds[name] if kind == "block" else "tensor" for kind, name in node.inputs]
     others = [(name, r) for (_, name), r in zip(node.inputs, read) if r != "tensor"]
     if len(read) > 1 and others:
@@ -239,6 +239,16 @@ def _check_keras_layer(keras: pipeline_pb2.KerasLayer, path: str) -> None:
         _require(keras.mmoe.HasField("expert_mlp"), f"{path}.mmoe.expert_mlp",
                  "is required here (EasyRec's MMoE without experts reads a list of them: not supported)")
         check_mlp(keras.mmoe.expert_mlp, f"{path}.mmoe.expert_mlp")
+    elif field == "masknet":
+        _require(len(keras.masknet.mask_blocks) > 0, f"{path}.masknet.mask_blocks", "at least one mask block")
+        for i, block in enumerate(keras.masknet.mask_blocks):
+            where = f"{path}.masknet.mask_blocks[{i}]"
+            _require(block.HasField("reduction_factor") or block.aggregation_size > 0, where,
+                     "give reduction_factor or aggregation_size (the aggregation layer's size)")
+            _require(not block.HasField("reduction_factor") or block.reduction_factor > 0,
+                     f"{where}.reduction_factor", "must be > 0")
+        if keras.masknet.HasField("mlp"):
+            check_mlp(keras.masknet.mlp, f"{path}.masknet.mlp")
     elif field == "bst":
         bst = keras.bst
         for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
