@@ -23,7 +23,7 @@ def per_task_outputs(graph: BlockGraph, backbone: pipeline_pb2.Backbone) -> int:
     """How many inputs the backbone gives the towers one by one (0: one tensor for every tower)."""
     if backbone.HasField("top_mlp"):
         return 0
-    blocks = {node.name: node for node in graph.order}
+    blocks = {node.name: node for node in graph.blocks}
     counts = [_list_length(blocks[name].block) if graph.kind(name) == "list" else 1 for name in graph.outputs]
     if backbone.output_blocks or (len(counts) == 1 and graph.kind(graph.outputs[0]) == "list"):
         return sum(counts)

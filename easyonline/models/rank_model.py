@@ -14,11 +14,12 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import sequence_feature_names
 from easyonline.models.backbone.bst_encoder import BSTEncoder
+from easyonline.models.backbone.contrastive import SeqAugment, auxiliary_loss_of
 from easyonline.models.backbone.graph import BlockGraph, BlockInputs, block_graph
 from easyonline.models.backbone.masknet import MaskNet
 from easyonline.models.backbone.senet import SENet
 from easyonline.models.layers import MLP, BatchNorm, ExpertMixture, TargetAttention, initializer_of
-from easyonline.models.ranking_model import RankingModel, SequenceInput, one_or_all
+from easyonline.models.ranking_model import RankingModel, one_or_all
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
@@ -114,13 +115,17 @@ class RankModel(RankingModel):
             self._built_mlps += 1
             return MaskNet(settings, mlp, self.l2, seed=self._seed + 1000 * self._built_mlps, name=name)
         if keras.class_name == "SENet":
-            names = list(self._group_config[self._source_group(node)].feature_names)
+            names = list(self._group_config[self.graph.group_read(node.name)].feature_names)
             self._built_mlps += 1
             return SENet(keras.senet, len(names), sum(self._feature_width(n, widths) for n in names),
                          seed=self._seed + 1000 * self._built_mlps, name=name)
-        group = self.sequence_groups[self._source_group(node)]
+        if keras.class_name == "AuxiliaryLoss":
+            return auxiliary_loss_of(keras.st_params)
+        group = self.sequence_groups[self.graph.group_read(node.name)]
         target = sum(widths[k] for k in group.keys)
         width = sum(widths[h] for h in group.hist_seqs)
+        if keras.class_name == "SeqAugment":
+            return SeqAugment(keras.seq_aug, width, name=name)
         if keras.class_name == "DIN":
             settings = keras.din
             self._built_mlps += 1
@@ -136,11 +141,6 @@ class RankModel(RankingModel):
                                  settings.attention_probs_dropout_prob)
         return BSTEncoder(settings, width, target, self.l2, seed=self._seed + 1000 * self._built_mlps, name=name)
 
-    def _source_group(self, node: BlockInputs) -> str:
-        """The feature group of the input layer that ``node`` (a DIN, BST or SENet block) reads."""
-        reader = next(n for n in self.graph.order if n.name == node.inputs[0][1])
-        return reader.inputs[0][1]
-
     def _feature_width(self, name: str, widths: Dict[str, int]) -> int:
         raw = {f.name: f.dim for f in self.specs.raw_features}
         return raw[name] if name in raw else widths[name]
@@ -154,13 +154,55 @@ class RankModel(RankingModel):
 
     def backbone_outputs(self, embeddings, dense, training) -> List[tf.Tensor]:
         """The outputs of the blocks the model reads (concat_blocks / output_blocks), in order; a block giving
-        a list (MMoE's) gives its tensors in order."""
-        outputs: Dict[str, Any] = {}
-        for node in self.graph.order:
-            outputs[node.name] = self._run(node, outputs, embeddings, dense, training)
+        a list (MMoE's) gives its tensors in order. A block runs when a later one reads it (once; a package's
+        blocks once per call of their package); in training the AuxiliaryLoss blocks run too (their losses
+        join the model's)."""
+        values: Dict[str, Any] = {}
+        nodes = {node.name: node for node in self.graph.blocks}
+        packages = {package.name: package for package in self.graph.packages}
+
+        def main_value(name: str):
+            if name not in values:
+                values[name] = self._run(nodes[name], lambda source: source_value(source, None),
+                                         embeddings, dense, training)
+            return values[name]
+
+        def call_package(name: str, given):
+            package, local = packages[name], {}
+            members = {node.name: node for node in package.blocks}
+
+            def member_value(block: str):
+                if block not in local:
+                    local[block] = self._run(members[block], lambda source: source_value(
+                        source, (members, given, member_value)), embeddings, dense, training)
+                return local[block]
+            outputs = [member_value(block) for block in package.outputs]
+            if package.as_list:
+                return [t for out in outputs for t in (out if isinstance(out, list) else [out])]
+            return outputs[0] if len(outputs) == 1 else tf.concat(outputs, axis=-1)
+
+        def source_value(source, scope):
+            if source.kind == "group":
+                return self.group_input(source.name, embeddings, dense, training)
+            if source.kind == "package_input":
+                return scope[1]
+            if source.kind == "package":
+                given = source.package_input
+                inner = call_package(given, None) if given in packages else \
+                    (block_value(given, scope) if given else None)
+                return call_package(source.name, inner)
+            return block_value(source.name, scope)
+
+        def block_value(name: str, scope):
+            return scope[2](name) if scope is not None and name in scope[0] else main_value(name)
+
         parts: List[tf.Tensor] = []
         for name in self.graph.outputs:
-            parts += outputs[name] if isinstance(outputs[name], list) else [outputs[name]]
+            out = main_value(name)
+            parts += out if isinstance(out, list) else [out]
+        if training:
+            for name in self.graph.losses:
+                main_value(name)
         return parts
 
     def backbone_output(self, embeddings, dense, training) -> tf.Tensor:
@@ -175,21 +217,23 @@ class RankModel(RankingModel):
             return hidden[:, 0]
         return one_or_all(self.output_logit(hidden))
 
-    def _run(self, node: BlockInputs, outputs: Dict[str, Any], embeddings, dense, training):
+    def _run(self, node: BlockInputs, read, embeddings, dense, training):
+        """Block ``node``'s output; ``read(source)`` gives the value of one of its inputs."""
         layers = self.block_layers[node.name]
         if node.reads_sequence:
-            return self.sequence_input(node.inputs[0][1], embeddings)
+            return self.sequence_input(node.inputs[0].name, embeddings)
         if node.layer == "input_layer" and node.block.input_layer.only_output_feature_list:
-            return self.group_features(node.inputs[0][1], embeddings, dense)
-        parts = [outputs[name] if kind == "block" else self.group_input(name, embeddings, dense, training)
-                 for kind, name in node.inputs]
-        x = parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
+            return self.group_features(node.inputs[0].name, embeddings, dense)
+        parts = [read(source) for source in node.inputs]
+        if node.block.merge_inputs_into_list:
+            x: Any = parts
+        else:
+            x = parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
         for layer in layers:
-            if isinstance(x, SequenceInput):
-                if isinstance(layer, BSTEncoder):
-                    x = layer(x.sequence, x.lengths, x.keys, training=training)
-                else:
-                    x = layer(x.keys, x.sequence, x.lengths, training=training)
+            if isinstance(layer, BSTEncoder):
+                x = layer(x.sequence, x.lengths, x.keys, training=training)
+            elif isinstance(layer, TargetAttention):
+                x = layer(x.keys, x.sequence, x.lengths, training=training)
             else:
                 x = layer(x, training=training)
         return x

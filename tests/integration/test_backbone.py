@@ -1,6 +1,7 @@
 """EasyRec's backbone models (model_class RankModel: blocks of MLP, DIN and BST layers) trained online.
 
-The configs have the shape of EasyRec's ``din_backbone_on_taobao`` and ``bst_backbone_on_taobao`` samples
+The configs have the shape of EasyRec's ``din_backbone_on_taobao``, ``bst_backbone_on_taobao`` and
+``cl4srec_on_taobao`` samples
 (an MLP over the user's group; an input layer with ``output_seq_and_normal_feature`` over a group holding
 the target item and its history; a DIN or BST block over it; ``top_mlp``), written here, not copied, over
 test_din's stream (the click depends on the history's categories, which no single id holds). The stream is
@@ -54,8 +55,37 @@ BST = backbone('class_name: "BST" bst { hidden_size: 8 num_attention_heads: 2 nu
                'attention_probs_dropout_prob: 0 }')
 
 
+# cl4srec_on_taobao's form: one BST encoder (a package) reads the sequence for the score and two augmented
+# views of it (another package) for a contrastive loss (AuxiliaryLoss) that joins the loss in training. (The
+# encoder gives every position here; the sample's gives the target's alone, which learns this stream's
+# signal more slowly: tools/bench/easyrec_samples.py runs the sample itself.)
+CL4SREC = """model_class: "RankModel"
+  backbone {
+    blocks { name: "seq_input" inputs { feature_group_name: "sequence" }
+             input_layer { output_seq_and_normal_feature: true } }
+    packages { name: "augment" blocks { name: "aug" inputs { block_name: "seq_input" }
+      keras_layer { class_name: "SeqAugment" seq_aug { mask_rate: 0.5 crop_rate: 0.5 reorder_rate: 0.5 } } } }
+    packages { name: "encoder" blocks { name: "enc" inputs { use_package_input: true }
+      keras_layer { class_name: "BST" bst { hidden_size: 8 num_attention_heads: 2 num_hidden_layers: 1
+        intermediate_size: 8 max_position_embeddings: 5 hidden_dropout_prob: 0.1 attention_probs_dropout_prob: 0
+        } } } }
+    blocks { name: "contrastive" inputs { package_name: "encoder" package_input: "augment" }
+      inputs { package_name: "encoder" package_input: "augment" } merge_inputs_into_list: true
+      keras_layer { class_name: "AuxiliaryLoss" st_params {
+        fields { key: "loss_type" value { string_value: "nce_loss" } }
+        fields { key: "loss_weight" value { number_value: 0.1 } }
+        fields { key: "temperature" value { number_value: 0.15 } } } } }
+    blocks { name: "main" inputs { package_name: "encoder" package_input: "seq_input" }
+      inputs { feature_group_name: "user" } }
+    concat_blocks: "main"
+    top_mlp { hidden_units: [16, 8] }
+  }"""
+
+
 @pytest.mark.parametrize("model,layer", [(DIN, "block_layers/seq/0/hidden/"),
-                                         (BST, "block_layers/seq/0/layers_/0/query/")], ids=["din", "bst"])
+                                         (BST, "block_layers/seq/0/layers_/0/query/"),
+                                         (CL4SREC, "block_layers/enc/0/layers_/0/query/")],
+                         ids=["din", "bst", "cl4srec"])
 def test_a_backbone_model_trains_through_the_broker_replays_exactly_learns_the_history_and_serves_what_it_scores(
         broker, topic, tmp_path, model, layer):
     broker.create_topic(topic, 2)

@@ -19,10 +19,12 @@ from easyonline.core.rejections import BAD_SEQUENCE, rejection_kind  # noqa: E40
 from easyonline.features import CsvParser, build_feature_specs  # noqa: E402
 from easyonline.features.signature import empty_features  # noqa: E402
 from easyonline.models.backbone.bst_encoder import BSTEncoder  # noqa: E402
+from easyonline.models.backbone.contrastive import AuxiliaryLoss, SeqAugment  # noqa: E402
 from easyonline.models.backbone.graph import block_graph  # noqa: E402
 from easyonline.models.backbone.masknet import MaskNet  # noqa: E402
 from easyonline.models.backbone.senet import SENet  # noqa: E402
 from easyonline.models.builder import build_model  # noqa: E402
+from easyonline.models.ranking_model import SequenceInput  # noqa: E402
 from easyonline.protos import pipeline_pb2  # noqa: E402
 
 # label,user,age,brand,cate,brand_list,cate_list in the form of EasyRec's din_backbone_on_taobao sample
@@ -122,7 +124,7 @@ def test_easyrecs_din_backbone_form_builds_scores_and_the_parser_checks_its_sequ
       "hidden_units: 2 } } }\n    top_mlp {"), "model_config.backbone.blocks", "cycle: x, y"),
     (("top_mlp {", "concat_blocks: 'dnn' top_mlp {"), "model_config.backbone.concat_blocks[0]", "'dnn' is not a block"),
     (("top_mlp {", "concat_blocks: 'seq_input' top_mlp {"), "model_config.backbone.concat_blocks[0]",
-     "is a sequence input"),
+     "gives a sequence"),
     (("keras_layer { class_name: 'MLP' mlp {\n      hidden_units: [8, 4] } }", "lambda { expression: 'lambda x: x' }"),
      "model_config.backbone.blocks[0].lambda", "Python lambda layers"),
     (("hidden_units: 4 hidden_units: 1 activation", "hidden_units: 4 hidden_units: 2 activation"),
@@ -156,7 +158,7 @@ def test_a_backbone_of_another_model_class_or_a_rank_model_without_one_is_refuse
     assert error.value.path == "model_config.backbone"
 
 
-def test_the_graph_runs_blocks_after_what_they_read_and_concatenates_the_named_outputs():
+def test_blocks_may_come_in_any_order_and_the_outputs_are_the_unread_blocks_or_the_named_ones():
     backbone = pipeline_pb2.Backbone()
     for name, inputs in (("top", ["a", "b"]), ("a", ["g"]), ("b", ["a"])):
         block = backbone.blocks.add(name=name)
@@ -166,7 +168,7 @@ def test_the_graph_runs_blocks_after_what_they_read_and_concatenates_the_named_o
         block.keras_layer.mlp.hidden_units.append(2)
     groups = {"g": pipeline_pb2.FeatureGroup(group_name="g", feature_names=["x"])}
     graph = block_graph(backbone, groups, [], {"x": 4})
-    assert [n.name for n in graph.order] == ["a", "b", "top"] and graph.outputs == ("top",)
+    assert [n.name for n in graph.order] == ["top", "a", "b"] and graph.outputs == ("top",)  # (run when read)
     backbone.concat_blocks.extend(["a", "top"])
     assert block_graph(backbone, groups, [], {"x": 4}).outputs == ("a", "top")
 
@@ -347,3 +349,104 @@ def test_a_mask_block_weighs_its_input_by_a_mask_of_the_features_and_masknet_run
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     settings.use_parallel = True
     assert MaskNet(settings, None, seed=2)(tf.constant(x)).shape == (4, 3 + 5)  # the blocks' outputs side by side
+
+
+def _sequence(lengths, size=6, width=3):
+    rng = np.random.default_rng(4)
+    values = rng.normal(size=(len(lengths), size, width)).astype(np.float32)
+    for i, n in enumerate(lengths):
+        values[i, n:] = 0.0
+    return SequenceInput(None, tf.constant(values), tf.constant(lengths, tf.int64), None), values
+
+
+@pytest.mark.parametrize("way", ["crop", "mask", "reorder"])
+def test_seq_augment_crops_masks_or_reorders_each_sample_in_training_only(way):
+    rates = {"crop": dict(crop_rate=0.5, mask_rate=0, reorder_rate=0),
+             "mask": dict(crop_rate=1.0, mask_rate=0.5, reorder_rate=0),
+             "reorder": dict(crop_rate=1.0, mask_rate=0, reorder_rate=1.0)}[way]
+    layer = SeqAugment(pipeline_pb2.SequenceAugment(**rates), width=3, name="aug")
+    lengths = [6, 4, 1, 0]
+    inputs, values = _sequence(lengths)
+    same = layer(inputs, training=False)  # (scoring and serving read the sequence as it is)
+    assert np.array_equal(same.sequence.numpy(), values) and same.lengths.numpy().tolist() == lengths
+    out = layer(inputs, training=True)
+    got, got_lengths = out.sequence.numpy(), out.lengths.numpy().tolist()
+    mask = layer.mask.numpy()[0]
+    for i, n in enumerate(lengths):
+        rows = [tuple(r) for r in values[i, :n]]
+        if way == "crop":  # a run of floor(n / 2) positions, moved to the front, zeros after it
+            kept = n // 2
+            assert got_lengths[i] == kept and not got[i, kept:].any()
+            assert any(rows[b:b + kept] == [tuple(r) for r in got[i, :kept]] for b in range(n - kept + 1))
+        elif way == "mask":  # floor(n / 2) positions are the mask vector, the others unchanged
+            masked = [j for j in range(n) if np.allclose(got[i, j], mask)]
+            assert got_lengths[i] == n and len(masked) == n // 2
+            assert all(np.array_equal(got[i, j], values[i, j]) for j in range(6) if j not in masked)
+        else:  # the same positions, shuffled
+            assert got_lengths[i] == n and sorted(rows) == sorted(tuple(r) for r in got[i, :n])
+            assert not got[i, n:].any()
+
+
+def test_the_auxiliary_losses_are_cl4srecs_and_join_the_model_loss_in_training_only():
+    rng = np.random.default_rng(5)
+    x1, x2 = rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=(4, 3)).astype(np.float32)
+    layer = AuxiliaryLoss("nce_loss", loss_weight=0.5, temperature=0.2)
+    both = np.concatenate([x1, x2]) @ np.concatenate([x1, x2]).T / 0.2
+    want = 0.0
+    for i in range(8):  # NT-Xent: each view against every other view, its positive the other view of its sample
+        others = np.delete(both[i], i)
+        positive = both[i, (i + 4) % 8]
+        want += -(positive - np.log(np.exp(others).sum())) / 8
+    got = layer([tf.constant(x1), tf.constant(x2)], training=True)
+    np.testing.assert_allclose(got.numpy(), 0.5 * want, rtol=1e-5)
+    assert layer([tf.constant(x1), tf.constant(x2)], training=False).numpy() == 0.0
+    empty = tf.zeros([0, 3])
+    assert AuxiliaryLoss("nce_loss")([empty, empty], training=True).numpy() == 0.0  # the variables' build step
+    info = AuxiliaryLoss("info_nce", temperature=0.5)([tf.constant(x1), tf.constant(x2)], training=True).numpy()
+    logits = x1 @ x2.T / 0.5
+    np.testing.assert_allclose(info, np.mean(np.log(np.exp(logits).sum(1)) - np.diag(logits)), rtol=1e-5)
+
+
+# cl4srec_on_taobao's form: one BST encoder (a package) over the sequence for the score, and over two
+# augmented views of it (another package) for a contrastive loss
+CL4SREC = (("  model_name: 'DIN'\n", ""),
+           ("  backbone {", """  backbone {
+    blocks { name: 'seq_input' inputs { feature_group_name: 'sequence' } input_layer {
+      output_seq_and_normal_feature: true } }
+    packages { name: 'augment' blocks { name: 'aug' inputs { block_name: 'seq_input' } keras_layer {
+      class_name: 'SeqAugment' seq_aug { mask_rate: 0.5 crop_rate: 0.5 reorder_rate: 0.5 } } } }
+    packages { name: 'encoder' blocks { name: 'BST' inputs { use_package_input: true } keras_layer {
+      class_name: 'BST' bst { hidden_size: 4 num_attention_heads: 2 num_hidden_layers: 1 intermediate_size: 4
+      max_position_embeddings: 5 output_all_token_embeddings: false target_item_position: 'ignore' } } } }
+    blocks { name: 'contrastive' inputs { package_name: 'encoder' package_input: 'augment' }
+      inputs { package_name: 'encoder' package_input: 'augment' } merge_inputs_into_list: true
+      keras_layer { class_name: 'AuxiliaryLoss' st_params { fields { key: 'loss_type' value { string_value:
+      'nce_loss' } } fields { key: 'loss_weight' value { number_value: 0.1 } } } } }
+    blocks { name: 'main' inputs { package_name: 'encoder' package_input: 'seq_input' }
+      inputs { feature_group_name: 'normal' } }
+    concat_blocks: 'main'
+    top_mlp { hidden_units: [8] }
+  }
+  unused {"""))
+
+
+def test_a_cl4srec_backbone_adds_its_contrastive_loss_in_training_and_scores_without_it():
+    text = EASYREC_DIN_BACKBONE
+    for old, new in CL4SREC:
+        assert old in text, old
+        text = text.replace(old, new)
+    text = text[:text.index("  unused {")] + text[text.index("  model_params {"):]
+    config = parse_pipeline_config(text)
+    normalize(config)
+    validate_pipeline_config(config)
+    specs = build_feature_specs(config)
+    model = build_model(config, specs)
+    assert model.graph.outputs == ("main",) and model.graph.losses == ("contrastive",)
+    model(empty_features(specs), training=False)
+    parsed = CsvParser(specs).parse([b"1,u1,30,b1,c1,b1|b2|b3,c1|c2|c3", b"0,u2,20,b2,c2,b4,c4"])
+    model(parsed.features, training=True)
+    assert len(model.losses) == 1 and model.losses[0].numpy() > 0  # the contrastive loss, weight 0.1
+    scores = model(parsed.features, training=False)
+    assert model.losses == [] and np.all(np.isfinite(scores.numpy()))
+    # one encoder: its weights are shared by the score's call and the two views'
+    assert sum("BST" in v.name and "query" in v.name and "kernel" in v.name for v in model.trainable_variables) == 1

@@ -91,6 +91,8 @@ class BSTEncoder(tf.keras.layers.Layer):
         lengths = tf.minimum(tf.cast(lengths, tf.int32), self.max_positions)
         if self.settings.output_all_token_embeddings:  # a fixed number of positions to flatten
             sequence = tf.pad(sequence, [[0, 0], [0, self.max_positions - tf.shape(sequence)[1]], [0, 0]])
+        elif not (self.keep_target or self.reserve):  # (a batch of empty histories: one padding position to read)
+            sequence = tf.pad(sequence, [[0, 0], [0, tf.maximum(1 - tf.shape(sequence)[1], 0)], [0, 0]])
         valid = tf.sequence_mask(lengths, tf.shape(sequence)[1])
         if self.seq_project is not None:
             sequence = self.seq_project(sequence)
