@@ -124,7 +124,7 @@ class RankModel(RankingModel):
         group = self.sequence_groups[self.graph.group_read(node.name)]
         target = sum(widths[k] for k in group.keys)
         width = sum(widths[h] for h in group.hist_seqs)
-        if keras.class_name == "SeqAugment":
+        if keras.class_name in ("SeqAugment", "SeqAugmentOps"):
             return SeqAugment(keras.seq_aug, width, name=name)
         if keras.class_name == "DIN":
             settings = keras.din

@@ -20,15 +20,17 @@ from typing import Collection, Dict, List, Mapping, NamedTuple, Optional, Tuple
 from easyonline.core.errors import ConfigError
 from easyonline.protos import pipeline_pb2
 
-LAYER_CLASSES = ("MLP", "DIN", "BST", "SENet", "MMoE", "MaskNet", "SeqAugment", "AuxiliaryLoss")
-SEQUENCE_LAYERS = ("DIN", "BST", "SeqAugment")  # the ones that read a sequence input
+# EasyRec's class_names a KerasLayer may name here (SeqAugmentOps: EasyRec's compiled op of SeqAugment's
+# augmentations, run here as SeqAugment's TensorFlow ops)
+LAYER_CLASSES = ("MLP", "DIN", "BST", "SENet", "MMoE", "MaskNet", "SeqAugment", "SeqAugmentOps", "AuxiliaryLoss")
+SEQUENCE_LAYERS = ("DIN", "BST", "SeqAugment", "SeqAugmentOps")  # the ones that read a sequence input
 _PARAMS = {"MLP": "mlp", "DIN": "din", "BST": "bst", "SENet": "senet", "MMoE": "mmoe", "MaskNet": "masknet",
-           "SeqAugment": "seq_aug", "AuxiliaryLoss": "st_params"}
+           "SeqAugment": "seq_aug", "SeqAugmentOps": "seq_aug", "AuxiliaryLoss": "st_params"}
 # the kind of input each layer reads, and of its output ("loss": an AuxiliaryLoss's, which nothing reads)
 _READS = {"MLP": "tensor", "DIN": "sequence", "BST": "sequence", "SENet": "list", "MMoE": "tensor",
-          "MaskNet": "tensor", "SeqAugment": "sequence", "AuxiliaryLoss": "list"}
+          "MaskNet": "tensor", "SeqAugment": "sequence", "SeqAugmentOps": "sequence", "AuxiliaryLoss": "list"}
 _GIVES = {"MLP": "tensor", "DIN": "tensor", "BST": "tensor", "SENet": "tensor", "MMoE": "list", "MaskNet": "tensor",
-          "SeqAugment": "sequence", "AuxiliaryLoss": "loss"}
+          "SeqAugment": "sequence", "SeqAugmentOps": "sequence", "AuxiliaryLoss": "loss"}
 BST_ACTIVATIONS = ("gelu", "relu", "tanh", "swish")
 TARGET_POSITIONS = ("head", "tail", "ignore")
 LOSS_TYPES = ("nce_loss", "info_nce", "l2_loss")
