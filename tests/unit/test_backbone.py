@@ -7,6 +7,7 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 tf = ensure_legacy_keras()
 
 import math  # noqa: E402
+import os  # noqa: E402
 import re  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -450,3 +451,24 @@ def test_a_cl4srec_backbone_adds_its_contrastive_loss_in_training_and_scores_wit
     assert model.losses == [] and np.all(np.isfinite(scores.numpy()))
     # one encoder: its weights are shared by the score's call and the two views'
     assert sum("BST" in v.name and "query" in v.name and "kernel" in v.name for v in model.trainable_variables) == 1
+
+
+def test_the_backbone_examples_of_docs_models_md_validate():
+    """Each config example of models.md's backbone section, given an input field and a feature (a
+    SequenceFeature for the ``*_list`` names) for every feature it names, loads and validates."""
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "models.md")).read()
+    section = doc[doc.index("## Backbone"):doc.index("## DCN")]
+    examples = re.findall(r"```\n(.*?)```", section, re.S)
+    assert len(examples) == 2
+    for example in examples:
+        names = sorted(set(re.findall(r'"([a-z_]+(?:_id|_level|_list)|brand|price)"', example)))
+        fields = "".join(f'input_fields {{ input_name: "{n}" input_type: {"INT32" if n in ("clk", "buy") else "STRING"} }} '
+                         for n in ["clk", "buy"] + names)
+        features = "".join(f'feature_configs {{ input_names: "{n}" embedding_dim: 16 '
+                           + ('feature_type: SequenceFeature separator: "|" ' if n.endswith("_list") else "") + "} "
+                           for n in names)
+        config = parse_pipeline_config(
+            f'model_dir: "/tmp/unused" kafka_train_input {{ server: "127.0.0.1:9" topic: "t" group: "g" }} '
+            f'data_config {{ {fields} label_fields: "clk" label_fields: "buy" }} {features}' + example)
+        validate_pipeline_config(config)
+        assert config.model_config.model_class in ("RankModel", "MultiTaskModel")
