@@ -111,6 +111,10 @@ def validate_sequence_groups(config: pipeline_pb2.PipelineConfig) -> None:
             _require(bool(backbone[group.group_name].hist_seqs), f"{gpath}.feature_names",
                      f"group {group.group_name!r} has no SequenceFeature, and a backbone's input layer reads it with "
                      "output_seq_and_normal_feature (for a DIN or BST layer)")
+            for j, name in enumerate(group.feature_names):
+                _require(name in sequences or dims.get(name, 0) > 0, f"{gpath}.feature_names[{j}]",
+                         f"{name!r} has no embedding: the target features of a sequence input are ids (a raw "
+                         "feature belongs in another group)")
         for j, name in enumerate(group.feature_names):
             _require(name not in sequences or group.group_name in backbone, f"{gpath}.feature_names[{j}]",
                      f"{name!r} is a SequenceFeature: a group reads it through sequence_features.seq_att_map.hist_seq "

@@ -9,13 +9,14 @@ tf = ensure_legacy_keras()
 
 
 class BatchNorm(tf.keras.layers.BatchNormalization):
-    """Batch normalization whose moving moments skip an empty batch: the trainer builds every variable with a
-    step on an empty batch, whose moments (a mean over no samples) are NaN and would poison the moving
-    moments that scoring and serving use."""
+    """Batch normalization whose moving moments skip an empty input: the trainer builds every variable with a
+    step on an empty batch, and a batch whose every history is empty gives an attention's layers [B, 0, d];
+    their moments (a mean over nothing) are NaN and would poison the moving moments that scoring and serving
+    use."""
 
     def call(self, inputs, training=None):  # pylint: disable=arguments-differ
         if training is True:
-            training = tf.shape(inputs)[0] > 0
+            training = tf.size(inputs) > 0
         return super().call(inputs, training=training)
 
 

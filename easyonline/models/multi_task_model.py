@@ -10,7 +10,7 @@ from typing import List
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
-from easyonline.models.backbone.graph import BlockGraph
+from easyonline.models.backbone.graph import BlockGraph, BlockInputs
 from easyonline.models.dbmtl import BayesTowers, check_relations
 from easyonline.models.rank_model import RankModel
 from easyonline.models.registry import register
@@ -20,21 +20,25 @@ tf = ensure_legacy_keras()
 
 
 def per_task_outputs(graph: BlockGraph, backbone: pipeline_pb2.Backbone) -> int:
-    """How many inputs the backbone gives the towers one by one (0: one tensor for every tower)."""
+    """How many inputs the backbone gives the towers one by one (0: one tensor for every tower); ConfigError
+    when an output list's length is not known from the config (a list that is not an MMoE layer's)."""
     if backbone.HasField("top_mlp"):
         return 0
     blocks = {node.name: node for node in graph.blocks}
-    counts = [_list_length(blocks[name].block) if graph.kind(name) == "list" else 1 for name in graph.outputs]
+    counts = [_list_length(blocks[name]) if graph.kind(name) == "list" else 1 for name in graph.outputs]
     if backbone.output_blocks or (len(counts) == 1 and graph.kind(graph.outputs[0]) == "list"):
         return sum(counts)
     return 0
 
 
-def _list_length(block: pipeline_pb2.Block) -> int:
+def _list_length(node: BlockInputs) -> int:
     """The tensors of a block giving a list: its MMoE layer's num_task."""
-    layers = [block.keras_layer] if block.WhichOneof("layer") == "keras_layer" else \
-        [item.keras_layer for item in block.layers]
-    return next(layer.mmoe.num_task for layer in reversed(layers) if layer.class_name == "MMoE")
+    mmoe = [layer for layer in node.keras_layers if layer.class_name == "MMoE"]
+    if not mmoe or node.keras_layers[-1].class_name != "MMoE":
+        raise ConfigError("model_config.backbone", f"block {node.name!r} gives a list the task towers would read "
+                          "one by one, and only an MMoE layer's list has a known length (num_task): end the block "
+                          "with an MMoE layer, or give the towers one tensor (concat_blocks of tensors, or top_mlp)")
+    return mmoe[-1].mmoe.num_task
 
 
 @register("multi_task_model", "MultiTaskModel", settings_field="model_params")

@@ -48,7 +48,9 @@ class RankModel(RankingModel):
             raise ConfigError(f"{path}.task_towers", "task towers are MultiTaskModel's (model_class "
                               "\"MultiTaskModel\"); a RankModel has one task, of model_config.loss_type")
         names = sequence_feature_names(config)
-        dims = {f.feature_name or f.input_names[0]: f.embedding_dim for f in config.feature_configs}
+        dims = {f.feature_name or f.input_names[0]: f.embedding_dim or
+                (max(f.raw_input_dim, 1) if f.feature_type == pipeline_pb2.FeatureConfig.RawFeature else 0)
+                for f in config.feature_configs}  # (a raw feature's width: its columns)
         return block_graph(model.backbone, {g.group_name: g for g in model.feature_groups if g.group_name}, names,
                            dims)
 
@@ -58,12 +60,17 @@ class RankModel(RankingModel):
         self.l2 = model_config.l2_regularization or model_config.model_params.l2_regularization
         widths = {f.name: self.tables.table_dim(f.table) for f in specs.id_features}
         self._group_config = {g.group_name: g for g in model_config.feature_groups}
+        self.augments = False
         self.graph = block_graph(model_config.backbone, self._group_config,
                                  [f.name for f in specs.id_features if f.sequence], widths)
         self.block_layers: Dict[str, List] = {node.name: self._layers_of(node, widths) for node in self.graph.order}
         backbone = model_config.backbone
         self.top_mlp = self.easyrec_mlp(backbone.top_mlp, "top_mlp") if backbone.HasField("top_mlp") else None
         self.output_logit = self.logit_layer(0.0, "output")
+
+    @property
+    def scores_differ_in_training(self) -> bool:
+        return super().scores_differ_in_training or self.augments
 
     def easyrec_mlp(self, settings: pipeline_pb2.MLP, name: str, drop_last: bool = False) -> MLP:
         """An MLP layer of EasyRec's settings (``drop_last``: all but its last layer, DIN's hidden layers)."""
@@ -125,6 +132,7 @@ class RankModel(RankingModel):
         target = sum(widths[k] for k in group.keys)
         width = sum(widths[h] for h in group.hist_seqs)
         if keras.class_name in ("SeqAugment", "SeqAugmentOps"):
+            self.augments = True  # (scores in training may read a random view)
             return SeqAugment(keras.seq_aug, width, name=name)
         if keras.class_name == "DIN":
             settings = keras.din

@@ -18,6 +18,7 @@ from easyonline.config.easyrec_compat import normalize  # noqa: E402
 from easyonline.config.validate import validate_pipeline_config  # noqa: E402
 from easyonline.core.rejections import BAD_SEQUENCE, rejection_kind  # noqa: E402
 from easyonline.features import CsvParser, build_feature_specs  # noqa: E402
+from easyonline.features.sequence_settings import validate_sequence_groups  # noqa: E402
 from easyonline.features.signature import empty_features  # noqa: E402
 from easyonline.models.backbone.bst_encoder import BSTEncoder  # noqa: E402
 from easyonline.models.backbone.contrastive import AuxiliaryLoss, SeqAugment  # noqa: E402
@@ -443,6 +444,7 @@ def test_a_cl4srec_backbone_adds_its_contrastive_loss_in_training_and_scores_wit
     specs = build_feature_specs(config)
     model = build_model(config, specs)
     assert model.graph.outputs == ("main",) and model.graph.losses == ("contrastive",)
+    assert model.scores_differ_in_training  # (SeqAugment: a score in training could read a random view)
     model(empty_features(specs), training=False)
     parsed = CsvParser(specs).parse([b"1,u1,30,b1,c1,b1|b2|b3,c1|c2|c3", b"0,u2,20,b2,c2,b4,c4"])
     model(parsed.features, training=True)
@@ -472,3 +474,60 @@ def test_the_backbone_examples_of_docs_models_md_validate():
             f'data_config {{ {fields} label_fields: "clk" label_fields: "buy" }} {features}' + example)
         validate_pipeline_config(config)
         assert config.model_config.model_class in ("RankModel", "MultiTaskModel")
+
+
+def test_a_batch_whose_every_history_is_empty_leaves_the_attentions_batch_norm_finite():
+    """DIN's attention MLP (EasyRec's MLP: batch norm on, dice) reads [B, 0, d] when no sample of the batch has a
+    history; batch norm's moments over nothing must not reach its moving moments."""
+    config = _config()
+    specs = build_feature_specs(config)
+    model = build_model(config, specs)
+    parsed = CsvParser(specs).parse([b"1,u1,30,b1,c1,,", b"0,u2,20,b2,c2,,"])
+    model(parsed.features, training=True)
+    moving = [v.numpy() for v in model.variables if "moving" in v.name]
+    assert moving and all(np.all(np.isfinite(m)) for m in moving)
+    assert np.all(np.isfinite(model(parsed.features, training=False).numpy()))
+
+
+def test_a_tail_targets_output_does_not_depend_on_the_batch():
+    layer = BSTEncoder(_bst(target_item_position="tail"), seq_width=4, target_width=4, seed=2)
+    rng = np.random.default_rng(6)
+    sequence, target = rng.normal(size=(2, 3, 4)).astype(np.float32), rng.normal(size=(2, 4)).astype(np.float32)
+    both = layer(tf.constant(sequence), tf.constant([1, 3], tf.int64), tf.constant(target)).numpy()
+    alone = layer(tf.constant(sequence[:1, :1]), tf.constant([1], tf.int64), tf.constant(target[:1])).numpy()
+    np.testing.assert_allclose(alone[0], both[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("edit,field,words", [
+    (("inputs { package_name: 'encoder' package_input: 'seq_input' }", "inputs { block_name: 'BST' }"),
+     "model_config.backbone.blocks[2].inputs[0].block_name", "not a block this block reads"),
+    (("    blocks { name: 'contrastive'", "    packages { name: 'idle' blocks { name: 'x' inputs { "
+      "use_package_input: true } keras_layer { class_name: 'FM' } } }\n    blocks { name: 'contrastive'"),
+     "model_config.backbone.packages[2]", "called by no block"),
+])
+def test_package_forms_that_cannot_run_are_refused(edit, field, words):
+    text = EASYREC_DIN_BACKBONE
+    for old, new in CL4SREC + (edit,):
+        assert old in text, old
+        text = text.replace(old, new)
+    text = text[:text.index("  unused {")] + text[text.index("  model_params {"):]
+    config = parse_pipeline_config(text)
+    normalize(config)
+    with pytest.raises(ConfigError) as error:
+        validate_pipeline_config(config)
+    assert error.value.path == field, error.value
+    assert words in str(error.value)
+
+
+def test_a_raw_feature_among_a_sequence_inputs_targets_and_a_task_list_of_unknown_length_are_refused():
+    config = parse_pipeline_config(EASYREC_DIN_BACKBONE.replace(
+        'feature_names: "brand" feature_names: "cate"\n', 'feature_names: "brand" feature_names: "cate" '
+        'feature_names: "age"\n'))
+    normalize(config)
+    with pytest.raises(ConfigError) as error:  # (the sequence check itself: the model's width check may come first)
+        validate_sequence_groups(config)
+    assert error.value.path == "model_config.feature_groups[1].feature_names[2]" and "'age' has no embedding" in str(error.value)
+    with pytest.raises(ConfigError) as error:  # the towers would read a feature list one by one
+        _multi_task(("    blocks { name: 'senet'", "    blocks { name: 'list' inputs { block_name: 'all' } }\n"
+                     "    blocks { name: 'senet'"), ("  }\n  unused {", "    concat_blocks: 'list'\n  }\n  unused {"))
+    assert error.value.path == "model_config.backbone" and "MMoE" in str(error.value)

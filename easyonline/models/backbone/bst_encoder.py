@@ -2,12 +2,14 @@
 the target item and the behaviour sequence.
 
 Unlike MultiTowerBST's one-layer ``SequenceTransformer`` (EasyRec's older form), this is EasyRec's
-``BSTEncoder``: inputs wider or narrower than ``hidden_size`` are projected to it (dense, relu), the target is
-one more position (at the head or the tail, or left out), learnt position embeddings are added, then layer
-norm and dropout, and ``num_hidden_layers`` transformer layers (scaled multi-head self-attention over the valid
-positions, feed-forward ``intermediate_size`` with ``hidden_act``, each with dropout, a residual and layer
-norm). The output is every position's vector flattened (``output_all_token_embeddings``: the sequence cut or
-zero-padded to ``max_position_embeddings`` positions) or the target's position alone.
+``BSTEncoder``: inputs wider or narrower than ``hidden_size`` are projected to it (dense, relu); the target is
+one more position, at the head or the tail (left out with ``ignore``, or without target features: then
+``reserve_target_position`` adds nothing, and the first position is the most recent behaviour's, as EasyRec's
+output reads it); learnt position embeddings are added, then layer norm and dropout, and
+``num_hidden_layers`` transformer layers (scaled multi-head self-attention over the valid positions,
+feed-forward ``intermediate_size`` with ``hidden_act``, each with dropout, a residual and layer norm). The
+output is every position's vector flattened (``output_all_token_embeddings``: the sequence cut or
+zero-padded to ``max_position_embeddings`` positions) or the first position's (a tail target's: its own).
 """
 import math
 from typing import Optional
@@ -40,9 +42,7 @@ class BSTEncoder(tf.keras.layers.Layer):
         self.heads = settings.num_attention_heads
         self.max_positions = settings.max_position_embeddings
         self.keep_target = target_width > 0 and settings.target_item_position in ("head", "tail")
-        self.reserve = not self.keep_target and settings.reserve_target_position \
-            and settings.target_item_position != "ignore"
-        self.positions = self.max_positions + (1 if self.keep_target or self.reserve else 0)
+        self.positions = self.max_positions + (1 if self.keep_target else 0)
         regularizer = tf.keras.regularizers.l2(l2) if l2 > 0 else None
         self._offset = 0
 
@@ -89,9 +89,11 @@ class BSTEncoder(tf.keras.layers.Layer):
         batch = tf.shape(sequence)[0]
         sequence = sequence[:, :self.max_positions]  # (the most recent first: the oldest are cut)
         lengths = tf.minimum(tf.cast(lengths, tf.int32), self.max_positions)
-        if self.settings.output_all_token_embeddings:  # a fixed number of positions to flatten
+        tail = self.keep_target and self.settings.target_item_position == "tail"
+        if self.settings.output_all_token_embeddings or tail:  # a fixed number of positions: to flatten, or for
+            # the tail target's position (and its embedding) not to depend on the batch's longest history
             sequence = tf.pad(sequence, [[0, 0], [0, self.max_positions - tf.shape(sequence)[1]], [0, 0]])
-        elif not (self.keep_target or self.reserve):  # (a batch of empty histories: one padding position to read)
+        elif not self.keep_target:  # (a batch of empty histories: one padding position to read)
             sequence = tf.pad(sequence, [[0, 0], [0, tf.maximum(1 - tf.shape(sequence)[1], 0)], [0, 0]])
         valid = tf.sequence_mask(lengths, tf.shape(sequence)[1])
         if self.seq_project is not None:
@@ -99,8 +101,6 @@ class BSTEncoder(tf.keras.layers.Layer):
         extra = None
         if self.keep_target:
             extra = self.target_project(target) if self.target_project is not None else target
-        elif self.reserve:
-            extra = tf.zeros([batch, self.hidden])
         if extra is not None:
             ones = tf.ones([batch, 1], dtype=tf.bool)
             if self.settings.target_item_position == "tail":

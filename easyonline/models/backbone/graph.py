@@ -157,6 +157,11 @@ def block_graph(backbone: pipeline_pb2.Backbone, groups: Mapping[str, pipeline_p
         {source.package_input for node in checker.all_nodes() for source in node.inputs if source.kind == "package"}
     for node in main.values():  # every block of the backbone is checked, read or not
         checker.kind_of(node.name, None)
+    called = {s.name for n in checker.all_nodes() for s in n.inputs if s.kind == "package"} | \
+        {s.package_input for n in checker.all_nodes() for s in n.inputs if s.kind == "package"}
+    for p, package in enumerate(backbone.packages):
+        _require(package.name in called, f"{path}.packages[{p}]", f"package {package.name!r} is called by no block "
+                 "(inputs { package_name: ... })")
     losses = tuple(name for name in main if checker.kind_of(name, None).kind == "loss")
     _require(not backbone.output_blocks or not backbone.concat_blocks, f"{path}.output_blocks",
              "give concat_blocks or output_blocks, not both")
@@ -185,10 +190,11 @@ class _Checker:
                  groups: Mapping[str, pipeline_pb2.FeatureGroup], sequence_names: Collection[str],
                  dims: Mapping[str, int], where: Mapping[str, str], path: str):
         self.groups, self.sequence_names, self.dims, self.where, self.path = groups, sequence_names, dims, where, path
-        names = set(where)
-        self.main = {b.name: _block_inputs(b, names, packages, groups, sequence_names, where[b.name], "")
+        own = {b.name for b in backbone.blocks}  # a block reads the backbone's blocks, and its own package's
+        self.main = {b.name: _block_inputs(b, own, packages, groups, sequence_names, where[b.name], "")
                      for b in backbone.blocks}
-        self.packages = {p: {b.name: _block_inputs(b, names, packages, groups, sequence_names, where[b.name], p)
+        self.packages = {p: {b.name: _block_inputs(b, own | {m.name for m in package.blocks}, packages, groups,
+                                                   sequence_names, where[b.name], p)
                              for b in package.blocks} for p, package in packages.items()}
         self.package_config = packages
         self.memo: Dict[Tuple[str, Optional[Kind]], Kind] = {}
@@ -357,10 +363,12 @@ def _block_inputs(block: pipeline_pb2.Block, names: Collection[str], packages: C
             _require(name in packages, f"{where}.package_name", f"{name!r} is not a package "
                      f"(packages: {sorted(packages)})")
             _require(not item.package_input or item.package_input in names or item.package_input in packages,
-                     f"{where}.package_input", f"{item.package_input!r} is not a block or a package")
+                     f"{where}.package_input", f"{item.package_input!r} is not a block this block reads (the "
+                     "backbone's, or its own package's) or a package")
             inputs.append(Source("package", name, item.package_input))
         elif kind == "block_name":
-            _require(name in names, f"{where}.block_name", f"{name!r} is not a block (blocks: {sorted(names)})")
+            _require(name in names, f"{where}.block_name", f"{name!r} is not a block this block reads (the "
+                     f"backbone's, or its own package's: {sorted(names)})")
             _require(name != block.name, f"{where}.block_name", f"block {name!r} reads itself")
             inputs.append(Source("block", name))
         else:
