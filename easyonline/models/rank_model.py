@@ -15,6 +15,7 @@ from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import sequence_feature_names
 from easyonline.models.backbone.bst_encoder import BSTEncoder
 from easyonline.models.backbone.contrastive import SeqAugment, auxiliary_loss_of
+from easyonline.models.backbone.cross import Cross
 from easyonline.models.backbone.graph import BlockGraph, BlockInputs, block_graph
 from easyonline.models.backbone.masknet import MaskNet
 from easyonline.models.backbone.senet import SENet
@@ -102,6 +103,10 @@ class RankModel(RankingModel):
             return layers
         if node.layer == "keras_layer":
             return [self._keras_layer(block.keras_layer, node, widths, block.name)]
+        if node.layer == "recurrent":  # (a Cross layer per step, each with weights of its own)
+            self._built_mlps += 1
+            return [Cross(self.l2, seed=self._seed + 1000 * self._built_mlps + i, name=f"{block.name}_{i}")
+                    for i in range(block.recurrent.num_steps)]
         if node.layer == "layers":
             return [self._keras_layer(item.keras_layer, node, widths, f"{block.name}_l{k}")
                     for k, item in enumerate(block.layers)]
@@ -232,7 +237,12 @@ class RankModel(RankingModel):
             return self.sequence_input(node.inputs[0].name, embeddings)
         if node.layer == "input_layer" and node.block.input_layer.only_output_feature_list:
             return self.group_features(node.inputs[0].name, embeddings, dense)
-        parts = [read(source) for source in node.inputs]
+        parts = []
+        for source in node.inputs:
+            value = read(source)
+            parts.append([value, value] if source.twice else value)
+        if node.layer == "recurrent":
+            return self._recurrent(node, parts[0], layers, training)
         if node.block.merge_inputs_into_list:
             x: Any = parts
         else:
@@ -245,3 +255,15 @@ class RankModel(RankingModel):
             else:
                 x = layer(x, training=training)
         return x
+
+    @staticmethod
+    def _recurrent(node: BlockInputs, inputs: List[tf.Tensor], layers: list, training) -> Any:
+        """EasyRec's recurrent layer with ``fixed_input_index``: each step's output replaces every input but the
+        fixed one (DCN-v2's x0); the inputs but the fixed one are the output."""
+        fixed = node.block.recurrent.fixed_input_index
+        values = list(inputs)
+        for layer in layers:
+            out = layer(values, training=training)
+            values = [v if i == fixed else out for i, v in enumerate(values)]
+        rest = [v for i, v in enumerate(values) if i != fixed]
+        return rest[0] if len(rest) == 1 else rest

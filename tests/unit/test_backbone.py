@@ -531,3 +531,60 @@ def test_a_raw_feature_among_a_sequence_inputs_targets_and_a_task_list_of_unknow
         _multi_task(("    blocks { name: 'senet'", "    blocks { name: 'list' inputs { block_name: 'all' } }\n"
                      "    blocks { name: 'senet'"), ("  }\n  unused {", "    concat_blocks: 'list'\n  }\n  unused {"))
     assert error.value.path == "model_config.backbone" and "MMoE" in str(error.value)
+
+
+# dcn_backbone_on_taobao's form: DCN-v2's cross network (a recurrent block of Cross layers over [x0, x]) beside
+# an MLP
+DCN = (("  model_name: 'DIN'\n", ""),
+       ("  backbone {", """  backbone {
+    blocks { name: 'deep' inputs { feature_group_name: 'normal' } keras_layer { class_name: 'MLP' mlp {
+      hidden_units: [4] } } }
+    blocks { name: 'cross' inputs { feature_group_name: 'normal' input_fn: 'lambda x:  [x, x]' }
+      recurrent { num_steps: 2 fixed_input_index: 0 keras_layer { class_name: 'Cross' } } }
+    concat_blocks: ['deep', 'cross']
+  }
+  unused {"""))
+
+
+def _dcn(*edits):
+    text = EASYREC_DIN_BACKBONE
+    for old, new in DCN + edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    text = text[:text.index("  unused {")] + text[text.index("  model_params {"):]
+    text = re.sub(r'  features: \{ input_names: "(brand|cate)_list".*?\}\n', "", text, flags=re.S)
+    config = parse_pipeline_config(text.replace('feature_names: "brand_list" feature_names: "cate_list"', ""))
+    normalize(config)
+    validate_pipeline_config(config)
+    return config
+
+
+def test_a_recurrent_cross_block_is_dcn_v2s_cross_network_over_the_group():
+    config = _dcn()
+    specs = build_feature_specs(config)
+    model = build_model(config, specs)
+    model(empty_features(specs), training=False)
+    parsed = CsvParser(specs).parse([b"1,u1,30,b1,c1,,", b"0,u2,20,b2,c2,,"])
+    embeddings, _, dense = model.embed(parsed.features)
+    x0 = model.group_input("normal", embeddings, dense).numpy()
+    crosses = model.block_layers["cross"]
+    assert len(crosses) == 2 and x0.shape[1] == 4 + 1 + 4  # user, age (raw), brand
+    x = x0
+    for layer in crosses:  # x_{i+1} = x0 * (W x_i + b) + x_i, each step its own W
+        x = x0 * (x @ layer.dense.kernel.numpy() + layer.dense.bias.numpy()) + x
+    got = model.backbone_outputs(embeddings, dense, training=False)
+    np.testing.assert_allclose(got[1].numpy(), x, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("edit,field,words", [
+    (("input_fn: 'lambda x:  [x, x]'", "input_fn: 'lambda x: [x, x, x]'"),
+     "model_config.backbone.blocks[1].inputs[0].input_fn", "only 'lambda x: [x, x]'"),
+    (("fixed_input_index: 0 ", ""), "model_config.backbone.blocks[1].recurrent.fixed_input_index", "is required"),
+    (("keras_layer { class_name: 'Cross' }", "keras_layer { class_name: 'MLP' mlp { hidden_units: 2 } }"),
+     "model_config.backbone.blocks[1].recurrent.keras_layer.class_name", "recurrent block runs a Cross"),
+])
+def test_recurrent_forms_that_cannot_run_are_refused(edit, field, words):
+    with pytest.raises(ConfigError) as error:
+        _dcn(edit)
+    assert error.value.path == field, error.value
+    assert words in str(error.value)

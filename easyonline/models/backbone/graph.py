@@ -22,15 +22,19 @@ from easyonline.protos import pipeline_pb2
 
 # EasyRec's class_names a KerasLayer may name here (SeqAugmentOps: EasyRec's compiled op of SeqAugment's
 # augmentations, run here as SeqAugment's TensorFlow ops)
-LAYER_CLASSES = ("MLP", "DIN", "BST", "SENet", "MMoE", "MaskNet", "SeqAugment", "SeqAugmentOps", "AuxiliaryLoss")
+LAYER_CLASSES = ("MLP", "DIN", "BST", "SENet", "MMoE", "MaskNet", "SeqAugment", "SeqAugmentOps", "AuxiliaryLoss",
+                 "Cross")
 SEQUENCE_LAYERS = ("DIN", "BST", "SeqAugment", "SeqAugmentOps")  # the ones that read a sequence input
 _PARAMS = {"MLP": "mlp", "DIN": "din", "BST": "bst", "SENet": "senet", "MMoE": "mmoe", "MaskNet": "masknet",
-           "SeqAugment": "seq_aug", "SeqAugmentOps": "seq_aug", "AuxiliaryLoss": "st_params"}
+           "SeqAugment": "seq_aug", "SeqAugmentOps": "seq_aug", "AuxiliaryLoss": "st_params", "Cross": ""}
 # the kind of input each layer reads, and of its output ("loss": an AuxiliaryLoss's, which nothing reads)
 _READS = {"MLP": "tensor", "DIN": "sequence", "BST": "sequence", "SENet": "list", "MMoE": "tensor",
-          "MaskNet": "tensor", "SeqAugment": "sequence", "SeqAugmentOps": "sequence", "AuxiliaryLoss": "list"}
+          "MaskNet": "tensor", "SeqAugment": "sequence", "SeqAugmentOps": "sequence", "AuxiliaryLoss": "list",
+          "Cross": "list"}
 _GIVES = {"MLP": "tensor", "DIN": "tensor", "BST": "tensor", "SENet": "tensor", "MMoE": "list", "MaskNet": "tensor",
-          "SeqAugment": "sequence", "SeqAugmentOps": "sequence", "AuxiliaryLoss": "loss"}
+          "SeqAugment": "sequence", "SeqAugmentOps": "sequence", "AuxiliaryLoss": "loss", "Cross": "tensor"}
+# the one Python input_fn taken (its meaning, not run): the input twice, a recurrent Cross's x0 and x
+TWICE = "lambda x: [x, x]"
 BST_ACTIVATIONS = ("gelu", "relu", "tanh", "swish")
 TARGET_POSITIONS = ("head", "tail", "ignore")
 LOSS_TYPES = ("nce_loss", "info_nce", "l2_loss")
@@ -45,6 +49,7 @@ class Source(NamedTuple):
     kind: str
     name: str = ""
     package_input: str = ""
+    twice: bool = False  # (input_fn "lambda x: [x, x]": the value twice, as a list)
 
 
 class Kind(NamedTuple):
@@ -67,7 +72,7 @@ class BlockInputs:
 
     @property
     def layer(self) -> str:
-        """input_layer, keras_layer, layers (sequential) or identity."""
+        """input_layer, keras_layer, recurrent, layers (sequential) or identity."""
         if self.block.layers:
             return "layers"
         return self.block.WhichOneof("layer") or "identity"
@@ -81,6 +86,8 @@ class BlockInputs:
     def keras_layers(self) -> List[pipeline_pb2.KerasLayer]:
         if self.layer == "keras_layer":
             return [self.block.keras_layer]
+        if self.layer == "recurrent":
+            return [self.block.recurrent.keras_layer]
         return [item.keras_layer for item in self.block.layers] if self.layer == "layers" else []
 
 
@@ -270,6 +277,10 @@ class _Checker:
                               "expression); use a layer of " + ", ".join(LAYER_CLASSES) + ", or a block with "
                               "several inputs to concatenate")
         read = [self._source_kind(s, node, given, f"{path}.inputs[{i}]") for i, s in enumerate(node.inputs)]
+        for i, (source, r) in enumerate(zip(node.inputs, read)):
+            if source.twice:
+                _require(r.kind == "tensor", f"{path}.inputs[{i}].input_fn", f"{TWICE!r} takes a tensor, got a {r.kind}")
+                read[i] = Kind("list")
         if block.merge_inputs_into_list:
             others = [(s.name, r.kind) for s, r in zip(node.inputs, read) if r.kind != "tensor"]
             _require(not others, f"{path}.inputs", f"input {others[0] if others else ''} is not a tensor: "
@@ -283,7 +294,16 @@ class _Checker:
             kind = read[0] if len(read) == 1 else Kind("tensor")
         _require(kind.kind != "loss", f"{path}.inputs", "an AuxiliaryLoss block's output is read by nothing")
         for k, keras in enumerate(node.keras_layers):
-            where = f"{path}.keras_layer" if node.layer == "keras_layer" else f"{path}.layers[{k}].keras_layer"
+            where = {"keras_layer": f"{path}.keras_layer", "recurrent": f"{path}.recurrent.keras_layer"}.get(
+                node.layer, f"{path}.layers[{k}].keras_layer")
+            _require((keras.class_name == "Cross") == (node.layer == "recurrent"), f"{where}.class_name",
+                     "a Cross layer runs in a recurrent block (DCN-v2's cross network), and a recurrent block "
+                     "runs a Cross layer here")
+            if node.layer == "recurrent":
+                _require(block.recurrent.HasField("fixed_input_index") and block.recurrent.fixed_input_index < 2,
+                         f"{path}.recurrent.fixed_input_index", "is required here: 0 or 1, the place of x0 in the "
+                         "[x0, x] list a Cross layer reads")
+                _require(block.recurrent.num_steps > 0, f"{path}.recurrent.num_steps", "must be at least 1")
             _check_keras_layer(keras, where)
             wanted = _READS[keras.class_name]
             if kind.kind != wanted:
@@ -348,9 +368,11 @@ def _block_inputs(block: pipeline_pb2.Block, names: Collection[str], packages: C
         kind = item.WhichOneof("name")
         _require(kind is not None, where, "an input is a feature_group_name, a block_name, a package_name or "
                  "use_package_input")
-        for field in ("input_fn", "input_slice"):
-            _require(not item.HasField(field), f"{where}.{field}",
-                     f"Python expressions on an input ({field}) are not run here: give the block its input as is")
+        _require(not item.HasField("input_slice"), f"{where}.input_slice",
+                 "Python expressions on an input (input_slice) are not run here: give the block its input as is")
+        twice = " ".join(item.input_fn.split()) == TWICE
+        _require(not item.HasField("input_fn") or twice, f"{where}.input_fn",
+                 f"Python expressions on an input are not run here (only {TWICE!r}, the input twice, is taken)")
         _require(kind == "package_name" or not item.package_input, f"{where}.package_input",
                  "is the input of a package_name")
         if item.ignore_input:
@@ -370,7 +392,7 @@ def _block_inputs(block: pipeline_pb2.Block, names: Collection[str], packages: C
             _require(name in names, f"{where}.block_name", f"{name!r} is not a block this block reads (the "
                      f"backbone's, or its own package's: {sorted(names)})")
             _require(name != block.name, f"{where}.block_name", f"block {name!r} reads itself")
-            inputs.append(Source("block", name))
+            inputs.append(Source("block", name, twice=twice))
         else:
             _require(name in groups, f"{where}.feature_group_name",
                      f"{name!r} is not a model_config.feature_groups group_name (groups: {sorted(groups)})")
@@ -382,7 +404,7 @@ def _block_inputs(block: pipeline_pb2.Block, names: Collection[str], packages: C
             _require(not sequences or reads_sequence, f"{where}.feature_group_name",
                      f"feature group {name!r} holds SequenceFeature(s) {sequences}: read it with an input layer "
                      "with output_seq_and_normal_feature, for a DIN or BST block")
-            inputs.append(Source("group", name))
+            inputs.append(Source("group", name, twice=twice))
     _require(bool(inputs), f"{path}.inputs", f"every input of block {block.name!r} is ignore_input")
     return BlockInputs(block, tuple(inputs), package)
 
@@ -402,6 +424,10 @@ def _check_keras_layer(keras: pipeline_pb2.KerasLayer, path: str) -> None:
     _require(keras.class_name in LAYER_CLASSES, f"{path}.class_name",
              f"{keras.class_name!r} is not one of the layers run here ({', '.join(LAYER_CLASSES)})")
     field = _PARAMS[keras.class_name]
+    if not field:
+        _require(keras.WhichOneof("params") is None, f"{path}.{keras.WhichOneof('params')}",
+                 f"a {keras.class_name} layer takes no settings here (DCN-v2's full-rank cross)")
+        return
     _require(keras.WhichOneof("params") == field, f"{path}.{field}",
              f"a {keras.class_name} layer takes its settings in {field} {{ ... }}")
     if field == "mlp":
