@@ -8,11 +8,13 @@ from easyonline.utils import kafka_outages
 
 class _DropCancelled(logging.Filter):
     """kafka-python logs a request cancelled by closing its own client as an error (2.0: "Fetch to node N
-    failed: Cancelled"; 3.0: "Metadata refresh: failed Cancelled"): every run that closes a consumer or
-    producer would end on what looks like a failure."""
+    failed: Cancelled"; 3.0: "Metadata refresh: failed Cancelled", or "... failed Transport closed for writes"
+    when the close wins the race with a refresh in flight): every run that closes a consumer or producer would
+    end on what looks like a failure. (A broker that goes away is reported by easyonline's own outage lines.)"""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "Cancelled" not in record.getMessage()
+        message = record.getMessage()
+        return "Cancelled" not in message and "Transport closed for writes" not in message
 
 
 class _BelowWarning(logging.Filter):
