@@ -61,6 +61,7 @@ class RankModel(RankingModel):
         self.l2 = model_config.l2_regularization or model_config.model_params.l2_regularization
         widths = {f.name: self.tables.table_dim(f.table) for f in specs.id_features}
         self._group_config = {g.group_name: g for g in model_config.feature_groups}
+        self._raw_widths = {f.name: f.dim for f in specs.raw_features}
         self.augments = False
         self.graph = block_graph(model_config.backbone, self._group_config,
                                  [f.name for f in specs.id_features if f.sequence], widths)
@@ -155,13 +156,12 @@ class RankModel(RankingModel):
         return BSTEncoder(settings, width, target, self.l2, seed=self._seed + 1000 * self._built_mlps, name=name)
 
     def _feature_width(self, name: str, widths: Dict[str, int]) -> int:
-        raw = {f.name: f.dim for f in self.specs.raw_features}
-        return raw[name] if name in raw else widths[name]
+        return self._raw_widths.get(name) or widths[name]
 
     def group_features(self, group: str, embeddings, dense) -> List[tf.Tensor]:
         """Feature group ``group`` as a list (EasyRec's ``only_output_feature_list``), in the group's order: an id
         feature's embedding [B, dim], a raw feature's columns [B, dim]."""
-        raw = {f.name: f.dim for f in self.specs.raw_features}
+        raw = self._raw_widths
         return [tf.reshape(tf.gather(dense, self.specs.dense_columns([n]), axis=1), [-1, raw[n]]) if n in raw
                 else embeddings.by_name[n] for n in self._group_config[group].feature_names]
 

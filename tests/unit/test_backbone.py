@@ -75,15 +75,28 @@ model_config: {
 '''
 
 
-def _config(*edits):
+def _edited_config(edits, own_backbone: bool = False, without_sequences: bool = False, validate: bool = True):
+    """EASYREC_DIN_BACKBONE with ``edits`` ((old, new) pairs) applied, parsed, normalized and (``validate``)
+    validated. ``own_backbone``: the edits bring their own blocks, ending at an ``  unused {`` marker, and the
+    DIN sample's blocks after it are dropped; ``without_sequences``: the sample's SequenceFeatures are dropped."""
     text = EASYREC_DIN_BACKBONE
     for old, new in edits:
         assert old in text, old
         text = text.replace(old, new)
+    if own_backbone:
+        text = text[:text.index("  unused {")] + text[text.index("  model_params {"):]
+    if without_sequences:
+        text = re.sub(r'  features: \{ input_names: "(brand|cate)_list".*?\}\n', "", text, flags=re.S)
+        text = text.replace('feature_names: "brand_list" feature_names: "cate_list"', "")
     config = parse_pipeline_config(text)
     normalize(config)
-    validate_pipeline_config(config)
+    if validate:
+        validate_pipeline_config(config)
     return config
+
+
+def _config(*edits):
+    return _edited_config(edits)
 
 
 def test_easyrecs_din_backbone_form_builds_scores_and_the_parser_checks_its_sequence_positions():
@@ -284,17 +297,7 @@ MULTI_TASK = (("  model_name: 'DIN'\n  model_class: 'RankModel'", "  model_class
 
 
 def _multi_task(*edits):
-    text = EASYREC_DIN_BACKBONE
-    for old, new in MULTI_TASK + edits:
-        assert old in text, old
-        text = text.replace(old, new)
-    start = text.index("  unused {")  # (the DIN sample's blocks dropped: this backbone has its own)
-    text = text[:start] + text[text.index("  model_params {"):]
-    text = re.sub(r'  features: \{ input_names: "(brand|cate)_list".*?\}\n', "", text, flags=re.S)  # (no sequence)
-    config = parse_pipeline_config(text.replace('feature_names: "brand_list" feature_names: "cate_list"', ""))
-    normalize(config)
-    validate_pipeline_config(config)
-    return config
+    return _edited_config(MULTI_TASK + edits, own_backbone=True, without_sequences=True)
 
 
 def test_easyrecs_multi_task_backbone_gives_each_task_tower_its_mmoe_input_and_scores_every_task():
@@ -433,14 +436,7 @@ CL4SREC = (("  model_name: 'DIN'\n", ""),
 
 
 def test_a_cl4srec_backbone_adds_its_contrastive_loss_in_training_and_scores_without_it():
-    text = EASYREC_DIN_BACKBONE
-    for old, new in CL4SREC:
-        assert old in text, old
-        text = text.replace(old, new)
-    text = text[:text.index("  unused {")] + text[text.index("  model_params {"):]
-    config = parse_pipeline_config(text)
-    normalize(config)
-    validate_pipeline_config(config)
+    config = _edited_config(CL4SREC, own_backbone=True)
     specs = build_feature_specs(config)
     model = build_model(config, specs)
     assert model.graph.outputs == ("main",) and model.graph.losses == ("contrastive",)
@@ -506,13 +502,7 @@ def test_a_tail_targets_output_does_not_depend_on_the_batch():
      "model_config.backbone.packages[2]", "called by no block"),
 ])
 def test_package_forms_that_cannot_run_are_refused(edit, field, words):
-    text = EASYREC_DIN_BACKBONE
-    for old, new in CL4SREC + (edit,):
-        assert old in text, old
-        text = text.replace(old, new)
-    text = text[:text.index("  unused {")] + text[text.index("  model_params {"):]
-    config = parse_pipeline_config(text)
-    normalize(config)
+    config = _edited_config(CL4SREC + (edit,), own_backbone=True, validate=False)
     with pytest.raises(ConfigError) as error:
         validate_pipeline_config(config)
     assert error.value.path == field, error.value
@@ -547,16 +537,7 @@ DCN = (("  model_name: 'DIN'\n", ""),
 
 
 def _dcn(*edits):
-    text = EASYREC_DIN_BACKBONE
-    for old, new in DCN + edits:
-        assert old in text, old
-        text = text.replace(old, new)
-    text = text[:text.index("  unused {")] + text[text.index("  model_params {"):]
-    text = re.sub(r'  features: \{ input_names: "(brand|cate)_list".*?\}\n', "", text, flags=re.S)
-    config = parse_pipeline_config(text.replace('feature_names: "brand_list" feature_names: "cate_list"', ""))
-    normalize(config)
-    validate_pipeline_config(config)
-    return config
+    return _edited_config(DCN + edits, own_backbone=True, without_sequences=True)
 
 
 def test_a_recurrent_cross_block_is_dcn_v2s_cross_network_over_the_group():
