@@ -3,7 +3,7 @@ user's likes strictly before its time, likes only, the most recent first, at mos
 sequences the same way, of the user's or the movie's events."""
 import pytest
 
-from tools.bench.sequence_quality import (SEQUENCES, config_history, config_sequences, histories, liked_histories,
+from tools.bench.sequence_quality import (SEQUENCES, config_lengths, config_sequences, histories, liked_histories,
                                           past_events, sequence_lines, with_deviations, without_history)
 
 
@@ -123,6 +123,10 @@ def test_the_lines_carry_every_sequence_the_config_reads_in_its_order(tmp_path):
     lines = sequence_lines(str(tmp_path), 20, ["rated_movies", "rated_ratings", "movie_raters"])
     assert lines == [b"0,7,1,Animation|Drama,0,3,,,", b"1,7,2,Comedy,0,3,1,2,", b"1,8,2,Comedy,0,3,,,7"]
     assert without_history(lines) == [b"0,7,1,Animation|Drama,0,3", b"1,7,2,Comedy,0,3", b"1,8,2,Comedy,0,3"]
+    # a length per sequence: user 8's sample has movie 2's one earlier rater, or none
+    lengths = {"rated_movies": 20, "rated_ratings": 20, "movie_raters": 0}
+    assert sequence_lines(str(tmp_path), lengths, ["rated_movies", "rated_ratings", "movie_raters"])[2] == \
+        b"1,8,2,Comedy,0,3,,,"
     config = tmp_path / "x.config"
     fields = "".join(f'input_fields {{ input_name: "{n}" input_type: STRING }} '
                      for n in ["user", "movie", "genres", "hour", "weekday", "movie_raters", "rated_movies"])
@@ -134,12 +138,14 @@ def test_the_lines_carry_every_sequence_the_config_reads_in_its_order(tmp_path):
         config_sequences(str(config))
 
 
-def test_the_stream_carries_as_many_events_as_the_configs_longest_sequence_keeps(tmp_path):
+def test_the_stream_carries_as_many_events_of_each_sequence_as_the_feature_reading_it_keeps(tmp_path):
     config = tmp_path / "x.config"
     features = "".join(f'feature_configs {{ input_names: "{name}" feature_type: SequenceFeature separator: "|" '
                        f'embedding_dim: 4 sequence_length: {length} }} '
-                       for name, length in (("movie_raters", 100), ("movie_rater_ratings", 50)))
-    config.write_text(features + 'feature_configs { input_names: "user" feature_type: IdFeature embedding_dim: 4 }')
-    assert config_history(str(config)) == 100
-    config.write_text('feature_configs { input_names: "user" feature_type: IdFeature embedding_dim: 4 }')
-    assert config_history(str(config)) == 20  # no sequence: the issue's 20
+                       for name, length in (("movie_raters", 100), ("movie_rater_ratings", 50), ("movie_raters", 30)))
+    crossed = ('feature_configs { feature_name: "liked_x_movie" input_names: ["liked_movies", "movie"] '
+               'feature_type: ComboFeature combo_input_seps: ["|", ""] embedding_dim: 4 } ')
+    config.write_text(features + crossed + 'feature_configs { input_names: "user" feature_type: IdFeature embedding_dim: 4 }')
+    names = ["movie_raters", "movie_rater_ratings", "liked_movies"]
+    # the longest reader of a field; a field no SequenceFeature reads (only crossed): the issue's 20
+    assert config_lengths(str(config), names) == {"movie_raters": 100, "movie_rater_ratings": 50, "liked_movies": 20}

@@ -40,7 +40,7 @@ import json
 import os
 import sys
 import time
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -152,14 +152,17 @@ def liked_histories(ratings: Iterable[Event], length: int = 20, min_rating: int 
     return [[e[2] for e in events] for events in past_events(ratings, 1, lambda r: r >= min_rating, length)]
 
 
-def sequence_lines(directory: str, length: int, names: Sequence[str] = ("liked_movies",)) -> List[bytes]:
+def sequence_lines(directory: str, length: Union[int, Dict[str, int]],
+                   names: Sequence[str] = ("liked_movies",)) -> List[bytes]:
     """u.data + u.item as time-ordered ``label,user,movie,genres,hour,weekday`` lines followed by one column
-    per sequence of ``names`` (``histories``, joined by ``|``)."""
+    per sequence of ``names`` (``histories``, joined by ``|``), each at most ``length`` events (one number for
+    all, or one per name)."""
     if not os.path.exists(os.path.join(directory, "u.data")):
         raise SystemExit(f"{directory} holds no MovieLens u.data and u.item")
     ratings = movielens_timed_ratings(directory)
     events = [(r[0], r[1], r[2], r[3]) for r in ratings]
-    columns = [histories(events, name, length) for name in names]
+    lengths = length if isinstance(length, dict) else {name: length for name in names}
+    columns = [histories(events, name, lengths[name]) for name in names]
     return [",".join([str(int(rating >= 4)), user, movie, genres, str(hour), str(weekday)]
                      + ["|".join(column[i]) for column in columns]).encode()
             for i, (_, user, movie, rating, genres, hour, weekday) in enumerate(ratings)]
@@ -183,13 +186,16 @@ def config_sequences(config_path: str) -> List[str]:
     return names[FIELDS:]
 
 
-def config_history(config_path: str) -> int:
-    """The longest ``sequence_length`` of ``config_path``'s SequenceFeatures: how many events per sequence the
-    stream carries by default (a config keeps at most its sequence_length of them)."""
+def config_lengths(config_path: str, names: Sequence[str]) -> Dict[str, int]:
+    """How many events of each sequence field of ``names`` the stream carries by default: the
+    ``sequence_length`` of the SequenceFeature reading it (the longest, when several do), else 20 (the
+    issue's; a field read only by a ComboFeature, say, is crossed whole)."""
     config = load_pipeline_config(config_path)
-    lengths = [f.sequence_length for f in config.feature_configs
-               if f.feature_type == f.SequenceFeature and f.sequence_length > 0]
-    return max(lengths, default=20)
+    lengths = {name: 0 for name in names}
+    for f in config.feature_configs:
+        if f.feature_type == f.SequenceFeature and f.sequence_length > 0 and f.input_names[0] in lengths:
+            lengths[f.input_names[0]] = max(lengths[f.input_names[0]], f.sequence_length)
+    return {name: length or 20 for name, length in lengths.items()}
 
 
 def run_seed(args, lines: List[bytes], labels: np.ndarray, seed: Optional[int]) -> Dict:
@@ -219,13 +225,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="directory with MovieLens's u.data and u.item")
     parser.add_argument("--history", type=int, default=0,
-                        help="events per sequence per sample, at most (the stream's); 0: the config's longest "
-                             "sequence_length")
+                        help="events per sequence per sample, at most (the stream's); 0: for each sequence "
+                             "field, the sequence_length of the SequenceFeature reading it (20 when none does)")
     comparison_arguments(parser, "movielens_din.config", "the windowed AUC plot")
     args = parse_comparison_arguments(parser)
     names = config_sequences(args.config)
-    args.history = args.history or config_history(args.config)
-    lines = sequence_lines(args.data, args.history, names)
+    history = args.history or config_lengths(args.config, names)
+    args.history = history if isinstance(history, int) else max(history.values())
+    lines = sequence_lines(args.data, history, names)
     n, half = len(lines), len(lines) // 2
     labels = np.array([float(line.split(b",", 1)[0]) for line in lines])
     tails = [line.split(b",")[FIELDS] for line in lines]  # the first sequence's
