@@ -1,6 +1,7 @@
 """A sequence model on the parameter-server cluster: DIN (a history sharing the item table, a history of
 categories with several at some positions, a weighted tag feature) trains on two ps and one trainer, and the
-updates it publishes replay into its checkpoint.
+updates it publishes replay into its checkpoint. Its stream is written as production writes it: librdkafka's
+transactional producer, zstd-compressed, every fourth transaction aborted (none of those samples may train).
 
 The cluster feeds ragged features (ids, their row splits, a weighted tag's weights, a sequence's positions)
 through placeholders; a history id is looked up in (and trained into) the target's table on its ps, as in a
@@ -24,28 +25,29 @@ from tests.conftest import python_env
 from tests.integration.test_cluster import _summary
 from tests.integration.test_backbone import BST, GROUPS as BACKBONE_GROUPS
 from tests.integration.test_din import GROUPS, DIN, din_config, din_lines
+from tests.integration.test_transactional_topics import write_transactions
 
-SAMPLES = 2400
+SAMPLES = 2400  # committed: 3200 written in transactions of 200, every fourth aborted
 
 
 @pytest.mark.parametrize("model,groups,layer,kernels", [
     (DIN, GROUPS, ("attentions/din/", "seq_dnn"), 5),
     (BST, BACKBONE_GROUPS, ("block_layers/seq/0/layers_/0/query/", "layer_0_query"), 11)], ids=["din", "bst_backbone"])
 def test_a_two_ps_cluster_trains_a_sequence_model_and_its_published_updates_equal_its_checkpoint(
-        tmp_path, model, groups, layer, kernels):
+        broker, topic, tmp_path, model, groups, layer, kernels):
     """Tables split by key (ps_shard_tables_by_key): the sequence's ids and the target's of one table live on
     both ps, so a history's lookup crosses ps. (Whole tables, one ps per table, are what test_cluster and the
     other cluster tests run.) DIN, and EasyRec's backbone form of BST (blocks, a sequence input, BERT's
     encoder with dropout)."""
-    data = tmp_path / "samples.csv"
-    # the last line's history holds an id ("i9999") no sample has as a target: only a lookup of the
+    # the first line's history holds an id ("i9999") no sample has as a target: only a lookup of the
     # sequence in the shared table can give it a row; its first position has two categories (seq_multi_sep)
-    last = b"1,u1,i3,c3,1.0,i9999|i3,c3;c7|c3,t1:0.5"
-    data.write_bytes(b"\n".join(din_lines(0, SAMPLES - 1) + [last]) + b"\n")
-    config = din_config(tmp_path / "model", model, groups=groups)
+    first = b"1,u1,i3,c3,1.0,i9999|i3,c3;c7|c3,t1:0.5"
+    broker.create_topic(topic, 2)
+    committed = write_transactions(broker.bootstrap, topic, [first] + din_lines(0, SAMPLES * 4 // 3 - 1), 200, 2,
+                                   codec="zstd")
+    assert len(committed) == SAMPLES and committed[0] == first
+    config = din_config(tmp_path / "model", model, broker.bootstrap, topic, groups=groups)
     next(f for f in config.feature_configs if f.input_names[0] == "hist_cate").seq_multi_sep = ";"
-    config.ClearField("kafka_train_input")
-    config.file_train_input.paths.append(str(data))
     config.train_config.incr_save_config.fs.incr_save_dir = str(tmp_path / "updates")
     config.train_config.incr_save_config.sparse_save_steps = 2
     config.train_config.incr_save_config.dense_save_steps = 3
@@ -68,7 +70,7 @@ def test_a_two_ps_cluster_trains_a_sequence_model_and_its_published_updates_equa
     assert any(name.startswith(layer[0]) for name in ids.dense), sorted(ids.dense)
     # one item table for targets and histories: the history-only id has a row, and a tag has rows
     parser = CsvParser(model.specs)
-    assert parser.parse([last]).features["hist_cate/positions"].to_list() == [[0, 0, 1]]
+    assert parser.parse([first]).features["hist_cate/positions"].to_list() == [[0, 0, 1]]
     history_only = parser.parse([b"0,u1,i9999,c3,1.0,,,"]).features["item"].numpy()[0]
     items = set(model.model.tables.embeddings["item"].params.export()[0].numpy().tolist())
     assert history_only in items
