@@ -296,17 +296,21 @@ MULTI_TASK = (("  model_name: 'DIN'\n  model_class: 'RankModel'", "  model_class
   }"""))
 
 
+def _built_with_two_samples(config):
+    """The model of ``config``, its variables made, and two samples without histories parsed for it."""
+    specs = build_feature_specs(config)
+    model = build_model(config, specs)
+    model(empty_features(specs), training=False)
+    return model, CsvParser(specs).parse([b"1,u1,30,b1,c1,,", b"0,u2,20,b2,c2,,"])
+
+
 def _multi_task(*edits):
     return _edited_config(MULTI_TASK + edits, own_backbone=True, without_sequences=True)
 
 
 def test_easyrecs_multi_task_backbone_gives_each_task_tower_its_mmoe_input_and_scores_every_task():
-    config = _multi_task()
-    specs = build_feature_specs(config)
-    model = build_model(config, specs)
+    model, parsed = _built_with_two_samples(_multi_task())
     assert [t.name for t in model.tasks] == ["ctr", "cvr"] and model.one_by_one
-    model(empty_features(specs), training=False)
-    parsed = CsvParser(specs).parse([b"1,u1,30,b1,c1,,", b"0,u2,20,b2,c2,,"])
     outputs = model.task_outputs(model(parsed.features, training=False))
     assert {"probs_ctr", "probs_cvr"} <= set(outputs) and outputs["probs_cvr"].shape == (2,)
     assert np.all(np.isfinite(outputs["probs_ctr"].numpy()))
@@ -541,11 +545,7 @@ def _dcn(*edits):
 
 
 def test_a_recurrent_cross_block_is_dcn_v2s_cross_network_over_the_group():
-    config = _dcn()
-    specs = build_feature_specs(config)
-    model = build_model(config, specs)
-    model(empty_features(specs), training=False)
-    parsed = CsvParser(specs).parse([b"1,u1,30,b1,c1,,", b"0,u2,20,b2,c2,,"])
+    model, parsed = _built_with_two_samples(_dcn())
     embeddings, _, dense = model.embed(parsed.features)
     x0 = model.group_input("normal", embeddings, dense).numpy()
     crosses = model.block_layers["cross"]
