@@ -31,6 +31,12 @@ class ConfigError(EasyOnlineError, ValueError):
         super().__init__(f"config field {path}: {message}" if path else f"config: {message}")
 
 
+def require(condition: bool, path: str, message: str) -> None:
+    """Raises ConfigError(path, message) unless ``condition``: a config check in one line."""
+    if not condition:
+        raise ConfigError(path, message)
+
+
 class OssConfigError(EasyOnlineError, RuntimeError):
     """An ``oss://`` path cannot be used: credentials or endpoint missing, or oss2 not installed."""
 

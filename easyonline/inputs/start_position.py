@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from kafka import KafkaConsumer, TopicPartition
 
-from easyonline.config.validate import parse_offset_info
+from easyonline.config.offset_info import parse_offset_info
 from easyonline.core.errors import ConfigError
 from easyonline.protos import pipeline_pb2
 from easyonline.utils import timeparse

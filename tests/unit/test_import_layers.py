@@ -4,7 +4,8 @@
 - no part imports the top floor (jobs, tools), except ``python -m`` entry shims (``__main__.py``);
 - no two subpackages import each other, directly or through others (no cycles);
 - fewer than 15 imports of easyonline modules sit inside functions, each with a ``why:`` comment;
-- serving loads none of models, embedding, train, checkpoint or publish.
+- serving loads none of models, embedding, train, checkpoint or publish;
+- the Kafka reader's child process (inputs/reader_process.py) starts without TensorFlow.
 """
 import ast
 import os
@@ -116,3 +117,13 @@ def test_serving_loads_no_training_code():
     loaded = set(out.stdout.strip().splitlines()[-1].split())
     assert "serve" in loaded and "updates" in loaded
     assert not loaded & {"models", "embedding", "train", "checkpoint", "publish"}, loaded
+
+
+def test_the_kafka_reader_child_starts_without_tensorflow():
+    """The reader child is spawned at every trainer start and restart; TensorFlow would add seconds of CPU."""
+    code = ("import sys, easyonline.inputs.reader_process; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tf_keras', 'keras')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(PACKAGE))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-2000:]

@@ -4,7 +4,7 @@ import time
 import pytest
 
 import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from easyonline.config.validate import parse_offset_info
+from easyonline.config.offset_info import parse_offset_info
 from easyonline.core.errors import ConfigError
 from easyonline.inputs.start_position import _into_range, start_time_seconds
 from easyonline.protos import pipeline_pb2

@@ -17,7 +17,7 @@ AuxiliaryLoss block adds a loss in training and is read by nothing.
 import dataclasses
 from typing import Collection, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from easyonline.core.errors import ConfigError
+from easyonline.core.errors import ConfigError, require
 from easyonline.protos import pipeline_pb2
 
 # EasyRec's class_names a KerasLayer may name here (SeqAugmentOps: EasyRec's compiled op of SeqAugment's
@@ -124,11 +124,6 @@ class BlockGraph:
         return dict(self.groups_read)[name]
 
 
-def _require(condition: bool, path: str, message: str) -> None:
-    if not condition:
-        raise ConfigError(path, message)
-
-
 def block_graph(backbone: pipeline_pb2.Backbone, groups: Mapping[str, pipeline_pb2.FeatureGroup],
                 sequence_names: Collection[str], dims: Mapping[str, int],
                 path: str = "model_config.backbone") -> BlockGraph:
@@ -136,14 +131,14 @@ def block_graph(backbone: pipeline_pb2.Backbone, groups: Mapping[str, pipeline_p
 
     ``groups``: the feature groups by name; ``sequence_names``: every SequenceFeature's name; ``dims``: every
     feature's embedding width (for the DIN, BST and SENet layers' widths)."""
-    _require(len(backbone.blocks) > 0, f"{path}.blocks", "a backbone needs at least one block")
+    require(len(backbone.blocks) > 0, f"{path}.blocks", "a backbone needs at least one block")
     where: Dict[str, str] = {}
     packages: Dict[str, pipeline_pb2.BlockPackage] = {}
     for p, package in enumerate(backbone.packages):
         ppath = f"{path}.packages[{p}]"
-        _require(bool(package.name) and package.name not in packages, f"{ppath}.name",
-                 f"every package needs a name of its own (got {package.name!r})")
-        _require(len(package.blocks) > 0, f"{ppath}.blocks", f"package {package.name!r} has no block")
+        require(bool(package.name) and package.name not in packages, f"{ppath}.name",
+                f"every package needs a name of its own (got {package.name!r})")
+        require(len(package.blocks) > 0, f"{ppath}.blocks", f"package {package.name!r} has no block")
         packages[package.name] = package
         for i, block in enumerate(package.blocks):
             where.setdefault(block.name, f"{ppath}.blocks[{i}]")
@@ -153,10 +148,10 @@ def block_graph(backbone: pipeline_pb2.Backbone, groups: Mapping[str, pipeline_p
     for scope, blocks in [("", backbone.blocks)] + [(p.name, p.blocks) for p in backbone.packages]:
         for i, block in enumerate(blocks):
             spath = f"{path}.blocks[{i}]" if not scope else f"{path}.packages[{list(packages).index(scope)}].blocks[{i}]"
-            _require(bool(block.name), f"{spath}.name", "every block needs a name")
-            _require(block.name not in seen, f"{spath}.name",
-                     f"duplicate block name {block.name!r} (names are one space, packages' blocks included)")
-            _require(block.name not in packages, f"{spath}.name", f"{block.name!r} is a package's name too")
+            require(bool(block.name), f"{spath}.name", "every block needs a name")
+            require(block.name not in seen, f"{spath}.name",
+                    f"duplicate block name {block.name!r} (names are one space, packages' blocks included)")
+            require(block.name not in packages, f"{spath}.name", f"{block.name!r} is a package's name too")
             seen.add(block.name)
     checker = _Checker(backbone, packages, groups, sequence_names, dims, where, path)
     main = checker.main
@@ -167,20 +162,20 @@ def block_graph(backbone: pipeline_pb2.Backbone, groups: Mapping[str, pipeline_p
     called = {s.name for n in checker.all_nodes() for s in n.inputs if s.kind == "package"} | \
         {s.package_input for n in checker.all_nodes() for s in n.inputs if s.kind == "package"}
     for p, package in enumerate(backbone.packages):
-        _require(package.name in called, f"{path}.packages[{p}]", f"package {package.name!r} is called by no block "
-                 "(inputs { package_name: ... })")
+        require(package.name in called, f"{path}.packages[{p}]", f"package {package.name!r} is called by no block "
+                "(inputs { package_name: ... })")
     losses = tuple(name for name in main if checker.kind_of(name, None).kind == "loss")
-    _require(not backbone.output_blocks or not backbone.concat_blocks, f"{path}.output_blocks",
-             "give concat_blocks or output_blocks, not both")
+    require(not backbone.output_blocks or not backbone.concat_blocks, f"{path}.output_blocks",
+            "give concat_blocks or output_blocks, not both")
     named = tuple(backbone.concat_blocks or backbone.output_blocks)
     outputs = named or tuple(name for name in main if name not in read and name not in losses)
     field = "output_blocks" if backbone.output_blocks else "concat_blocks"
     for j, name in enumerate(outputs):
         opath = f"{path}.{field}[{j}]" if named else f"{path}.blocks"
-        _require(name in main, opath, f"{name!r} is not a block of the backbone (blocks: {sorted(main)})")
+        require(name in main, opath, f"{name!r} is not a block of the backbone (blocks: {sorted(main)})")
         kind = checker.kind_of(name, None).kind
-        _require(kind in ("tensor", "list"), opath, f"block {name!r} gives a {kind}: an output is a tensor or a list "
-                 "(a sequence input is read by a DIN, BST or SeqAugment block; a loss by nothing)")
+        require(kind in ("tensor", "list"), opath, f"block {name!r} gives a {kind}: an output is a tensor or a list "
+                "(a sequence input is read by a DIN, BST or SeqAugment block; a loss by nothing)")
     if backbone.HasField("top_mlp"):
         check_mlp(backbone.top_mlp, f"{path}.top_mlp")
     return BlockGraph(tuple(main.values()), tuple(checker.package_graph(p) for p in packages), outputs,
@@ -233,9 +228,9 @@ class _Checker:
         package = self.package_graph(name)
         kinds = [self.kind_of(block, given) for block in package.outputs]
         for block, kind in zip(package.outputs, kinds):
-            _require(kind.kind in ("tensor", "list") or (len(kinds) == 1 and not package.as_list), path,
-                     f"package {name!r}'s output block {block!r} gives a {kind.kind}: a package's outputs are "
-                     "tensors, or one block's output of any kind")
+            require(kind.kind in ("tensor", "list") or (len(kinds) == 1 and not package.as_list), path,
+                    f"package {name!r}'s output block {block!r} gives a {kind.kind}: a package's outputs are "
+                    "tensors, or one block's output of any kind")
         if package.as_list:
             return Kind("list")
         return kinds[0] if len(kinds) == 1 else Kind("tensor")
@@ -246,17 +241,17 @@ class _Checker:
         read = {s.name for n in blocks.values() for s in n.inputs if s.kind == "block"}
         outputs = tuple(config.concat_blocks or config.output_blocks) or tuple(n for n in blocks if n not in read)
         for j, block in enumerate(outputs):
-            _require(block in blocks, f"{self.where[next(iter(blocks))].rsplit('.blocks', 1)[0]}.concat_blocks[{j}]",
-                     f"{block!r} is not a block of package {name!r}")
+            require(block in blocks, f"{self.where[next(iter(blocks))].rsplit('.blocks', 1)[0]}.concat_blocks[{j}]",
+                    f"{block!r} is not a block of package {name!r}")
         return PackageGraph(name, tuple(blocks.values()), outputs, bool(config.output_blocks))
 
     def _source_kind(self, source: Source, node: BlockInputs, given: Optional[Kind], path: str) -> Kind:
         if source.kind == "group":
             return Kind("tensor")
         if source.kind == "package_input":
-            _require(bool(node.package), path, "use_package_input is for a block of a package")
-            _require(given is not None, path, f"package {node.package!r} is called without an input "
-                     "(package_input), and its block reads it")
+            require(bool(node.package), path, "use_package_input is for a block of a package")
+            require(given is not None, path, f"package {node.package!r} is called without an input "
+                    "(package_input), and its block reads it")
             return given  # type: ignore[return-value]
         if source.kind == "package":
             inner: Optional[Kind] = None
@@ -279,12 +274,12 @@ class _Checker:
         read = [self._source_kind(s, node, given, f"{path}.inputs[{i}]") for i, s in enumerate(node.inputs)]
         for i, (source, r) in enumerate(zip(node.inputs, read)):
             if source.twice:
-                _require(r.kind == "tensor", f"{path}.inputs[{i}].input_fn", f"{TWICE!r} takes a tensor, got a {r.kind}")
+                require(r.kind == "tensor", f"{path}.inputs[{i}].input_fn", f"{TWICE!r} takes a tensor, got a {r.kind}")
                 read[i] = Kind("list")
         if block.merge_inputs_into_list:
             others = [(s.name, r.kind) for s, r in zip(node.inputs, read) if r.kind != "tensor"]
-            _require(not others, f"{path}.inputs", f"input {others[0] if others else ''} is not a tensor: "
-                     "merge_inputs_into_list makes a list of tensors")
+            require(not others, f"{path}.inputs", f"input {others[0] if others else ''} is not a tensor: "
+                    "merge_inputs_into_list makes a list of tensors")
             kind = Kind("list")
         else:
             others = [(s.name, r.kind) for s, r in zip(node.inputs, read) if r.kind != "tensor"]
@@ -292,18 +287,18 @@ class _Checker:
                 raise ConfigError(f"{path}.inputs", f"input {others[0][0]!r} gives a {others[0][1]}: only tensors "
                                   "are concatenated (give it a block of its own)")
             kind = read[0] if len(read) == 1 else Kind("tensor")
-        _require(kind.kind != "loss", f"{path}.inputs", "an AuxiliaryLoss block's output is read by nothing")
+        require(kind.kind != "loss", f"{path}.inputs", "an AuxiliaryLoss block's output is read by nothing")
         for k, keras in enumerate(node.keras_layers):
             where = {"keras_layer": f"{path}.keras_layer", "recurrent": f"{path}.recurrent.keras_layer"}.get(
                 node.layer, f"{path}.layers[{k}].keras_layer")
-            _require((keras.class_name == "Cross") == (node.layer == "recurrent"), f"{where}.class_name",
-                     "a Cross layer runs in a recurrent block (DCN-v2's cross network), and a recurrent block "
-                     "runs a Cross layer here")
+            require((keras.class_name == "Cross") == (node.layer == "recurrent"), f"{where}.class_name",
+                    "a Cross layer runs in a recurrent block (DCN-v2's cross network), and a recurrent block "
+                    "runs a Cross layer here")
             if node.layer == "recurrent":
-                _require(block.recurrent.HasField("fixed_input_index") and block.recurrent.fixed_input_index < 2,
-                         f"{path}.recurrent.fixed_input_index", "is required here: 0 or 1, the place of x0 in the "
-                         "[x0, x] list a Cross layer reads")
-                _require(block.recurrent.num_steps > 0, f"{path}.recurrent.num_steps", "must be at least 1")
+                require(block.recurrent.HasField("fixed_input_index") and block.recurrent.fixed_input_index < 2,
+                        f"{path}.recurrent.fixed_input_index", "is required here: 0 or 1, the place of x0 in the "
+                        "[x0, x] list a Cross layer reads")
+                require(block.recurrent.num_steps > 0, f"{path}.recurrent.num_steps", "must be at least 1")
             _check_keras_layer(keras, where)
             wanted = _READS[keras.class_name]
             if kind.kind != wanted:
@@ -314,16 +309,16 @@ class _Checker:
                 raise ConfigError(where if k else f"{path}.inputs", f"layer {keras.class_name} reads {what[wanted]}; "
                                   f"its input here is {what[kind.kind].split(' (')[0]}")
             if kind.group:
-                _require(self.groups_read.setdefault(node.name, kind.group) == kind.group, f"{path}.inputs",
-                         f"block {node.name!r} reads groups {self.groups_read[node.name]!r} and {kind.group!r} in "
-                         "two calls of its package: its layer's width is one group's")
+                require(self.groups_read.setdefault(node.name, kind.group) == kind.group, f"{path}.inputs",
+                        f"block {node.name!r} reads groups {self.groups_read[node.name]!r} and {kind.group!r} in "
+                        "two calls of its package: its layer's width is one group's")
             if keras.class_name in ("DIN", "BST"):
                 _check_sequence_widths(keras, self.groups[kind.group], self.sequence_names, self.dims, where)
             if keras.class_name == "SENet":
                 _check_senet(keras.senet, self.groups.get(kind.group), self.dims, where)
             if keras.class_name == "AuxiliaryLoss":
-                _require(not node.package, where, "an AuxiliaryLoss block belongs to the backbone, not a package")
-                _require(len(node.inputs) == 2, f"{path}.inputs", "an AuxiliaryLoss reads two views")
+                require(not node.package, where, "an AuxiliaryLoss block belongs to the backbone, not a package")
+                require(len(node.inputs) == 2, f"{path}.inputs", "an AuxiliaryLoss reads two views")
             given_kind = _GIVES[keras.class_name]
             kind = Kind(given_kind, kind.group if given_kind in ("sequence",) else "")
         if kind.kind == "sequence" and node.layer == "identity":
@@ -333,23 +328,23 @@ class _Checker:
 
 def _input_layer_kind(node: BlockInputs, path: str) -> Kind:
     layer = node.block.input_layer
-    _require(len(node.inputs) == 1 and node.inputs[0].kind == "group", f"{path}.inputs",
-             "an input layer reads exactly one feature_group_name")
+    require(len(node.inputs) == 1 and node.inputs[0].kind == "group", f"{path}.inputs",
+            "an input layer reads exactly one feature_group_name")
     for field in _UNSUPPORTED_INPUT_LAYER:
-        _require(not layer.HasField(field) or not getattr(layer, field), f"{path}.input_layer.{field}",
-                 "is not supported here: an input layer gives its group's features concatenated, as a list "
-                 "(only_output_feature_list) or, with output_seq_and_normal_feature, its sequences and target apart")
-    _require(not (layer.do_batch_norm and layer.do_layer_norm), f"{path}.input_layer",
-             "do_batch_norm and do_layer_norm cannot both be set")
-    _require(0 <= layer.dropout_rate < 1, f"{path}.input_layer.dropout_rate", "must be in [0, 1)")
-    _require(not (layer.output_seq_and_normal_feature and layer.only_output_feature_list), f"{path}.input_layer",
-             "output_seq_and_normal_feature and only_output_feature_list cannot both be set")
+        require(not layer.HasField(field) or not getattr(layer, field), f"{path}.input_layer.{field}",
+                "is not supported here: an input layer gives its group's features concatenated, as a list "
+                "(only_output_feature_list) or, with output_seq_and_normal_feature, its sequences and target apart")
+    require(not (layer.do_batch_norm and layer.do_layer_norm), f"{path}.input_layer",
+            "do_batch_norm and do_layer_norm cannot both be set")
+    require(0 <= layer.dropout_rate < 1, f"{path}.input_layer.dropout_rate", "must be in [0, 1)")
+    require(not (layer.output_seq_and_normal_feature and layer.only_output_feature_list), f"{path}.input_layer",
+            "output_seq_and_normal_feature and only_output_feature_list cannot both be set")
     group = node.inputs[0].name
     if layer.output_seq_and_normal_feature or layer.only_output_feature_list:
-        _require(layer.concat_seq_feature, f"{path}.input_layer.concat_seq_feature",
-                 "the sequences are concatenated here (false: a list of them, not supported)")
-        _require(not (layer.do_batch_norm or layer.do_layer_norm or layer.dropout_rate), f"{path}.input_layer",
-                 "a sequence input or a feature list takes no normalization or dropout here")
+        require(layer.concat_seq_feature, f"{path}.input_layer.concat_seq_feature",
+                "the sequences are concatenated here (false: a list of them, not supported)")
+        require(not (layer.do_batch_norm or layer.do_layer_norm or layer.dropout_rate), f"{path}.input_layer",
+                "a sequence input or a feature list takes no normalization or dropout here")
         return Kind("sequence" if layer.output_seq_and_normal_feature else "list", group)
     return Kind("tensor")
 
@@ -357,128 +352,128 @@ def _input_layer_kind(node: BlockInputs, path: str) -> Kind:
 def _block_inputs(block: pipeline_pb2.Block, names: Collection[str], packages: Collection[str],
                   groups: Mapping[str, pipeline_pb2.FeatureGroup], sequence_names: Collection[str],
                   path: str, package: str) -> BlockInputs:
-    _require(len(block.inputs) > 0, f"{path}.inputs", f"block {block.name!r} needs at least one input")
-    _require(not block.HasField("extra_input_fn"), f"{path}.extra_input_fn",
-             "a Python expression is not supported here (EasyRec's extra_input_fn)")
-    _require(block.input_concat_axis == -1, f"{path}.input_concat_axis",
-             "inputs are concatenated on the last axis only (-1)")
+    require(len(block.inputs) > 0, f"{path}.inputs", f"block {block.name!r} needs at least one input")
+    require(not block.HasField("extra_input_fn"), f"{path}.extra_input_fn",
+            "a Python expression is not supported here (EasyRec's extra_input_fn)")
+    require(block.input_concat_axis == -1, f"{path}.input_concat_axis",
+            "inputs are concatenated on the last axis only (-1)")
     inputs = []
     for j, item in enumerate(block.inputs):
         where = f"{path}.inputs[{j}]"
         kind = item.WhichOneof("name")
-        _require(kind is not None, where, "an input is a feature_group_name, a block_name, a package_name or "
-                 "use_package_input")
-        _require(not item.HasField("input_slice"), f"{where}.input_slice",
-                 "Python expressions on an input (input_slice) are not run here: give the block its input as is")
+        require(kind is not None, where, "an input is a feature_group_name, a block_name, a package_name or "
+                "use_package_input")
+        require(not item.HasField("input_slice"), f"{where}.input_slice",
+                "Python expressions on an input (input_slice) are not run here: give the block its input as is")
         twice = " ".join(item.input_fn.split()) == TWICE
-        _require(not item.HasField("input_fn") or twice, f"{where}.input_fn",
-                 f"Python expressions on an input are not run here (only {TWICE!r}, the input twice, is taken)")
-        _require(kind == "package_name" or not item.package_input, f"{where}.package_input",
-                 "is the input of a package_name")
+        require(not item.HasField("input_fn") or twice, f"{where}.input_fn",
+                f"Python expressions on an input are not run here (only {TWICE!r}, the input twice, is taken)")
+        require(kind == "package_name" or not item.package_input, f"{where}.package_input",
+                "is the input of a package_name")
         if item.ignore_input:
             continue
         name = getattr(item, kind)
         if kind == "use_package_input":
-            _require(bool(name), f"{where}.use_package_input", "cannot be false")
+            require(bool(name), f"{where}.use_package_input", "cannot be false")
             inputs.append(Source("package_input"))
         elif kind == "package_name":
-            _require(name in packages, f"{where}.package_name", f"{name!r} is not a package "
-                     f"(packages: {sorted(packages)})")
-            _require(not item.package_input or item.package_input in names or item.package_input in packages,
-                     f"{where}.package_input", f"{item.package_input!r} is not a block this block reads (the "
-                     "backbone's, or its own package's) or a package")
+            require(name in packages, f"{where}.package_name", f"{name!r} is not a package "
+                    f"(packages: {sorted(packages)})")
+            require(not item.package_input or item.package_input in names or item.package_input in packages,
+                    f"{where}.package_input", f"{item.package_input!r} is not a block this block reads (the "
+                    "backbone's, or its own package's) or a package")
             inputs.append(Source("package", name, item.package_input))
         elif kind == "block_name":
-            _require(name in names, f"{where}.block_name", f"{name!r} is not a block this block reads (the "
-                     f"backbone's, or its own package's: {sorted(names)})")
-            _require(name != block.name, f"{where}.block_name", f"block {name!r} reads itself")
+            require(name in names, f"{where}.block_name", f"{name!r} is not a block this block reads (the "
+                    f"backbone's, or its own package's: {sorted(names)})")
+            require(name != block.name, f"{where}.block_name", f"block {name!r} reads itself")
             inputs.append(Source("block", name, twice=twice))
         else:
-            _require(name in groups, f"{where}.feature_group_name",
-                     f"{name!r} is not a model_config.feature_groups group_name (groups: {sorted(groups)})")
-            _require(groups[name].wide_deep != pipeline_pb2.FeatureGroup.WIDE, f"{where}.feature_group_name",
-                     f"feature group {name!r} is WIDE (first-order weights only): a block reads DEEP or WIDE_AND_DEEP")
+            require(name in groups, f"{where}.feature_group_name",
+                    f"{name!r} is not a model_config.feature_groups group_name (groups: {sorted(groups)})")
+            require(groups[name].wide_deep != pipeline_pb2.FeatureGroup.WIDE, f"{where}.feature_group_name",
+                    f"feature group {name!r} is WIDE (first-order weights only): a block reads DEEP or WIDE_AND_DEEP")
             sequences = [n for n in groups[name].feature_names if n in sequence_names]
             reads_sequence = block.WhichOneof("layer") == "input_layer" and \
                 block.input_layer.output_seq_and_normal_feature
-            _require(not sequences or reads_sequence, f"{where}.feature_group_name",
-                     f"feature group {name!r} holds SequenceFeature(s) {sequences}: read it with an input layer "
-                     "with output_seq_and_normal_feature, for a DIN or BST block")
+            require(not sequences or reads_sequence, f"{where}.feature_group_name",
+                    f"feature group {name!r} holds SequenceFeature(s) {sequences}: read it with an input layer "
+                    "with output_seq_and_normal_feature, for a DIN or BST block")
             inputs.append(Source("group", name, twice=twice))
-    _require(bool(inputs), f"{path}.inputs", f"every input of block {block.name!r} is ignore_input")
+    require(bool(inputs), f"{path}.inputs", f"every input of block {block.name!r} is ignore_input")
     return BlockInputs(block, tuple(inputs), package)
 
 
 def _check_senet(senet: pipeline_pb2.SENet, group: Optional[pipeline_pb2.FeatureGroup], dims: Mapping[str, int],
                  path: str) -> None:
-    _require(senet.reduction_ratio > 0, f"{path}.senet.reduction_ratio", "must be at least 1")
-    _require(senet.num_squeeze_group > 0, f"{path}.senet.num_squeeze_group", "must be at least 1")
-    _require(group is not None, path, "SENet reads a feature list (an input layer with only_output_feature_list)")
+    require(senet.reduction_ratio > 0, f"{path}.senet.reduction_ratio", "must be at least 1")
+    require(senet.num_squeeze_group > 0, f"{path}.senet.num_squeeze_group", "must be at least 1")
+    require(group is not None, path, "SENet reads a feature list (an input layer with only_output_feature_list)")
     assert group is not None
     bad = [n for n in group.feature_names if (dims.get(n) or 1) % senet.num_squeeze_group]
-    _require(not bad, f"{path}.senet.num_squeeze_group", f"features {bad} of group {group.group_name!r}: "
-             f"each feature's width must be a multiple of num_squeeze_group ({senet.num_squeeze_group})")
+    require(not bad, f"{path}.senet.num_squeeze_group", f"features {bad} of group {group.group_name!r}: "
+            f"each feature's width must be a multiple of num_squeeze_group ({senet.num_squeeze_group})")
 
 
 def _check_keras_layer(keras: pipeline_pb2.KerasLayer, path: str) -> None:
-    _require(keras.class_name in LAYER_CLASSES, f"{path}.class_name",
-             f"{keras.class_name!r} is not one of the layers run here ({', '.join(LAYER_CLASSES)})")
+    require(keras.class_name in LAYER_CLASSES, f"{path}.class_name",
+            f"{keras.class_name!r} is not one of the layers run here ({', '.join(LAYER_CLASSES)})")
     field = _PARAMS[keras.class_name]
     if not field:
-        _require(keras.WhichOneof("params") is None, f"{path}.{keras.WhichOneof('params')}",
-                 f"a {keras.class_name} layer takes no settings here (DCN-v2's full-rank cross)")
+        require(keras.WhichOneof("params") is None, f"{path}.{keras.WhichOneof('params')}",
+                f"a {keras.class_name} layer takes no settings here (DCN-v2's full-rank cross)")
         return
-    _require(keras.WhichOneof("params") == field, f"{path}.{field}",
-             f"a {keras.class_name} layer takes its settings in {field} {{ ... }}")
+    require(keras.WhichOneof("params") == field, f"{path}.{field}",
+            f"a {keras.class_name} layer takes its settings in {field} {{ ... }}")
     if field == "mlp":
         check_mlp(keras.mlp, f"{path}.mlp")
     elif field == "din":
         check_mlp(keras.din.attention_dnn, f"{path}.din.attention_dnn")
         units = list(keras.din.attention_dnn.hidden_units)
-        _require(units[-1] == 1, f"{path}.din.attention_dnn.hidden_units",
-                 f"the last layer gives the score: one unit, got {units}")
-        _require(keras.din.attention_normalizer in ("softmax", "sigmoid"), f"{path}.din.attention_normalizer",
-                 f"{keras.din.attention_normalizer!r} is not softmax or sigmoid")
+        require(units[-1] == 1, f"{path}.din.attention_dnn.hidden_units",
+                f"the last layer gives the score: one unit, got {units}")
+        require(keras.din.attention_normalizer in ("softmax", "sigmoid"), f"{path}.din.attention_normalizer",
+                f"{keras.din.attention_normalizer!r} is not softmax or sigmoid")
     elif field == "mmoe":
-        _require(keras.mmoe.num_task > 0, f"{path}.mmoe.num_task", "must be at least 1")
-        _require(keras.mmoe.num_expert > 0, f"{path}.mmoe.num_expert", "must be at least 1")
-        _require(keras.mmoe.HasField("expert_mlp"), f"{path}.mmoe.expert_mlp",
-                 "is required here (EasyRec's MMoE without experts reads a list of them: not supported)")
+        require(keras.mmoe.num_task > 0, f"{path}.mmoe.num_task", "must be at least 1")
+        require(keras.mmoe.num_expert > 0, f"{path}.mmoe.num_expert", "must be at least 1")
+        require(keras.mmoe.HasField("expert_mlp"), f"{path}.mmoe.expert_mlp",
+                "is required here (EasyRec's MMoE without experts reads a list of them: not supported)")
         check_mlp(keras.mmoe.expert_mlp, f"{path}.mmoe.expert_mlp")
     elif field == "masknet":
-        _require(len(keras.masknet.mask_blocks) > 0, f"{path}.masknet.mask_blocks", "at least one mask block")
+        require(len(keras.masknet.mask_blocks) > 0, f"{path}.masknet.mask_blocks", "at least one mask block")
         for i, block in enumerate(keras.masknet.mask_blocks):
             where = f"{path}.masknet.mask_blocks[{i}]"
-            _require(block.HasField("reduction_factor") or block.aggregation_size > 0, where,
-                     "give reduction_factor or aggregation_size (the aggregation layer's size)")
-            _require(not block.HasField("reduction_factor") or block.reduction_factor > 0,
-                     f"{where}.reduction_factor", "must be > 0")
+            require(block.HasField("reduction_factor") or block.aggregation_size > 0, where,
+                    "give reduction_factor or aggregation_size (the aggregation layer's size)")
+            require(not block.HasField("reduction_factor") or block.reduction_factor > 0,
+                    f"{where}.reduction_factor", "must be > 0")
         if keras.masknet.HasField("mlp"):
             check_mlp(keras.masknet.mlp, f"{path}.masknet.mlp")
     elif field == "seq_aug":
         for name in ("mask_rate", "crop_rate", "reorder_rate"):
-            _require(0 <= getattr(keras.seq_aug, name) <= 1, f"{path}.seq_aug.{name}", "must be in [0, 1]")
+            require(0 <= getattr(keras.seq_aug, name) <= 1, f"{path}.seq_aug.{name}", "must be in [0, 1]")
     elif field == "st_params":
         fields = keras.st_params.fields
         loss = fields["loss_type"].string_value if "loss_type" in fields else ""
-        _require(loss in LOSS_TYPES, f"{path}.st_params", f"loss_type {loss!r} is not one of {', '.join(LOSS_TYPES)}")
+        require(loss in LOSS_TYPES, f"{path}.st_params", f"loss_type {loss!r} is not one of {', '.join(LOSS_TYPES)}")
         unknown = sorted(set(fields) - {"loss_type", "loss_weight", "temperature"})
-        _require(not unknown, f"{path}.st_params", f"unknown settings {unknown} (loss_type, loss_weight, temperature)")
-        _require("temperature" not in fields or fields["temperature"].number_value > 0, f"{path}.st_params",
-                 "temperature must be > 0")
+        require(not unknown, f"{path}.st_params", f"unknown settings {unknown} (loss_type, loss_weight, temperature)")
+        require("temperature" not in fields or fields["temperature"].number_value > 0, f"{path}.st_params",
+                "temperature must be > 0")
     elif field == "bst":
         bst = keras.bst
         for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                      "max_position_embeddings"):
-            _require(getattr(bst, name) > 0, f"{path}.bst.{name}", "is required and must be at least 1")
-        _require(bst.hidden_size % bst.num_attention_heads == 0, f"{path}.bst.num_attention_heads",
-                 f"{bst.num_attention_heads} heads do not divide hidden_size {bst.hidden_size}")
-        _require(bst.hidden_act in BST_ACTIVATIONS, f"{path}.bst.hidden_act",
-                 f"{bst.hidden_act!r} is not one of {', '.join(BST_ACTIVATIONS)}")
-        _require(bst.target_item_position in TARGET_POSITIONS, f"{path}.bst.target_item_position",
-                 f"{bst.target_item_position!r} is not one of {', '.join(TARGET_POSITIONS)}")
+            require(getattr(bst, name) > 0, f"{path}.bst.{name}", "is required and must be at least 1")
+        require(bst.hidden_size % bst.num_attention_heads == 0, f"{path}.bst.num_attention_heads",
+                f"{bst.num_attention_heads} heads do not divide hidden_size {bst.hidden_size}")
+        require(bst.hidden_act in BST_ACTIVATIONS, f"{path}.bst.hidden_act",
+                f"{bst.hidden_act!r} is not one of {', '.join(BST_ACTIVATIONS)}")
+        require(bst.target_item_position in TARGET_POSITIONS, f"{path}.bst.target_item_position",
+                f"{bst.target_item_position!r} is not one of {', '.join(TARGET_POSITIONS)}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            _require(0 <= getattr(bst, name) < 1, f"{path}.bst.{name}", "must be in [0, 1)")
+            require(0 <= getattr(bst, name) < 1, f"{path}.bst.{name}", "must be in [0, 1)")
 
 
 def _check_sequence_widths(keras: pipeline_pb2.KerasLayer, group: pipeline_pb2.FeatureGroup,
@@ -486,18 +481,18 @@ def _check_sequence_widths(keras: pipeline_pb2.KerasLayer, group: pipeline_pb2.F
     target = sum(dims[n] for n in group.feature_names if n not in sequence_names)
     width = sum(dims[n] for n in group.feature_names if n in sequence_names)
     if keras.class_name == "DIN":
-        _require(0 < target <= width, path, f"feature group {group.group_name!r}: DIN compares its target "
-                 f"features ({target} wide) with its sequences ({width} wide): the target must be there and no "
-                 "wider (a narrower one is zero-padded)")
+        require(0 < target <= width, path, f"feature group {group.group_name!r}: DIN compares its target "
+                f"features ({target} wide) with its sequences ({width} wide): the target must be there and no "
+                "wider (a narrower one is zero-padded)")
     elif keras.bst.target_item_position != "ignore" and target:
-        _require(target == width, path, f"feature group {group.group_name!r}: BST puts its target features ({target} "
-                 f"wide) among its sequences ({width} wide) as one more position: they must be as wide")
+        require(target == width, path, f"feature group {group.group_name!r}: BST puts its target features ({target} "
+                f"wide) among its sequences ({width} wide) as one more position: they must be as wide")
 
 
 def check_mlp(mlp: pipeline_pb2.MLP, path: str) -> None:
     """An MLP layer's settings that can run: at least one layer, ratios in [0, 1), no extra outputs."""
-    _require(len(mlp.hidden_units) > 0, f"{path}.hidden_units", "at least one layer is required")
-    _require(all(u > 0 for u in mlp.hidden_units), f"{path}.hidden_units", "every layer needs at least one unit")
-    _require(all(0 <= r < 1 for r in mlp.dropout_ratio), f"{path}.dropout_ratio", "every ratio must be in [0, 1)")
-    _require(not mlp.add_to_outputs, f"{path}.add_to_outputs",
-             "an MLP's extra prediction output is not supported (the model's outputs are its tasks')")
+    require(len(mlp.hidden_units) > 0, f"{path}.hidden_units", "at least one layer is required")
+    require(all(u > 0 for u in mlp.hidden_units), f"{path}.hidden_units", "every layer needs at least one unit")
+    require(all(0 <= r < 1 for r in mlp.dropout_ratio), f"{path}.dropout_ratio", "every ratio must be in [0, 1)")
+    require(not mlp.add_to_outputs, f"{path}.add_to_outputs",
+            "an MLP's extra prediction output is not supported (the model's outputs are its tasks')")
