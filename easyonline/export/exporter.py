@@ -96,9 +96,9 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
     staging = tempfile.mkdtemp(prefix="easyonline-export-") if remote else \
         os.path.join(export_dir, f".staging-{version}")
     tf.saved_model.save(module, staging,
-                        signatures={SERVING_SIGNATURE: module.serve.get_concrete_function(),
-                                    UPDATE_SIGNATURE: module.incr_update.get_concrete_function(),
-                                    UPDATE_MESSAGE_SIGNATURE: module.incr_update_messages.get_concrete_function()},
+                        signatures={SERVING_SIGNATURE: module.serve,
+                                    UPDATE_SIGNATURE: module.incr_update,
+                                    UPDATE_MESSAGE_SIGNATURE: module.incr_update_messages},
                         # a TFRA op left in a stock export makes TensorFlow refuse to save it
                         options=tf.saved_model.SaveOptions(namespace_whitelist=[] if for_stock_serving
                                                            else ["TFRA"]))

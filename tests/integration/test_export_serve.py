@@ -557,6 +557,18 @@ def test_embedding_export_writes_every_table_exactly(served_from_files):
             np.testing.assert_array_equal(got[key], row[:dim])  # bit-exact float32, embedding columns only
 
 
+def test_an_export_traces_each_serving_function_once(served_from_files):
+    """Tracing was most of an export's time: signatures given as functions traced before saving were traced
+    again inside the save (another variable policy in TensorFlow's cache key), and the SavedModel held both."""
+    from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-import-not-at-top
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString(next((served_from_files[4] / "export").glob("*/saved_model.pb")).read_bytes())
+    traced = collections.Counter(re.sub(r"_\d+$", "", f.signature.name)
+                                 for f in saved.meta_graphs[0].graph_def.library.function)
+    functions = ("serve", "incr_update", "incr_update_messages", "score_features", "table_keys")
+    assert {name: traced[f"__inference__{name}"] for name in functions} == dict.fromkeys(functions, 1), traced
+
+
 def test_export_and_embeddings_to_oss(served_from_files):
     """oss:// export_dir and embedding_export_dir, against tests/fake_oss.py: no real OSS is reachable here."""
     _, _, _, _, tmp_path = served_from_files
