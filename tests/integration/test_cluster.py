@@ -151,6 +151,8 @@ def _alive(pid: int) -> bool:
         return False
 
 
+# ~1.5 minutes; CI skips it (conftest.py): test_multi_task_production.py SIGKILLs a trainer in CI
+@pytest.mark.scenario
 def test_killed_worker_restarts_and_loses_nothing(broker, topic, tmp_path):
     broker.create_topic(topic, 2)
     config = online_config(tmp_path / "m", broker.bootstrap, topic, **FAST,
@@ -182,6 +184,8 @@ def test_killed_worker_restarts_and_loses_nothing(broker, topic, tmp_path):
     assert 24000 <= int(summary["samples"]) <= 24000 + 2 * 500, summary
 
 
+# ~2 minutes; CI skips it (conftest.py): test_cluster_no_shared_disk.py SIGKILLs a ps and restores in CI
+@pytest.mark.scenario
 def test_killed_ps_stops_the_cluster_and_a_restart_with_another_trainer_count_resumes(broker, topic, tmp_path):
     broker.create_topic(topic, 2)
     config = online_config(tmp_path / "m", broker.bootstrap, topic, **FAST,
