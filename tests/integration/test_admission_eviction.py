@@ -143,7 +143,7 @@ class ShrinkEvery(Callback):
 
 def test_tables_stay_bounded_with_eviction_and_grow_without(tmp_path):
     from easyonline.tools.stream_producer import SyntheticCtrStream
-    from tests.conftest import online_config
+    from tests.conftest import TEST_TABLES, online_config
     path = tmp_path / "s.csv"
     stream = SyntheticCtrStream(base_vocab=200, new_ids_per_10k=3000)  # 3 new ids per feature every 10 samples
     with open(path, "wb") as f:
@@ -161,9 +161,9 @@ def test_tables_stay_bounded_with_eviction_and_grow_without(tmp_path):
         summary = build_trainer(config, online=False, callbacks=[shrinker]).run()
         sizes[name] = (shrinker.sizes, summary.table_sizes)
     bounded, unbounded = sizes["bounded"], sizes["unbounded"]
-    assert max(bounded[0]) <= 26 * 300
+    assert max(bounded[0]) <= TEST_TABLES * 300
     assert max(unbounded[1].values()) > 1000  # each table grew past 1,000 ids (~200 + 2,400 new ones)
-    assert unbounded[0][-1] > 2 * 26 * 300
+    assert unbounded[0][-1] > 2 * TEST_TABLES * 300
 
 
 def test_statistics_are_checkpointed_with_the_tables(tmp_path):
@@ -180,7 +180,7 @@ def test_statistics_are_checkpointed_with_the_tables(tmp_path):
 
 def test_trainer_runs_scheduled_shrinks(tmp_path):
     from easyonline.tools.stream_producer import SyntheticCtrStream
-    from tests.conftest import online_config
+    from tests.conftest import TEST_TABLES, online_config
     path = tmp_path / "s.csv"
     with open(path, "wb") as f:
         for chunk in SyntheticCtrStream().chunks(0, 4000):
@@ -194,7 +194,7 @@ def test_trainer_runs_scheduled_shrinks(tmp_path):
     trainer = build_trainer(config, online=False)
     summary = trainer.run()
     assert summary.samples == 4000
-    assert len(trainer.evicted) == 26 and all(len(keys) > 0 for keys in trainer.evicted.values())
+    assert len(trainer.evicted) == TEST_TABLES and all(len(keys) > 0 for keys in trainer.evicted.values())
     assert max(summary.table_sizes.values()) < 50 + 500  # at most one batch's new ids above the cap
 
 

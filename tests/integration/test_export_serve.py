@@ -32,11 +32,11 @@ from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.utils.net import free_port
 from easyonline.core.callbacks import Callback
 from easyonline.jobs.online_train import build_trainer
-from tests.conftest import PYTHON, online_config, python_env
+from tests.conftest import PYTHON, TEST_TABLES, online_config, python_env
 from tests.fake_oss import FakeOss
 from tests.log_noise import foreign_lines
 
-FIELDS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
+FIELDS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]  # the stream's columns
 
 
 # A processor that knows only TensorFlow (and kafka-python to read): TFRA is imported to register its ops,
@@ -73,12 +73,14 @@ print(json.dumps({**applied, "probs": probs}))
 """
 
 
-def instances(lines):
-    """TF Serving "instances" rows from CSV sample lines (numbers as numbers, ids as strings)."""
+def instances(lines, tables: int = TEST_TABLES):
+    """TF Serving "instances" rows from CSV sample lines (numbers as numbers, ids as strings), of the inputs
+    of a model with the first ``tables`` categorical features (online_config's)."""
+    inputs = [n for n in FIELDS[1:] if n.startswith("I") or int(n[1:]) <= tables]
     rows = []
     for line in lines:
-        values = line.decode().split(",")
-        rows.append({n: (float(v) if n.startswith("I") else v) for n, v in zip(FIELDS, values) if n != "label"})
+        values = dict(zip(FIELDS, line.decode().split(",")))
+        rows.append({n: (float(values[n]) if n.startswith("I") else values[n]) for n in inputs})
     return rows
 
 

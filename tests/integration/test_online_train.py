@@ -5,7 +5,7 @@ import easyonline
 from easyonline.inputs import KafkaInput
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.core.callbacks import Callback
-from tests.conftest import online_config
+from tests.conftest import TEST_TABLES, online_config
 
 
 class StopWhenAucAbove(Callback):
@@ -27,7 +27,7 @@ def _batches(count, batch_size=256):
     for start in range(0, count, batch_size):
         labels, numerics, cats = stream.arrays(start, batch_size)
         features = {f"I{i + 1}": numerics[:, i].astype(np.float32) for i in range(13)}
-        features.update({f"C{j + 1}": cats[:, j] + j * 10**9 for j in range(26)})
+        features.update({f"C{j + 1}": cats[:, j] + j * 10**9 for j in range(TEST_TABLES)})  # the model's ids
         yield features, labels
 
 

@@ -16,8 +16,8 @@ from tests.conftest import online_config
 tf = ensure_legacy_keras()
 
 
-def _graph(tmp_path, **edits) -> TrainGraph:
-    config = online_config(tmp_path, **edits)
+def _graph(tmp_path, full_sample: bool = False, **edits) -> TrainGraph:
+    config = online_config(tmp_path, full_sample=full_sample, **edits)
     cluster = ClusterConfig({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2", "127.0.0.1:3"],
                              "worker": ["127.0.0.1:4"]}, "chief", 0)
     return TrainGraph(config, build_feature_specs(config), cluster)
@@ -35,7 +35,7 @@ def _ancestors(tensors) -> set:
 
 
 def test_a_step_sends_a_few_tensors_per_ps_not_some_per_table(tmp_path):
-    graph = _graph(tmp_path)
+    graph = _graph(tmp_path, full_sample=True)  # the sample's 26 tables: per-table transfers would show
     tables = len(graph.model.tables.embeddings)
     assert tables == 26
     to_ps = {task: n for task, n in graph.transfers.items() if task.startswith("/job:ps")}
