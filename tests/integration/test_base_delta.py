@@ -8,13 +8,16 @@ from easyonline.publish.base_delta import BASE, DELTA, DONE, MANIFEST, list_comp
 from easyonline.updates.model_diff import differences_from_model
 from easyonline.core.callbacks import Callback
 from easyonline.jobs.online_train import build_trainer
+from easyonline.tools.stream_producer import SyntheticCtrStream
 from tests.integration.test_incremental_updates import ShrinkEvery, _file_config, _with_eviction
 
 SAVES = {"train_config.inference_save_config": {"delta_save_steps": 3, "delta_save_secs": 0, "base_save_at_hour": -1}}
 
 
 def _trainer(tmp_path, samples, start=0, callbacks=()):
-    config = _file_config(tmp_path, samples, start=start, **SAVES)
+    # ids from 3,000 per column: the 1,500 samples between two saves touch fewer rows than the tables hold, so
+    # "a delta holds only the changed rows" is a visible difference (from 500 nearly every row is touched)
+    config = _file_config(tmp_path, samples, start=start, stream=SyntheticCtrStream(base_vocab=3000), **SAVES)
     _with_eviction(config)
     return build_trainer(config, online=False, callbacks=[ShrinkEvery(4), *callbacks])
 

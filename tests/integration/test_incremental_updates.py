@@ -41,9 +41,9 @@ def _with_eviction(config, max_size=150):
             feature.eviction.max_size = max_size
 
 
-def _file_config(tmp_path, samples, start=0, **edits):
+def _file_config(tmp_path, samples, start=0, stream=None, **edits):
     path = tmp_path / f"samples_{start}.csv"
-    path.write_bytes(b"\n".join(SyntheticCtrStream().lines(start, samples)) + b"\n")
+    path.write_bytes(b"\n".join((stream or SyntheticCtrStream()).lines(start, samples)) + b"\n")
     config = online_config(tmp_path / "model", **{**FAST, **edits})
     config.ClearField("kafka_train_input")
     config.file_train_input.paths.append(str(path))
