@@ -48,7 +48,7 @@ def topic(broker, request):
 # ``informative=12``): C13..C26 are noise. Each of their 14 tables costs every trainer start, export and
 # serve about 0.3 s of CPU (tracing, the optimizer's slots, the first step's graph optimisation) and tests
 # nothing the 12 do not, so tests train the 12 (they still read all 40 columns). The shipped sample's 26
-# run in the CLI tests that load samples/online.config itself, in the demo and in the benchmarks.
+# run in the CLI tests that load samples/online.config itself, the demo, the docs' example and the benchmarks.
 TEST_TABLES = 12
 
 
