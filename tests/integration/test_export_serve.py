@@ -28,7 +28,7 @@ from easyonline.updates.directory_sink import DirectorySink
 from easyonline.updates.readers import update_file_name
 from easyonline.serve.process import ServingProcess
 from easyonline.tools.local_broker import LocalBroker
-from easyonline.tools.stream_producer import SyntheticCtrStream, produce
+from easyonline.tools.stream_producer import SyntheticCtrStream, input_field_names, produce
 from easyonline.utils.net import free_port
 from easyonline.core.callbacks import Callback
 from easyonline.jobs.online_train import build_trainer
@@ -36,7 +36,7 @@ from tests.conftest import PYTHON, TEST_TABLES, online_config, python_env
 from tests.fake_oss import FakeOss
 from tests.log_noise import foreign_lines
 
-FIELDS = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]  # the stream's columns
+FIELDS = input_field_names()  # the stream's columns
 
 
 # A processor that knows only TensorFlow (and kafka-python to read): TFRA is imported to register its ops,
@@ -73,10 +73,10 @@ print(json.dumps({**applied, "probs": probs}))
 """
 
 
-def instances(lines, tables: int = TEST_TABLES):
+def instances(lines):
     """TF Serving "instances" rows from CSV sample lines (numbers as numbers, ids as strings), of the inputs
-    of a model with the first ``tables`` categorical features (online_config's)."""
-    inputs = [n for n in FIELDS[1:] if n.startswith("I") or int(n[1:]) <= tables]
+    of online_config's model (its first TEST_TABLES categorical features)."""
+    inputs = [n for n in FIELDS[1:] if n.startswith("I") or int(n[1:]) <= TEST_TABLES]
     rows = []
     for line in lines:
         values = dict(zip(FIELDS, line.decode().split(",")))

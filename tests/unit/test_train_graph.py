@@ -16,8 +16,8 @@ from tests.conftest import online_config
 tf = ensure_legacy_keras()
 
 
-def _graph(tmp_path, full_sample: bool = False, **edits) -> TrainGraph:
-    config = online_config(tmp_path, full_sample=full_sample, **edits)
+def _graph(tmp_path, **edits) -> TrainGraph:
+    config = online_config(tmp_path, **edits)
     cluster = ClusterConfig({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2", "127.0.0.1:3"],
                              "worker": ["127.0.0.1:4"]}, "chief", 0)
     return TrainGraph(config, build_feature_specs(config), cluster)
