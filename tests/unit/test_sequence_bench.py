@@ -1,10 +1,12 @@
 """The sequence bench's histories, by hand (tools/bench/sequence_quality.py): each sample's liked movies are the
 user's likes strictly before its time, likes only, the most recent first, at most ``length``; the other
 sequences the same way, of the user's or the movie's events."""
+import numpy as np
 import pytest
 
-from tools.bench.sequence_quality import (SEQUENCES, config_lengths, config_sequences, histories, liked_histories,
-                                          past_events, sequence_lines, with_deviations, without_history)
+from tools.bench.sequence_quality import (NEIGHBOURS, SEQUENCES, config_lengths, config_sequences, histories,
+                                          liked_histories, neighbours, past_events, save_scores, sequence_lines,
+                                          similarity_bucket, with_deviations, without_history)
 
 
 def test_a_history_holds_the_users_earlier_likes_only_most_recent_first():
@@ -149,3 +151,69 @@ def test_the_stream_carries_as_many_events_of_each_sequence_as_the_feature_readi
     names = ["movie_raters", "movie_rater_ratings", "liked_movies"]
     # the longest reader of a field; a field no SequenceFeature reads (only crossed): the issue's 20
     assert config_lengths(str(config), names) == {"movie_raters": 100, "movie_rater_ratings": 50, "liked_movies": 20}
+
+
+def test_saved_scores_keep_the_stream_order_one_row_a_seed(tmp_path):
+    labels = np.array([1.0, 0.0, 1.0])
+    runs = [{"sequence_scores": np.array([0.9, 0.2, 0.6]), "single_scores": np.array([0.8, 0.3, 0.5])},
+            {"sequence_scores": np.array([0.7, 0.1, 0.4]), "single_scores": np.array([0.6, 0.2, 0.3])}]
+    save_scores(str(tmp_path / "s.npz"), labels, [2026, 2027], runs)
+    saved = np.load(tmp_path / "s.npz")
+    assert list(saved["seeds"]) == [2026, 2027]
+    assert np.array_equal(saved["labels"], labels)
+    assert np.array_equal(saved["sequence"][1], runs[1]["sequence_scores"])
+    assert np.array_equal(saved["single"][0], runs[0]["single_scores"])
+    save_scores(str(tmp_path / "t.npz"), labels, [2026], [dict(runs[0], single_scores=None)])  # --skip_single
+    assert "single" not in np.load(tmp_path / "t.npz")
+
+
+# v, then w, then u rate some of movies a..d; u rates c and b in one second (6), then d; then w rates b.
+NEIGHBOUR_RATINGS = [
+    (1, "v", "a", 4),
+    (2, "v", "b", 5),
+    (3, "w", "a", 3),
+    (4, "w", "c", 2),
+    (5, "u", "a", 5),
+    (6, "u", "c", 1),
+    (6, "u", "b", 4),
+    (8, "u", "d", 3),
+    (10, "w", "b", 4),
+]
+
+
+def test_neighbours_are_the_users_earlier_movies_most_alike_first():
+    got = neighbours(NEIGHBOUR_RATINGS, 20)
+    assert got[0] == ([], [], [])
+    # nobody had rated b with a by time 2: a is v's movie, but not yet alike (s0)
+    assert got[1] == (["a"], ["4"], ["s0"])
+    # at 6, c had been rated by w with a: cosine 1 / sqrt(1 rater of c x 3 of a) = 0.58 (s6); b the same
+    # way by v; neither of u's two ratings at 6 is history for the other
+    assert got[5] == (["a"], ["5"], ["s6"]) and got[6] == (["a"], ["5"], ["s6"])
+    # nobody had rated d: every earlier movie is 0, the most recent first
+    assert got[7] == (["b", "c", "a"], ["4", "1", "5"], ["s0", "s0", "s0"])
+    # b against w's a: 2 co-ratings / sqrt(2 x 3) = 0.82; against c: 1 / sqrt(2 x 2) = 0.5; alike beats recent
+    assert got[8] == (["a", "c"], ["3", "2"], ["s6", "s6"])
+    assert neighbours(NEIGHBOUR_RATINGS, 1)[8] == (["a"], ["3"], ["s6"])
+    assert neighbours(NEIGHBOUR_RATINGS, 0)[8] == ([], [], [])
+    for position, name in enumerate(NEIGHBOURS):
+        assert histories(NEIGHBOUR_RATINGS, name) == [row[position] for row in got]
+
+
+def test_similarity_buckets_and_neighbours_refuse_disorder():
+    assert [similarity_bucket(s) for s in (0.0, 0.01, 0.05, 0.15, 0.25, 0.3, 0.7, 1.2)] == \
+        ["s0", "s1", "s2", "s3", "s4", "s5", "s6", "s6"]
+    with pytest.raises(ValueError, match="time order"):
+        neighbours([(5, "u", "a", 5), (4, "u", "b", 5)], 20)
+    with pytest.raises(ValueError, match="length"):
+        neighbours([], -1)
+
+
+def test_the_lines_carry_the_neighbour_sequences_position_by_position(tmp_path):
+    (tmp_path / "u.item").write_text("".join(f"{m}|M|01-Jan-1995||u|0|1" + "|0" * 17 + "\n" for m in (1, 2, 3)),
+                                     encoding="latin-1")
+    # user 7 rates 1 then 2; user 8 rates 1 then 3, then 2: 2 is like 1 (user 7 rated both)
+    (tmp_path / "u.data").write_text("7\t1\t5\t100\n7\t2\t4\t200\n8\t1\t2\t300\n8\t3\t1\t400\n8\t2\t3\t500\n")
+    lines = sequence_lines(str(tmp_path), 20, list(NEIGHBOURS))
+    # 2 against 1: 1 co-rating / sqrt(1 x 2) = 0.71; against 3: none
+    assert lines[4] == b"0,8,2,Action,0,3,1|3,2|1,s6|s0"
+    assert lines[3] == b"0,8,3,Action,0,3,1,2,s0"

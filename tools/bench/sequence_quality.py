@@ -29,6 +29,7 @@ the single-task model's + 0.005) with ``--assert_targets`` exits 1 when
 missed. ``--png`` writes windowed AUC of both (needs matplotlib, a dev
 dependency). ``--seeds N`` trains both models with N seeds
 (``train_config.seed``): the figures and the target are then the means.
+``--scores_out`` saves every sample's scores for ``tools/bench/history_signals.py``.
 
 ``--data DIR``: MovieLens 100K's ``u.data`` and ``u.item``. MovieLens may
 not be redistributed: fetch it to a temporary folder.
@@ -37,9 +38,11 @@ not be redistributed: fetch it to a temporary folder.
 """
 import argparse
 import json
+import math
 import os
 import sys
 import time
+from collections import defaultdict
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -87,6 +90,11 @@ SEQUENCES: Dict[str, Tuple[int, Callable[[int], bool], Callable[[Event], str]]] 
     # ... and those who rated it below, by how much
     "movie_raters_below": (2, lambda r: True, lambda e: _weight(e[1], None if e[4] is None else -e[4])),
 }
+# Item-based collaborative filtering's neighbourhood as sequences (SIM's hard search, Pi et al. 2020, done
+# upstream): of the movies the sample's user rated before, those most like the sample's movie by their
+# co-rating counts (``neighbours``), the user's rating of each, and how alike (a bucket of the cosine).
+NEIGHBOURS = ("neighbour_movies", "neighbour_ratings", "neighbour_similarity")
+SIMILARITY_BUCKETS = ((0.5, "s6"), (0.3, "s5"), (0.2, "s4"), (0.1, "s3"), (0.05, "s2"), (1e-9, "s1"))
 FIELDS = 6  # label,user,movie,genres,hour,weekday: the single-task config's fields; the sequences follow
 
 
@@ -138,10 +146,59 @@ def with_deviations(ratings: Iterable[Event]) -> List[RatedEvent]:
     return out
 
 
+def similarity_bucket(similarity: float) -> str:
+    """``neighbour_similarity``'s value: which of ``SIMILARITY_BUCKETS`` a cosine similarity falls in."""
+    return next((name for edge, name in SIMILARITY_BUCKETS if similarity >= edge), "s0")
+
+
+def neighbours(ratings: Sequence[Event], length: int) -> List[Tuple[List[str], List[str], List[str]]]:
+    """For each (time, user, movie, rating), in time order: ``NEIGHBOURS``' three sequences, position by
+    position: of the movies the user rated strictly before ``time``, the ``length`` most like the sample's
+    movie (the most alike first; equal: the most recent first), the user's rating of each, and the bucket
+    of its similarity. Similarity: the cosine of two movies' co-rating counts (users who had rated both,
+    over the root of the product of each one's raters), all counted from ratings strictly before ``time``;
+    a movie nobody rated with the sample's is 0 (bucket ``s0``) and comes after every similar one."""
+    if length < 0:
+        raise ValueError(f"length must be >= 0, got {length}")
+    co_rated: Dict[str, Dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    raters: Dict[str, int] = defaultdict(int)
+    rated: Dict[str, List[Tuple[str, int]]] = defaultdict(list)  # per user: (movie, rating), oldest first
+    pending: List[Event] = []  # the current second's ratings, history once it has passed
+    out: List[Tuple[List[str], List[str], List[str]]] = []
+    last = None
+    for event in ratings:
+        stamp, user, movie, rating = event[0], event[1], event[2], event[3]
+        if last is not None and stamp < last:
+            raise ValueError(f"ratings must be in time order: {stamp} after {last}")
+        if stamp != last:
+            for _, who, what, how in pending:
+                for other, _ in rated[who]:
+                    co_rated[what][other] += 1
+                    co_rated[other][what] += 1
+                raters[what] += 1
+                rated[who].append((what, how))
+            pending, last = [], stamp
+        together = co_rated.get(movie, {})
+        scored = []
+        for position, (other, other_rating) in enumerate(rated.get(user, [])):
+            shared = together.get(other, 0)
+            similarity = shared / math.sqrt(raters[movie] * raters[other]) if shared else 0.0
+            scored.append((similarity, position, other, other_rating))
+        scored.sort(key=lambda x: (-x[0], -x[1]))
+        top = scored[:length]
+        out.append(([m for _, _, m, _ in top], [str(r) for _, _, _, r in top],
+                    [similarity_bucket(sim) for sim, _, _, _ in top]))
+        pending.append((stamp, user, movie, rating))
+    return out
+
+
 def histories(ratings: Sequence[Event], name: str, length: int = 20) -> List[List[str]]:
-    """Sequence ``name`` of ``SEQUENCES`` for each rating (see ``past_events``)."""
+    """Sequence ``name`` of ``SEQUENCES`` (see ``past_events``) or ``NEIGHBOURS`` (``neighbours``) for each
+    rating."""
+    if name in NEIGHBOURS:
+        return [row[NEIGHBOURS.index(name)] for row in neighbours(ratings, length)]
     if name not in SEQUENCES:
-        raise ValueError(f"no sequence {name!r}; the script builds {sorted(SEQUENCES)}")
+        raise ValueError(f"no sequence {name!r}; the script builds {sorted(SEQUENCES) + list(NEIGHBOURS)}")
     by, keep, value = SEQUENCES[name]
     return [[value(e) for e in events] for events in past_events(with_deviations(ratings), by, keep, length)]
 
@@ -162,7 +219,15 @@ def sequence_lines(directory: str, length: Union[int, Dict[str, int]],
     ratings = movielens_timed_ratings(directory)
     events = [(r[0], r[1], r[2], r[3]) for r in ratings]
     lengths = length if isinstance(length, dict) else {name: length for name in names}
-    columns = [histories(events, name, lengths[name]) for name in names]
+    found: Dict[int, list] = {}  # ``neighbours`` by length: one pass serves its three columns
+
+    def column(name: str) -> List[List[str]]:
+        if name not in NEIGHBOURS:
+            return histories(events, name, lengths[name])
+        if lengths[name] not in found:
+            found[lengths[name]] = neighbours(events, lengths[name])
+        return [row[NEIGHBOURS.index(name)] for row in found[lengths[name]]]
+    columns = [column(name) for name in names]
     return [",".join([str(int(rating >= 4)), user, movie, genres, str(hour), str(weekday)]
                      + ["|".join(column[i]) for column in columns]).encode()
             for i, (_, user, movie, rating, genres, hour, weekday) in enumerate(ratings)]
@@ -179,10 +244,10 @@ def config_sequences(config_path: str) -> List[str]:
     if names[:FIELDS] != ["label", "user", "movie", "genres", "hour", "weekday"]:
         raise SystemExit(f"{config_path}: the first input fields must be label,user,movie,genres,hour,weekday; "
                          f"got {names[:FIELDS]}")
-    unknown = [name for name in names[FIELDS:] if name not in SEQUENCES]
+    unknown = [name for name in names[FIELDS:] if name not in SEQUENCES and name not in NEIGHBOURS]
     if unknown or len(names) == FIELDS:
         raise SystemExit(f"{config_path}: input fields {unknown or '(none)'} after weekday are not sequences "
-                         f"this script builds: {sorted(SEQUENCES)}")
+                         f"this script builds: {sorted(SEQUENCES) + list(NEIGHBOURS)}")
     return names[FIELDS:]
 
 
@@ -228,6 +293,10 @@ def main() -> int:
                         help="events per sequence per sample, at most (the stream's); 0: for each sequence "
                              "field, the sequence_length of the SequenceFeature reading it (20 when none does)")
     comparison_arguments(parser, "movielens_din.config", "the windowed AUC plot")
+    parser.add_argument("--scores_out", default="",
+                        help="where to save the stream's labels and each seed's prequential scores of both "
+                             "models (.npz: labels, seeds, sequence, single), for tools/bench/history_signals.py "
+                             "('' : not saved)")
     args = parse_comparison_arguments(parser)
     names = config_sequences(args.config)
     history = args.history or config_lengths(args.config, names)
@@ -263,6 +332,8 @@ def main() -> int:
     print_table(args, result, n, half)
     if args.png:
         plot(args, runs[0], labels, half)
+    if args.scores_out:
+        save_scores(args.scores_out, labels, result["seeds"], runs)
     met = list(result["targets"].values())
     return 0 if not args.assert_targets or all(m is True for m in met) else 1
 
@@ -293,6 +364,15 @@ def print_table(args, result: Dict, n: int, half: int) -> None:
         print(f"  gain, 2nd half: {result['auc']['gain_second_half']:+.4f}")
     for target, met in result["targets"].items():
         print(f"  {target:38} {'not measured' if met is None else 'met' if met else 'MISSED'}")
+
+
+def save_scores(path: str, labels: np.ndarray, seeds: List[int], runs: List[Dict]) -> None:
+    """Labels and scores in stream order, one row a seed (``single`` is absent with ``--skip_single``)."""
+    arrays = {"labels": labels, "seeds": np.array(seeds), "sequence": np.stack([r["sequence_scores"] for r in runs])}
+    if runs[0]["single_scores"] is not None:
+        arrays["single"] = np.stack([r["single_scores"] for r in runs])
+    np.savez(path, **arrays)
+    print(f"scores: {path}")
 
 
 def plot(args, run: Dict, labels: np.ndarray, half: int) -> None:
