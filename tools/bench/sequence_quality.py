@@ -378,7 +378,9 @@ def save_scores(path: str, labels: np.ndarray, seeds: List[int], runs: List[Dict
 def plot(args, run: Dict, labels: np.ndarray, half: int) -> None:
     """Windowed AUC of both models (the first seed's run)."""
     step = max(args.window // 5, 1)
-    curves = {f"{os.path.basename(args.config)} (with {', '.join(config_sequences(args.config))})":
+    names = config_sequences(args.config)
+    read = ", ".join(names) if len(names) <= 2 else f"{len(names)} sequence columns"
+    curves = {f"{os.path.basename(args.config)} (with {read})":
               windowed_auc(labels, run["sequence_scores"], args.window, step)}
     if run["single_scores"] is not None:
         curves[f"{os.path.basename(args.single_config)} (without)"] = windowed_auc(
