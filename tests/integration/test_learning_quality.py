@@ -10,7 +10,18 @@ import subprocess
 
 import numpy as np
 
+from easyonline.config import apply_edit_config_json, load_pipeline_config
+from easyonline.inputs import KafkaInput
+from easyonline.jobs.online_train import build_trainer
+from easyonline.tools.stream_producer import produce
+from easyonline.updates.model_diff import differences_from_model
+from easyonline.updates.param_ids import read_parameter_ids
+from easyonline.updates.readers import KafkaUpdateReader
 from tests.conftest import PYTHON, ROOT, python_env
+from tests.integration.test_export_serve import Server, export
+from tests.integration.test_incremental_updates import _replay
+from tests.integration.test_serve_tasks import trained_outputs
+from tools.bench.sequence_quality import config_lengths, config_sequences, sequence_lines
 
 GENRES = ["Action", "Comedy", "Drama", "Horror", "Romance", "Sci-Fi"]
 
@@ -127,3 +138,41 @@ def test_the_sequence_config_trains_with_the_histories_and_the_bench_reports_it(
     assert result["auc"]["sequence"]["second_half"] > 0.7, result
     assert result["samples_per_sec"]["sequence"] > 0, result
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_sequence_sample_trains_replays_exactly_exports_and_serves_what_it_scores(broker, topic, tmp_path):
+    """samples/movielens_din.config itself, with its two attentions (the movie's raters; the user's nearest
+    movies with their ratings and similarity buckets), on 600 generated ratings with the bench's sequences,
+    through the broker: every sample trains, its published updates replay into an equal model, and the export
+    serves over REST what the trainer scores (an empty history and full ones)."""
+    sample = f"{ROOT}/samples/movielens_din.config"
+    _movielens_files(tmp_path, 600)
+    names = config_sequences(sample)
+    lines = sequence_lines(str(tmp_path), config_lengths(sample, names), names)
+    assert sum(1 for line in lines if line.split(b",")[-3]) > 300  # most carry neighbours
+    broker.create_topic(topic, 1)
+    produce(broker.bootstrap, topic, [lines], partitions=1)
+    config = load_pipeline_config(sample)
+    apply_edit_config_json(config, {"model_dir": str(tmp_path / "m"), "kafka_train_input.server": broker.bootstrap,
+                                    "kafka_train_input.topic": topic})
+    publish = config.train_config.incr_save_config  # the sample publishes nothing; a deployment would
+    publish.sparse_save_steps, publish.dense_save_steps = 20, 30
+    publish.kafka.server, publish.kafka.topic = broker.bootstrap, topic + "_updates"
+    trainer = build_trainer(config, online=False, source=KafkaInput(config.kafka_train_input, 200, 200))
+    summary = trainer.run()
+    assert summary.samples == 600 and summary.rejected == 0
+    reader = KafkaUpdateReader(broker.bootstrap, topic + "_updates")
+    records = reader.read_available()
+    reader.close()
+    assert differences_from_model(_replay(records, "m"), trainer.model, read_parameter_ids(str(tmp_path / "m"))) == []
+
+    export(tmp_path / "m", tmp_path / "export")
+    asked = lines[-6:] + [b"1,1,2,Action,10,3,,,,,"]  # a new user on a movie nobody rated: no history at all
+    expected = trained_outputs(trainer, asked)
+    fields = [f.input_name for f in config.data_config.input_fields][1:]
+    server = Server(tmp_path / "export", tmp_path / "serve.log")
+    try:
+        served = server.predict_outputs([dict(zip(fields, line.decode().split(",")[1:])) for line in asked])
+        np.testing.assert_allclose(served["probs"], expected["probs"], atol=1e-5)
+    finally:
+        assert server.stop() == 0
