@@ -13,7 +13,6 @@ import numpy as np
 from easyonline.config import apply_edit_config_json, load_pipeline_config
 from easyonline.inputs import KafkaInput
 from easyonline.jobs.online_train import build_trainer
-from easyonline.tools.stream_producer import produce
 from easyonline.updates.model_diff import differences_from_model
 from easyonline.updates.param_ids import read_parameter_ids
 from easyonline.updates.readers import KafkaUpdateReader
@@ -21,6 +20,7 @@ from tests.conftest import PYTHON, ROOT, python_env
 from tests.integration.test_export_serve import Server, export
 from tests.integration.test_incremental_updates import _replay
 from tests.integration.test_serve_tasks import trained_outputs
+from tests.integration.test_transactional_topics import write_transactions
 from tools.bench.sequence_quality import config_lengths, config_sequences, sequence_lines
 
 GENRES = ["Action", "Comedy", "Drama", "Horror", "Romance", "Sci-Fi"]
@@ -142,16 +142,17 @@ def test_the_sequence_config_trains_with_the_histories_and_the_bench_reports_it(
 
 def test_the_sequence_sample_trains_replays_exactly_exports_and_serves_what_it_scores(broker, topic, tmp_path):
     """samples/movielens_din.config itself, with its two attentions (the movie's raters; the user's nearest
-    movies with their ratings and similarity buckets), on 600 generated ratings with the bench's sequences,
-    through the broker: every sample trains, its published updates replay into an equal model, and the export
-    serves over REST what the trainer scores (an empty history and full ones)."""
+    movies with their ratings and similarity buckets), on 800 generated ratings with the bench's sequences,
+    written as production writes: lz4-compressed Kafka transactions of 100, every fourth aborted. Every
+    committed sample trains and no aborted one, its published updates replay into an equal model, and the
+    export serves over REST what the trainer scores (an empty history and full ones)."""
     sample = f"{ROOT}/samples/movielens_din.config"
-    _movielens_files(tmp_path, 600)
+    _movielens_files(tmp_path, 800)
     names = config_sequences(sample)
     lines = sequence_lines(str(tmp_path), config_lengths(sample, names), names)
-    assert sum(1 for line in lines if line.split(b",")[-3]) > 300  # most carry neighbours
     broker.create_topic(topic, 1)
-    produce(broker.bootstrap, topic, [lines], partitions=1)
+    lines = write_transactions(broker.bootstrap, topic, lines, 100, 1)  # the committed ones
+    assert len(lines) == 600 and sum(1 for line in lines if line.split(b",")[-3]) > 300  # most carry neighbours
     config = load_pipeline_config(sample)
     apply_edit_config_json(config, {"model_dir": str(tmp_path / "m"), "kafka_train_input.server": broker.bootstrap,
                                     "kafka_train_input.topic": topic})
