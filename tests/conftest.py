@@ -1,4 +1,8 @@
-"""Shared fixtures: the real local broker (tansu) on 127.0.0.1 and small configs."""
+"""Shared fixtures: Apache Kafka and the embedded local broker (tansu) on 127.0.0.1, and small configs.
+
+Tests of Kafka behaviour (transactions, retention, partitions, security, broker failures) use
+``apache_kafka``; tests where Kafka's semantics are not the point use the quicker ``broker`` (tansu).
+"""
 import itertools
 import os
 import sys
@@ -7,6 +11,7 @@ import pytest
 
 import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from easyonline.config import load_pipeline_config
+from easyonline.tools.apache_kafka import ApacheKafka
 from easyonline.tools.local_broker import LocalBroker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,17 +36,45 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory):
+def local_broker(tmp_path_factory):
     log = tmp_path_factory.mktemp("broker") / "broker.log"
     with LocalBroker(log_path=str(log)) as b:
         yield b
 
 
+@pytest.fixture(scope="module")
+def broker(request):
+    """The session's embedded broker (tansu); Apache Kafka's in a module that sets ``BROKER = "apache_kafka"``
+    (Kafka semantics are its point)."""
+    return request.getfixturevalue(getattr(request.module, "BROKER", "local_broker"))
+
+
+def _fresh_topic_name(request) -> str:
+    return f"t{next(_topic_ids)}_{request.node.name[:40]}".replace("[", "_").replace("]", "_")
+
+
 @pytest.fixture
 def topic(broker, request):
     """A fresh topic name per test (the broker is shared by the session)."""
-    name = f"t{next(_topic_ids)}_{request.node.name[:40]}".replace("[", "_").replace("]", "_")
-    return name
+    return _fresh_topic_name(request)
+
+
+# The SCRAM-SHA-512 users of the session's Apache Kafka (its ``admin`` user is a super user).
+KAFKA_USERS = {"trainer": "trainer-secret", "server": "server-secret", "nobody": "nobody-secret"}
+
+
+@pytest.fixture(scope="session")
+def apache_kafka(tmp_path_factory):
+    """One Apache Kafka broker (KRaft, 256 MB heap) for the session: PLAINTEXT (open) and SASL_SSL with
+    SCRAM-SHA-512 and ACLs (``KAFKA_USERS``; each test grants what it needs on its own topics)."""
+    with ApacheKafka(1, users=KAFKA_USERS, acls=True, work_dir=str(tmp_path_factory.mktemp("apache_kafka"))) as k:
+        yield k
+
+
+@pytest.fixture
+def kafka_topic(apache_kafka, request):
+    """A fresh topic name per test on the session's Apache Kafka (created by the test)."""
+    return _fresh_topic_name(request)
 
 
 # The synthetic stream's label depends on C1..C12 and the 13 numbers only (SyntheticCtrStream's

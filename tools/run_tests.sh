@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test suite: sets up .venv, runs the linter and type checker (tools/lint.sh), then pytest over
-# tests/unit and tests/integration (they start the local broker themselves).
+# tests/unit and tests/integration (they start the local broker, and Apache Kafka, themselves).
 #
 # Without arguments the files run as TEST_SHARDS (default 3) pytest processes side by side, split by
 # measured time (tools/test_shards.py). A test keeps about one core busy but also waits (for the broker, a
@@ -11,6 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup_env.sh
+# Apache Kafka's jars (tests of Kafka behaviour run against it): resolved with Maven once, then offline
+.venv/bin/python -m easyonline.tools.apache_kafka --install >/dev/null
 bash tools/lint.sh
 PYTEST=(.venv/bin/python -m pytest -q -p no:cacheprovider)
 SHARDS=${TEST_SHARDS:-3}

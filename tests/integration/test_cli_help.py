@@ -12,6 +12,7 @@ COMMANDS = {"train": "easyonline.jobs.train_cli", "export": "easyonline.jobs.exp
             "eval": "easyonline.jobs.eval_cli", "predict": "easyonline.jobs.predict_cli",
             "tools.read_updates": "easyonline.tools.read_updates", "tools.demo": "easyonline.tools.demo",
             "tools.local_broker": "easyonline.tools.local_broker",
+            "tools.apache_kafka": "easyonline.tools.apache_kafka",
             "tools.local_cluster": "easyonline.tools.local_cluster",
             "tools.stream_producer": "easyonline.tools.stream_producer", "tools.from_easyrec": "easyonline.tools.from_easyrec"}
 

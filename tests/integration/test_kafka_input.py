@@ -1,4 +1,5 @@
-"""KafkaInput against the real local broker: start positions, partitions, brokers, partial batches."""
+"""KafkaInput against Apache Kafka: start positions (offsets, timestamps, checkpoints), partitions, brokers,
+partial batches."""
 import time
 
 import pytest
@@ -9,6 +10,9 @@ from easyonline.core.errors import ConfigError
 from easyonline.inputs import KafkaInput
 from easyonline.protos import pipeline_pb2
 from easyonline.utils.net import free_port
+
+
+BROKER = "apache_kafka"  # start positions are Kafka semantics: tansu answers offsets_for_times with 0
 
 
 def _send(broker, topic, per_partition, partitions, timestamp_ms=None, prefix="r"):

@@ -1,13 +1,19 @@
-"""Topics as real producers write them: transactions with aborts, partitions added while reading.
+"""Topics as real producers write them, on Apache Kafka: transactions with aborts, partitions added while
+reading, records deleted by retention.
 
-The transactional stream is written by confluent-kafka's transactional producer (librdkafka, lz4), the
-way Flink's and Kafka Streams' exactly-once sinks write, aborting every 4th transaction; the local broker
-keeps the committed batches and a commit marker after each (markers take offsets no record fills).
+The transactional stream is written by confluent-kafka's transactional producer (librdkafka, lz4 or zstd),
+the way Flink's and Kafka Streams' exactly-once sinks write, aborting every 4th transaction after its
+batches reached the broker; Apache Kafka keeps the aborted batches in the log, lists them as aborted in
+fetch answers, and writes a commit or abort marker after each transaction (markers take offsets no record
+fills). Partitions are added with CreatePartitions, records deleted with DeleteRecords, as operators and
+retention do.
 """
 import threading
+import time
 
 import confluent_kafka
 import pytest
+from kafka import KafkaProducer
 
 from easyonline.core.errors import ConfigError
 from easyonline.inputs import KafkaInput
@@ -15,7 +21,9 @@ from easyonline.jobs.online_train import build_trainer
 from easyonline.protos import pipeline_pb2
 from easyonline.tools.stream_producer import SyntheticCtrStream
 from tests.conftest import online_config
-from tests.integration.test_kafka_input import CLIENTS, _batches, _drain, _kafka, _send
+from tests.integration.test_kafka_input import CLIENTS, _batches, _drain, _kafka
+
+BROKER = "apache_kafka"  # (tests/conftest.py)
 
 FAST = {"data_config.batch_size": 500, "train_config.save_checkpoints_secs": 0,
         "train_config.log_step_count_secs": 1}
@@ -23,7 +31,7 @@ FAST = {"data_config.batch_size": 500, "train_config.save_checkpoints_secs": 0,
 
 def write_transactions(bootstrap, topic, lines, per_transaction, partitions, abort_every=4, codec="lz4"):
     """``lines`` in transactions of ``per_transaction`` spread over ``partitions``, every ``abort_every``-th
-    aborted; returns the committed lines."""
+    aborted after its batches were sent (flushed); returns the committed lines."""
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{topic}",
                                          "compression.type": codec, "linger.ms": 5})
     producer.init_transactions(30)
@@ -34,6 +42,7 @@ def write_transactions(bootstrap, topic, lines, per_transaction, partitions, abo
         for i, line in enumerate(chunk):
             producer.produce(topic, line, partition=i % partitions)
         if (t + 1) % abort_every == 0:
+            assert producer.flush(30) == 0  # the aborted batches are in the log, before the abort marker
             producer.abort_transaction(30)
         else:
             producer.commit_transaction(30)
@@ -41,10 +50,37 @@ def write_transactions(bootstrap, topic, lines, per_transaction, partitions, abo
     return committed
 
 
+def _log_ends(broker, topic, partitions):
+    from kafka import KafkaConsumer, TopicPartition  # pylint: disable=g-import-not-at-top
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    ends = consumer.end_offsets(tps)
+    consumer.close()
+    return {tp.partition: ends[tp] for tp in tps}
+
+
+@pytest.mark.parametrize("client,codec", [("KAFKA_PYTHON", "zstd"), ("CONFLUENT_KAFKA", "lz4"),
+                                          ("KAFKA_PYTHON", "lz4"), ("CONFLUENT_KAFKA", "zstd")])
+def test_a_committed_reader_returns_exactly_the_committed_records(broker, topic, client, codec):
+    """Both data clients, both codecs: every committed record once, no aborted one, positions at the log end
+    (past the last abort marker)."""
+    broker.create_topic(topic, 2)
+    lines = [f"x{i}".encode() for i in range(1200)]
+    committed = write_transactions(broker.bootstrap, topic, lines, 100, 2, codec=codec)
+    assert len(committed) == 900
+    source = KafkaInput(_kafka(broker, topic, client), batch_size=128, batch_timeout_ms=200)
+    batches = list(_batches(source, len(committed)))
+    read = [line for batch in batches for line in batch.lines]
+    assert len(read) == len(committed) and sorted(read) == sorted(committed)
+    assert batches[-1].positions == _log_ends(broker, topic, 2) == {0: 612, 1: 612}  # 600 records, 12 markers
+    source.close()
+
+
 @CLIENTS
 def test_offline_run_on_a_transactional_topic_trains_each_committed_sample_once_and_ends(
         broker, topic, tmp_path, client):
-    """Before: the run never ended (lag stayed at the last commit marker), for both clients."""
+    """Exactly the 3,600 committed samples train, none of the 1,200 aborted; the offline run ends by itself
+    (before: it never ended, lag stayed at the last commit marker), for both clients."""
     broker.create_topic(topic, 2)
     lines = SyntheticCtrStream().lines(0, 4800)
     committed = write_transactions(broker.bootstrap, topic, lines, 400, 2)
@@ -60,8 +96,8 @@ def test_offline_run_on_a_transactional_topic_trains_each_committed_sample_once_
         backstop.cancel()
     assert summary.stop_reason == "caught up with the topic (offline run)"
     assert summary.samples == len(committed)
-    # each partition: 1,800 records and 9 commit markers, all read
-    assert summary.positions == {0: 1809, 1: 1809}
+    # each partition: 2,400 records (600 of them aborted) and 12 markers, all read
+    assert summary.positions == _log_ends(broker, topic, 2) == {0: 2412, 1: 2412}
 
 
 @CLIENTS
@@ -89,26 +125,33 @@ def test_an_open_transaction_is_not_lag_for_a_committed_reader(broker, topic, cl
     source.close()
 
 
+def _send_to(broker, topic, partitions, count, prefix="r"):
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+    for p in partitions:
+        for i in range(count):
+            producer.send(topic, f"{prefix}{p}_{i}".encode(), partition=p)
+    producer.flush()
+    producer.close()
+
+
 @CLIENTS
 def test_partitions_added_while_reading_are_read_from_their_start_and_counted_in_lag(
-        broker, topic, client, monkeypatch):
-    """The local broker has no CreatePartitions: the reader is shown only partition 0 of a 3-partition
-    topic at start (its first metadata answer is cut, a fake said here); the periodic refresh then asks
-    the real broker, which tells all three."""
-    broker.create_topic(topic, 3)
-    _send(broker, topic, 40, 3)
-    discover = KafkaInput._discover  # pylint: disable=protected-access
-
-    def only_the_first(self, path, wait_secs):
-        return discover(self, path, wait_secs)[:1]
-
-    monkeypatch.setattr(KafkaInput, "_discover", only_the_first)
+        broker, topic, client):
+    """CreatePartitions on a topic being read: the new partitions are read within the refresh period, from
+    their start, and show in the lag until read."""
+    broker.create_topic(topic, 1)
+    _send_to(broker, topic, [0], 40)
     source = KafkaInput(_kafka(broker, topic, client, partition_refresh_secs=1.0), batch_size=32,
                         batch_timeout_ms=200)
     assert [tp.partition for tp in source.partitions] == [0]
-    batches = list(_batches(source, 120, quiet=3.0))
+    assert sorted(_drain(source, 40)) == sorted(f"r0_{i}".encode() for i in range(40))
+    broker.create_partitions(topic, 3)
+    _send_to(broker, topic, [1, 2], 40)
+    added = time.time()
+    batches = list(_batches(source, 80, quiet=3.0))
     lines = [line for batch in batches for line in batch.lines]
-    assert sorted(lines) == sorted(f"r{p}_{i}".encode() for p in range(3) for i in range(40))
+    assert sorted(lines) == sorted(f"r{p}_{i}".encode() for p in (1, 2) for i in range(40))
+    assert time.time() - added < 1.0 + 30.0 / 2  # read within the refresh period (and the first fetch's wait)
     assert [tp.partition for tp in source.partitions] == [0, 1, 2]
     assert batches[-1].positions == {0: 40, 1: 40, 2: 40}
     assert max(b.lag or 0 for b in batches if set(b.positions) == {0, 1, 2}) > 0  # the new ones showed as lag
@@ -117,56 +160,47 @@ def test_partitions_added_while_reading_are_read_from_their_start_and_counted_in
 
 
 @pytest.mark.parametrize("share", [(0, 2), (1, 2)])
-def test_a_new_partition_goes_to_the_cluster_trainer_whose_index_matches(broker, topic, monkeypatch, share):
-    """As above (the first metadata answer cut to partition 0): trainer i of n picks up p with p % n == i."""
-    broker.create_topic(topic, 3)
-    _send(broker, topic, 10, 3)
-    discover = KafkaInput._discover  # pylint: disable=protected-access
-    monkeypatch.setattr(KafkaInput, "_discover", lambda self, path, wait: discover(self, path, wait)[:1])
+def test_a_new_partition_goes_to_the_cluster_trainer_whose_index_matches(broker, topic, share):
+    """As above, for trainer i of n: it picks up a new partition p only when p % n == i."""
+    broker.create_topic(topic, 1)
     source = KafkaInput(_kafka(broker, topic, partition_refresh_secs=0.5), batch_size=100, batch_timeout_ms=200,
                         partition_share=share)
+    broker.create_partitions(topic, 3)
+    _send_to(broker, topic, [0, 1, 2], 10)
     expected = [p for p in range(3) if p % 2 == share[0]]
     lines = [line for batch in _batches(source, 10 * len(expected), quiet=2.0) for line in batch.lines]
     assert sorted({line.split(b"_")[0] for line in lines}) == sorted(f"r{p}".encode() for p in expected)
+    assert len(lines) == 10 * len(expected)
     assert [tp.partition for tp in source.partitions] == expected
     source.close()
 
 
-def _answer_out_of_range(source, monkeypatch, offset):
-    """Makes the broker's next fetch answer at ``offset`` OFFSET_OUT_OF_RANGE (a fake answer: the local
-    broker neither deletes records nor answers out of range; kafka-python's real fetcher handles it as a
-    real Kafka's)."""
-    import types  # pylint: disable=g-import-not-at-top
-    fetcher = source._consumer._consumer._fetcher  # pylint: disable=protected-access
-    parse = fetcher._parse_fetched_data  # pylint: disable=protected-access
-    answered = []
-
-    def out_of_range_once(completed_fetch):
-        if not answered and completed_fetch.fetched_offset == offset:
-            answered.append(offset)
-            data = types.SimpleNamespace(error_code=1, high_watermark=-1, last_stable_offset=-1,
-                                         log_start_offset=-1, aborted_transactions=None)
-            completed_fetch = completed_fetch._replace(partition_data=data)
-        return parse(completed_fetch)
-
-    monkeypatch.setattr(fetcher, "_parse_fetched_data", out_of_range_once)
-    return answered
-
-
+@CLIENTS
 @pytest.mark.parametrize("policy", ["RESUME_IN_RANGE", "FAIL_OUT_OF_RANGE"])
-def test_a_position_out_of_range_while_reading_resumes_at_the_log_start_counted_or_fails(broker, topic, policy,
-                                                                                        monkeypatch):
-    """Retention deleted offsets 40-49 before they were read: the fetch at 40 answers out of range and the
-    log now starts at 50 (both faked: _answer_out_of_range, and the log start through log_range). Before:
-    kafka-python reset to the earliest offset the broker named, silently (librdkafka: to the end)."""
+def test_records_deleted_ahead_of_a_running_reader_are_counted_skipped_or_fail(broker, topic, policy, client):
+    """Retention deletes offsets 40-49 before the reader got to them (DeleteRecords while it waits at 40):
+    the broker answers its next fetch out of range, and the reader resumes at the new log start 50, counting
+    the 10 in ``offsets_skipped`` and logging it, or fails naming the partition and the range (before: the
+    clients reset silently, kafka-python to the earliest offset, librdkafka to the end).
+
+    So that the reader does not fetch 40-59 before they are deleted, they are written in a transaction
+    that is still open (a read_committed reader waits at the last stable offset, 40) and deleted up to 50
+    before the transaction commits."""
     broker.create_topic(topic, 1)
-    _send(broker, topic, 40, 1)
-    kafka = _kafka(broker, topic, on_offset_out_of_range=pipeline_pb2.KafkaInput.OnOffsetOutOfRange.Value(policy))
+    _send_to(broker, topic, [0], 40)
+    kafka = _kafka(broker, topic, client,
+                   on_offset_out_of_range=pipeline_pb2.KafkaInput.OnOffsetOutOfRange.Value(policy))
     source = KafkaInput(kafka, batch_size=100, batch_timeout_ms=200)
     assert len(_drain(source, 40)) == 40
-    answered = _answer_out_of_range(source, monkeypatch, 40)
-    monkeypatch.setattr(source._consumer, "log_range", lambda tp: (50, 60))  # pylint: disable=protected-access
-    _send(broker, topic, 20, 1, prefix="n")  # offsets 40-59
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"d-{topic}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(20):
+        producer.produce(topic, f"n0_{i}".encode(), partition=0)  # offsets 40-59
+    assert producer.flush(30) == 0
+    assert source.next_batch(1.0) is None  # waits at the last stable offset
+    broker.delete_records(topic, {0: 50})
+    producer.commit_transaction(30)  # marker at 60
     if policy == "FAIL_OUT_OF_RANGE":
         with pytest.raises(ConfigError, match=r"partition 0: the reader's offset 40 is below its log start 50"):
             for _ in range(60):
@@ -174,7 +208,6 @@ def test_a_position_out_of_range_while_reading_resumes_at_the_log_start_counted_
         source.close()
         return
     lines = _drain(source, 10)
-    assert answered == [40]
     assert lines == [f"n0_{i}".encode() for i in range(10, 20)]  # offsets 50-59
     assert source.offsets_skipped == 10
     source.close()

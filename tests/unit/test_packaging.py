@@ -16,6 +16,7 @@ VERBS = {"train": "easyonline.jobs.train_cli", "export": "easyonline.jobs.export
          "serve": "easyonline.jobs.serve_cli", "eval": "easyonline.jobs.eval_cli",
          "predict": "easyonline.jobs.predict_cli", "demo": "easyonline.tools.demo",
          "local-cluster": "easyonline.tools.local_cluster", "broker": "easyonline.tools.local_broker",
+         "apache-kafka": "easyonline.tools.apache_kafka",
          "produce": "easyonline.tools.stream_producer", "read-updates": "easyonline.tools.read_updates",
          "from-easyrec": "easyonline.tools.from_easyrec"}
 
