@@ -1,12 +1,13 @@
 """The main job of the README: a whole online-training run on the local broker.
 
-Starts the embedded broker, streams a synthetic Criteo-shaped CTR stream
+Starts the embedded broker (tansu; ``--apache_kafka``: Apache Kafka itself,
+which needs Java 17 and, the first time, Maven), streams a synthetic Criteo-shaped CTR stream
 with a concept drift into it (from a separate producer process), trains
 DeepFM online from samples/online.config, and prints a summary: the
 prequential AUC before the drift, after it for the online model, and for a
 copy of the model frozen at the drift point and scored on the same samples.
 
-    python -m easyonline.tools.demo [--samples 500000 --drift_at 200000]
+    python -m easyonline.tools.demo [--samples 500000 --drift_at 200000] [--apache_kafka]
 """
 import logging
 import os
@@ -29,6 +30,8 @@ from easyonline.jobs.online_train import build_trainer
 from easyonline.publish.publish_callback import IncrementalPublish
 from easyonline.scoring.auc_curves import plot_auc_curves, windowed_auc
 from easyonline.scoring.checkpoint_model import CheckpointModel
+from easyonline.tools.apache_kafka import ApacheKafka
+from easyonline.tools.apache_kafka_install import install as install_apache_kafka
 from easyonline.tools.local_broker import LocalBroker
 from easyonline.tools.read_updates import read_all
 from easyonline.updates.codec import decode_update
@@ -132,6 +135,8 @@ def define_flags() -> None:
                         "Pipeline config; kafka server, topic and model_dir are set by the demo.")
     flags.DEFINE_string("model_dir", "", "Where checkpoints go (default: a new temporary directory).")
     flags.DEFINE_float("max_seconds", 900, "Give up after this long.")
+    flags.DEFINE_bool("apache_kafka", False, "Run on Apache Kafka itself (one KRaft broker started here; needs Java "
+                      "17, and Maven the first time to fetch it) instead of the embedded tansu broker.")
     flags.DEFINE_string("png", "", "Where to write the plot of windowed AUC, online vs frozen (default: auc.png in "
                         "the demo's work directory; 'none': no plot). Needs matplotlib (a dev dependency).")
 
@@ -143,7 +148,12 @@ def main(argv) -> int:
 
     work = tempfile.mkdtemp(prefix="easyonline-demo-")
     model_dir = FLAGS.model_dir or os.path.join(work, "model")
-    with LocalBroker(log_path=os.path.join(work, "broker.log")) as broker:
+    if FLAGS.apache_kafka:
+        install_apache_kafka()
+        broker_name, broker_cm = "Apache Kafka", ApacheKafka(1, work_dir=os.path.join(work, "apache-kafka"))
+    else:
+        broker_name, broker_cm = "local broker", LocalBroker(log_path=os.path.join(work, "broker.log"))
+    with broker_cm as broker:
         broker.create_topic("samples", FLAGS.partitions)
         producer = subprocess.Popen(
             [sys.executable, "-m", "easyonline.tools.stream_producer", f"--bootstrap={broker.bootstrap}",
@@ -174,7 +184,7 @@ def main(argv) -> int:
     pre = monitor.pre_drift_auc
     fmt = lambda v: "-" if v is None else f"{v:.4f}"
     print()
-    print("easyonline demo: online DeepFM on a drifting stream (local broker)")
+    print(f"easyonline demo: online DeepFM on a drifting stream ({broker_name})")
     for line in summary.lines():
         print("  " + line)
     print(f"  prequential AUC before the drift (window ending at sample {FLAGS.drift_at}): {fmt(pre)}")
