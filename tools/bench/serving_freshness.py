@@ -24,7 +24,12 @@ Then predict latency p50/p99 for batch 1 and batch 100 on one keep-alive
 connection, with training and
 update application running.
 
-    .venv/bin/python tools/bench/serving_freshness.py [--ids 40] [--latency_requests 300]
+``--broker apache_kafka``: on a three-broker Apache Kafka cluster (the
+update topic replicated on all three, min.insync.replicas 2, acks=all)
+instead of the local tansu broker; ``tools/bench/apache_kafka_costs.py``
+runs both in one run.
+
+    .venv/bin/python tools/bench/serving_freshness.py [--ids 40] [--latency_requests 300] [--broker apache_kafka]
 """
 import argparse
 import http.client
@@ -43,6 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import easyonline  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS first)
 from easyonline.serve.process import ServingProcess  # noqa: E402
+from easyonline.tools.apache_kafka import ApacheKafka  # noqa: E402
 from easyonline.tools.local_broker import LocalBroker  # noqa: E402
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa: E402
 from easyonline.core.callbacks import Callback  # noqa: E402
@@ -140,7 +146,7 @@ TARGETS = {"freshness_p99_secs_at_most": 1.0, "batch_1_p50_ms_at_most": 2.0, "ba
            "batch_100_p99_ms_at_most": 20.0}
 
 
-def main() -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ids", type=int, default=40)
     parser.add_argument("--latency_requests", type=int, default=300)
@@ -148,11 +154,21 @@ def main() -> None:
     parser.add_argument("--sparse_save_secs", type=float, default=1.0, help="how often changed rows are published")
     parser.add_argument("--sparse_save_secs_caught_up", type=float, default=0.2,
                         help="how often while the trainer has caught up with its input (0: off)")
-    args = parser.parse_args()
-    setup_logging("WARNING")
+    parser.add_argument("--broker", default="local", choices=["local", "apache_kafka"],
+                        help="the local tansu broker, or a three-broker Apache Kafka cluster")
+    return parser.parse_args(argv)
+
+
+def start_broker(kind: str):
+    """The broker of a run, as a context manager: tansu, or three Apache Kafka brokers."""
+    return ApacheKafka(3, heap_mb=1024, quick_start=False) if kind == "apache_kafka" else LocalBroker()
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """One whole freshness and latency run on ``args.broker``; returns the JSON result."""
     work = tempfile.mkdtemp(prefix="easyonline-freshness-")
     stream = SyntheticCtrStream()
-    with LocalBroker() as broker:
+    with start_broker(args.broker) as broker:
         broker.create_topic("samples", 2)
         produce(broker.bootstrap, "samples", stream.chunks(0, args.warmup_samples), partitions=2)
         config = config_for(os.path.join(work, "model"), broker.bootstrap, "samples")
@@ -239,7 +255,7 @@ def main() -> None:
             thread.join(120)
             if server is not None:
                 server.stop()
-    result = {"ids": args.ids, "sparse_save_secs": args.sparse_save_secs,
+    result = {"broker": args.broker, "ids": args.ids, "sparse_save_secs": args.sparse_save_secs,
               "sparse_save_secs_caught_up": args.sparse_save_secs_caught_up, "freshness_secs": percentiles(freshness),
               "stages_secs": {name: percentiles(values) for name, values in stages.items() if values},
               "never_changed": int(np.isinf(freshness).sum()),
@@ -250,9 +266,23 @@ def main() -> None:
         "batch_1_p50": latency["batch_1"]["p50"] * 1000 <= TARGETS["batch_1_p50_ms_at_most"],
         "batch_1_p99": latency["batch_1"]["p99"] * 1000 <= TARGETS["batch_1_p99_ms_at_most"],
         "batch_100_p99": latency["batch_100"]["p99"] * 1000 <= TARGETS["batch_100_p99_ms_at_most"]}
+    return result
+
+
+def main() -> None:
+    args = parse_args()
+    setup_logging("WARNING")
+    result = measure(args)
+    print_result(result)
+
+
+def print_result(result: dict) -> None:
+    latency = result["predict_latency_secs"]
+    status = {"applied_updates": result["updates_applied_by_server"], "refused_updates": result["refused_updates"]}
     print(json.dumps(result))
     print()
-    print(f"freshness (sample produced -> served prediction changed) over {len(freshness)} new ids: "
+    print(f"broker: {result['broker']}; freshness (sample produced -> served prediction changed) over "
+          f"{result['freshness_secs']['n']} new ids: "
           f"p50 {result['freshness_secs']['p50']:.3f} s, p99 {result['freshness_secs']['p99']:.3f} s (target p99 <= 1 s)")
     print(f"{'stage':34}{'p50 s':>8}{'p99 s':>8}")
     for name, figures in result["stages_secs"].items():

@@ -13,7 +13,9 @@ or slow transaction: its batches reach the log before the abort). A real Kafka k
 them as aborted in every fetch response, and read_committed readers skip them. The local broker keeps
 them but does not list them, so every reader trains them: the bench then reports how many aborted
 samples were trained ("aborted_trained") and checks trained == committed + that count, which tells
-the local broker's behaviour apart from a reader's double count.
+the local broker's behaviour apart from a reader's double count. ``--broker apache_kafka`` runs it on
+Apache Kafka itself (one broker started here), where trained == committed with or without
+``--send_before_abort``.
 
     .venv/bin/python tools/bench/transactional_stream.py [--transactions 40] [--per_transaction 1000]
 """
@@ -32,6 +34,7 @@ import confluent_kafka  # noqa: E402
 from easyonline.config import load_pipeline_config  # noqa: E402
 from easyonline.jobs.online_train import build_trainer  # noqa: E402
 from easyonline.protos import pipeline_pb2  # noqa: E402
+from easyonline.tools.apache_kafka import ApacheKafka  # noqa: E402
 from easyonline.tools.local_broker import LocalBroker  # noqa: E402
 from easyonline.tools.stream_producer import SyntheticCtrStream  # noqa: E402
 
@@ -93,17 +96,20 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600, help="backstop seconds per run")
     parser.add_argument("--send_before_abort", action="store_true",
                         help="flush aborted transactions' records to the broker before the abort (see above)")
+    parser.add_argument("--broker", default="local", choices=["local", "apache_kafka"],
+                        help="the local tansu broker, or Apache Kafka itself")
     args = parser.parse_args()
     results = []
-    with LocalBroker() as broker, tempfile.TemporaryDirectory() as work:
+    real_kafka = args.broker == "apache_kafka"
+    with (ApacheKafka(1) if real_kafka else LocalBroker()) as broker, tempfile.TemporaryDirectory() as work:
         topic = "transactional"
         broker.create_topic(topic, args.partitions)
         committed = write_transactions(broker.bootstrap, topic, args)
         aborted = args.transactions // args.abort_every * args.per_transaction
-        expected = committed + (aborted if args.send_before_abort else 0)
+        expected = committed + (aborted if args.send_before_abort and not real_kafka else 0)
         for client in args.clients.split(","):
             results.append(train_offline(broker.bootstrap, topic, client, os.path.join(work, client), args.timeout))
-    report = {"transactions": args.transactions, "per_transaction": args.per_transaction,
+    report = {"broker": args.broker, "transactions": args.transactions, "per_transaction": args.per_transaction,
               "abort_every": args.abort_every, "codec": args.codec, "committed": committed,
               "send_before_abort": args.send_before_abort,
               "aborted_trained": [r["trained"] - committed for r in results], "runs": results}
