@@ -366,6 +366,10 @@ def _validate_incr_save(incr: pipeline_pb2.IncrSaveConfig, path: str) -> None:
         _validate_servers(incr.kafka.server, f"{path}.kafka.server")
         require(bool(incr.kafka.topic), f"{path}.kafka.topic", "is required")
         require(incr.kafka.consumer.offset >= 0, f"{path}.kafka.consumer.offset", "must be >= 0")
+        rf, isr = incr.kafka.replication_factor, incr.kafka.min_insync_replicas
+        require(rf <= 32767, f"{path}.kafka.replication_factor", f"must be at most 32767, got {rf}")
+        require(not (rf and isr > rf), f"{path}.kafka.min_insync_replicas",
+                f"{isr} is more than replication_factor {rf}: no write could ever be acknowledged")
         for key in incr.kafka.config:
             require(key in KafkaProducer.DEFAULT_CONFIG, f"{path}.kafka.config[{key}]",
                      "is not a kafka-python producer setting")

@@ -7,6 +7,10 @@ its own sends them, with one producer for the whole run that uses the
 input's security settings. So a missing topic or an unreachable broker never
 blocks training: lines that cannot be queued or sent are counted
 (``bad.dead_letter_failed`` in the status line) and logged at a bounded rate.
+The producer sends with ``acks="all"`` (idempotent), so a line acknowledged
+before a broker died is on the topic's other replicas. The topic is not
+created here: create it with the replication of the update topic
+(docs/operations.md, "Replication and broker failures").
 """
 import logging
 import queue
@@ -59,7 +63,7 @@ class DeadLetterSink:
         if time.time() < self._retry_at:
             return False
         try:
-            self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers(self.server), acks=1, linger_ms=50,
+            self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers(self.server), acks="all", linger_ms=50,
                                            max_block_ms=10000, **connect_timeout(5000),
                                            client_id="easyonline-dead-letter", **self._settings)
             return True

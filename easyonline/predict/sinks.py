@@ -60,12 +60,13 @@ class FileSink(PredictionSink):
 
 
 class TopicSink(PredictionSink):
-    """One message per prediction; ``close`` waits until the broker acknowledged every one, or raises."""
+    """One message per prediction; ``close`` waits until the in-sync replicas acknowledged every one (acks=all,
+    idempotent: a leader that dies loses and duplicates none), or raises. The topic is not created here."""
 
     def __init__(self, server: str, topic: str, settings: Optional[Dict[str, Any]] = None):
         """``settings``: SASL/SSL settings of the connection (kafka-python producer kwargs)."""
         self.topic = topic
-        self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers(server), acks=1, linger_ms=20,
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers(server), acks="all", linger_ms=20,
                                        **connect_timeout(10000), client_id="easyonline-predict",
                                        **(settings or {}))
         self._futures = []

@@ -31,6 +31,11 @@ _FAILED = ("Connection failed: %s", "%s: Connection lost: %s", "Bootstrap failed
            "%s: Request timed out after %d ms. Closing connection.", "Bootstrap connection to %s failed: %s "
            "(backoff %.2f secs)", "Bootstrap %s not ready; waiting %.2f secs")
 _FAILED_PREFIX = "Bootstrap attempt to "
+# A broker that died under an open connection (kafka.net.transport), and the consumer's fetches to it while it is
+# down, one a second per consumer (kafka.consumer.fetcher, folded only when the cause is the connection).
+_DIED = ("%s: Abort (%s)", "%s: Error receiving network data closing socket")
+_FETCH_FAILED = "Fetch to node %s failed: %s"
+CONNECTION_LOGGERS += ("kafka.consumer.fetcher",)
 _CONNECTED = "%s: Connected"
 # What an operator reads for the errors' own words.
 _REASONS = ((re.compile(r"ECONNREFUSED|Connection refused", re.I), "connection refused"),
@@ -68,7 +73,8 @@ class ConnectionWatch(logging.Filter):
             with self._lock:
                 self._since, self._reason = None, None
             return False
-        if msg in _FAILED or (isinstance(msg, str) and msg.startswith(_FAILED_PREFIX)):
+        if msg in _FAILED or msg in _DIED or (isinstance(msg, str) and msg.startswith(_FAILED_PREFIX)) or \
+                (msg == _FETCH_FAILED and "Connection" in record.getMessage()):
             reason, now = _reason(record), time.time()
             with self._lock:
                 if self._since is None:
