@@ -1,7 +1,7 @@
 """Compressed topics: gzip, snappy, lz4 and zstd batches work for every consumer and producer.
 
 The samples are written by confluent-kafka (librdkafka: the client of EasyRec's data path and of most
-production producers), one codec per partition, through the real local broker. The trainer reads them
+production producers), one codec per partition, through Apache Kafka (which stores each batch as its producer compressed it). The trainer reads them
 through its reader process with the default data client (librdkafka), the eval job through its own
 consumer with the other one (kafka-python, whose decompression the test watches), and the trainer publishes
 its updates
@@ -22,6 +22,8 @@ from tests.integration.test_incremental_updates import FAST, _replay, assert_rep
 
 CODECS = ("gzip", "snappy", "lz4", "zstd")
 PER_PARTITION = 1500
+
+BROKER = "apache_kafka"  # (tests/conftest.py)
 
 
 @pytest.fixture

@@ -45,6 +45,8 @@ def _fast(data, decoder="compiled"):
     return [(r.offset, r.value) for r in records]
 
 
+BROKER = "apache_kafka"  # the decoder reads Apache Kafka's own fetch responses (tests/conftest.py)
+
 def test_the_compiled_decoder_is_built():
     """setup.py builds it (tools/setup_env.sh installs with a C compiler); "compiled" below tests it."""
     assert fast_records._record_decoder is not None  # pylint: disable=protected-access
