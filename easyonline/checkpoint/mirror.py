@@ -8,7 +8,8 @@ in a local cache directory and this mirror keeps OSS the source of truth:
   never sees a checkpoint whose files are not all there), then deletes the
   checkpoints the state no longer keeps;
 - ``pull`` makes the cache hold exactly the checkpoint the OSS state file
-  names (a local save that never reached OSS is dropped: the Kafka positions
+  names (a local save that never reached OSS is dropped, and so is the
+  ``model.ckpt-N_temp/`` folder of a sharded save killed before its merge: the Kafka positions
   committed to the group are the ones OSS has). The older checkpoints that
   state keeps stay on OSS and in its history: a restart does not delete them.
 
@@ -72,8 +73,13 @@ class CheckpointMirror:
         """Makes the cache hold the checkpoint OSS names as latest; returns its local prefix or None."""
         os.makedirs(self.local, exist_ok=True)
         for name in os.listdir(self.local):
-            if name == STATE_FILE or name.startswith("model.ckpt"):
-                os.remove(os.path.join(self.local, name))
+            path = os.path.join(self.local, name)
+            if os.path.isdir(path) and name.startswith("model.ckpt") and name.endswith("_temp"):
+                # a sharded save killed before its merge left its shards' folder (model.ckpt-N_temp/)
+                log.warning("removing %s: the shards of a save that was interrupted", path)
+                shutil.rmtree(path, ignore_errors=True)
+            elif name == STATE_FILE or name.startswith("model.ckpt"):
+                os.remove(path)
         state_path = fileio.join(self.remote, STATE_FILE)
         if not fileio.exists(state_path):
             return None

@@ -72,6 +72,20 @@ def test_checkpoints_live_on_oss_and_a_restart_restores_them(fake_oss, tmp_path)
         assert fileio.exists(f"{MODEL_DIR}/model.ckpt-{step}.index")
 
 
+def test_a_save_killed_before_its_merge_does_not_block_the_next_start(fake_oss, tmp_path):
+    """A chief killed during a sharded save leaves ``model.ckpt-N_temp/`` (the ps shards' folder) in its cache;
+    the restart fetched from OSS raised IsADirectoryError at every start until someone deleted it by hand."""
+    first = build_trainer(_config(tmp_path, 0, 1500), online=False)
+    summary = first.run()
+    interrupted = os.path.join(cache_dir_for(MODEL_DIR), f"model.ckpt-{summary.steps + 3}_temp")
+    os.makedirs(interrupted)
+    with open(os.path.join(interrupted, "part-00000-of-00002.data-00000-of-00001"), "wb") as f:
+        f.write(b"\0" * 1000)
+    second = build_trainer(_config(tmp_path, 0, 1500), online=False)
+    assert second.restored_from == summary.checkpoint and second.step == summary.steps
+    assert not os.path.exists(interrupted)
+
+
 def test_readers_fetch_into_a_cache_of_their_own(fake_oss, tmp_path):
     trainer = build_trainer(_config(tmp_path, 0, 1500), online=False)
     summary = trainer.run()
