@@ -126,8 +126,13 @@ class Checkpointer:
         """The topic the positions are for ("" if the checkpoint predates saving it)."""
         return self._positions.topic()
 
-    def save(self, positions: Dict[int, int], topic: str = "") -> str:
-        self._positions.assign(positions, topic)
+    @property
+    def positions_topic_id(self) -> str:
+        """Kafka's id of that topic ("" if unknown: a checkpoint from before ids were saved, or files)."""
+        return self._positions.topic_id()
+
+    def save(self, positions: Dict[int, int], topic: str = "", topic_id: str = "") -> str:
+        self._positions.assign(positions, topic, topic_id)
         step = int(self.io.read(self.step))
         with self.io.context():
             path = self.manager.save(checkpoint_number=step, options=self.io.options)

@@ -16,9 +16,14 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 tf = ensure_legacy_keras()
 
 
-def encode_positions(positions: Dict[int, int], topic: str = "") -> str:
-    """{partition: offset} of ``topic`` as the checkpoint's JSON text (the topic tells a restart which stream)."""
-    return json.dumps({"topic": topic, "offsets": {str(k): int(v) for k, v in sorted(positions.items())}})
+def encode_positions(positions: Dict[int, int], topic: str = "", topic_id: str = "") -> str:
+    """{partition: offset} of ``topic`` as the checkpoint's JSON text (the topic tells a restart which stream;
+    ``topic_id``, Kafka's id of the topic, whether it is still the same topic or one created again under
+    the name; left out when unknown)."""
+    value: dict = {"topic": topic, "offsets": {str(k): int(v) for k, v in sorted(positions.items())}}
+    if topic_id:
+        value["topic_id"] = topic_id
+    return json.dumps(value)
 
 
 def _decode(text) -> dict:
@@ -34,6 +39,11 @@ def decode_positions(text) -> Dict[int, int]:
 def decode_topic(text) -> str:
     """The topic of ``encode_positions``'s text; "" if unknown (a checkpoint from before topics were saved)."""
     return str(_decode(text)["topic"])
+
+
+def decode_topic_id(text) -> str:
+    """The topic id of ``encode_positions``'s text; "" if unknown (a checkpoint from before ids were saved)."""
+    return str(_decode(text).get("topic_id", ""))
 
 
 class StreamPositions:
@@ -65,8 +75,8 @@ class StreamPositions:
             raise RuntimeError("StreamPositions in a graph: bind(session.run) first")
         return self._run
 
-    def assign(self, positions: Dict[int, int], topic: str = "") -> None:
-        text = encode_positions(positions, topic)
+    def assign(self, positions: Dict[int, int], topic: str = "", topic_id: str = "") -> None:
+        text = encode_positions(positions, topic, topic_id)
         if self._assign is None:
             self.variable.assign(text)
         else:
@@ -77,3 +87,6 @@ class StreamPositions:
 
     def topic(self) -> str:
         return decode_topic(self._text())
+
+    def topic_id(self) -> str:
+        return decode_topic_id(self._text())

@@ -262,13 +262,13 @@ class SessionEngine:
     def last_saved_step(self) -> int:
         return self.checkpointer.last_saved_step if self.cluster.is_chief else self.step
 
-    def save(self, positions: Dict[int, int], topic: str) -> Tuple[str, Dict[int, int]]:
+    def save(self, positions: Dict[int, int], topic: str, topic_id: str = "") -> Tuple[str, Dict[int, int]]:
         """The chief: the shared positions first, then the parameters (they hold at least every update up to
         them); ``positions`` (this trainer's own) are not the cluster's."""
         positions = positions_dict(self._session_run(self.state.positions))
         started = time.time()
         try:
-            path = self.checkpointer.save(positions, topic)
+            path = self.checkpointer.save(positions, topic, topic_id)
         except Exception as e:  # pylint: disable=broad-except
             if _is_lost_task(e):
                 raise self._lost(e) from None

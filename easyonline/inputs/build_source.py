@@ -30,11 +30,12 @@ def stream_topic(config: pipeline_pb2.PipelineConfig) -> str:
 
 def build_source(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs,
                  positions: Optional[Dict[int, int]] = None,
-                 partition_share: Optional[Tuple[int, int]] = None, positions_topic: str = "") -> BatchSource:
+                 partition_share: Optional[Tuple[int, int]] = None, positions_topic: str = "",
+                 positions_topic_id: str = "") -> BatchSource:
     """The configured training input, starting at ``positions`` (a checkpoint's) when given.
 
     ``positions_topic``: the topic the checkpoint's positions are for (see
-    ``inputs.start_position.usable_checkpoint_positions``); "" if unknown.
+    ``inputs.start_position.usable_checkpoint_positions``) and Kafka's id of it; "" if unknown.
 
     ``partition_share=(i, n)``: only the Kafka partitions p with ``p % n == i`` (the i-th of n cluster trainers),
     or for files, the paths i, i + n, i + 2n, ...
@@ -50,7 +51,7 @@ def build_source(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs,
         return KafkaReaderProcess(config.kafka_train_input, data.batch_size, data.batch_timeout_ms,
                                   checkpoint_positions=positions or None, max_message_bytes=data.max_message_bytes,
                                   vector_parser=parser, partition_share=partition_share,
-                                  checkpoint_topic=positions_topic)
+                                  checkpoint_topic=positions_topic, checkpoint_topic_id=positions_topic_id)
     paths = list(config.file_train_input.paths)
     if partition_share is not None:  # a cluster trainer reads its share of the files
         paths = paths[partition_share[0]::partition_share[1]]

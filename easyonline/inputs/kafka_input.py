@@ -10,9 +10,16 @@ While running it also asks for the topic's partitions every
 ``partition_refresh_secs`` and reads new ones from their beginning, and
 handles a position the broker reports out of range as a restart handles a
 checkpoint's (``start_position.out_of_range_decision``), never by a jump.
+A topic deleted and created again under its name while reading (its Kafka
+topic id changed: seen at the partition refresh, or when the broker reports
+the position out of range) is handled as ``on_topic_change`` says (FAIL, or
+START_FROM_CONFIG: the new topic read as a first run would), never as a
+position out of range, which would move to the new topic's end and skip
+every sample in it.
 The consumer is not thread-safe: everything, commits included, runs on the
 thread that calls ``next_batch`` (the Prefetcher's).
 """
+import base64
 import logging
 import operator
 import queue
@@ -20,7 +27,10 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from kafka import TopicPartition
+from kafka import errors as kafka_errors
 from kafka.errors import OffsetOutOfRangeError
+
+from easyonline.core.errors import ConfigError
 
 from easyonline.core.rejections import OVERSIZED_MESSAGE, rejection
 from easyonline.inputs import fast_records, kafka_client
@@ -35,6 +45,9 @@ log = logging.getLogger(__name__)
 _value = operator.attrgetter("value")  # of kafka-python's records
 _offset = operator.attrgetter("offset")
 _partition_of = operator.attrgetter("partition")
+# kafka-python 3's report that a partition's log no longer holds what its leader epoch says the reader read
+# (KIP-320): an unclean leader election, or the topic deleted and created again under the reader
+_LogTruncation = getattr(kafka_errors, "LogTruncationError", OffsetOutOfRangeError)
 
 
 class KafkaInput(BatchSource):
@@ -43,7 +56,8 @@ class KafkaInput(BatchSource):
     def __init__(self, kafka: pipeline_pb2.KafkaInput, batch_size: int, batch_timeout_ms: int,
                  checkpoint_positions: Optional[Dict[int, int]] = None, path: str = "kafka_train_input",
                  partition_wait_secs: float = 30.0, max_message_bytes: int = 0, compiled_decoder: bool = True,
-                 partition_share: Optional[Tuple[int, int]] = None, checkpoint_topic: str = ""):
+                 partition_share: Optional[Tuple[int, int]] = None, checkpoint_topic: str = "",
+                 checkpoint_topic_id: str = ""):
         self._kafka = kafka
         self._max_message_bytes = max_message_bytes
         self._batch_size = batch_size
@@ -51,20 +65,23 @@ class KafkaInput(BatchSource):
         self._consumer: Any = kafka_client.make_consumer(kafka, path, max_poll_records=max(batch_size, 500),
                                                     fetch_max_wait_ms=min(100, max(batch_timeout_ms, 1)),
                                                     auto_offset_reset="none")  # out of range: raised, decided here
-        control = self._consumer  # finds partitions and start positions; kafka-python with either client
+        # finds partitions, start positions and the topic's id; kafka-python with either client
+        self._control = self._consumer
+        self._path = path
         self.partitions = self._discover(path, partition_wait_secs)
+        self.topic_id = self._current_topic_id(refresh=False) or ""  # (the metadata _discover just read)
         checkpoint_positions = usable_checkpoint_positions(checkpoint_positions, checkpoint_topic, kafka,
-                                                           [tp.partition for tp in self.partitions])
+                                                           [tp.partition for tp in self.partitions],
+                                                           checkpoint_topic_id, self.topic_id)
         self._share = partition_share
         self.partitions = self._my_share(self.partitions)
-        probe = kafka_client.make_consumer(kafka, path + ".probe", group_id=None, fetch_max_wait_ms=50)
-        try:
-            offsets, self.start_mode = resolve_start_offsets(control, probe, self.partitions, kafka,
-                                                              checkpoint_positions)
-        finally:
-            probe.close()
+        offsets, self.start_mode = self._start_offsets(checkpoint_positions)
+        # offsets the start moved over (retention deleted them before they were trained), counted on with
+        # those the running reader moves over: nothing lost is silent
+        self.offsets_skipped = sum(abs(offsets[p] - o) for p, o in (checkpoint_positions or {}).items()
+                                   if p in offsets)
         if kafka.client == pipeline_pb2.KafkaInput.CONFLUENT_KAFKA:
-            control.close()
+            # the control consumer stays, for the topic's id (librdkafka's metadata has none)
             self._consumer = ConfluentDataConsumer(kafka, path)
             self._value, self._offset = self._consumer.record_value, self._consumer.record_offset
         else:  # kafka-python reads the data too, with the fast record decoder (compiled False: Python's)
@@ -79,11 +96,57 @@ class KafkaInput(BatchSource):
         self._positions = dict(offsets)
         self._commits: "queue.Queue[Dict[int, int]]" = queue.Queue()
         self._lines_per_message = 0.0  # running estimate, to ask poll() for about one batch of lines
-        self.offsets_skipped = 0  # by positions out of range while reading (moved to what the log holds)
         self._refresh_every = kafka.partition_refresh_secs
         self._next_refresh = time.time() + self._refresh_every
-        log.info("reading %s partitions %s from %s (%s, %s): %s", kafka.topic, sorted(offsets), kafka.server,
-                 self.start_mode, pipeline_pb2.KafkaInput.Client.Name(kafka.client).lower(), offsets)
+        log.info("reading %s (topic id %s) partitions %s from %s (%s, %s): %s", kafka.topic, self.topic_id or "-",
+                 sorted(offsets), kafka.server, self.start_mode,
+                 pipeline_pb2.KafkaInput.Client.Name(kafka.client).lower(), offsets)
+
+    def _start_offsets(self, checkpoint_positions: Optional[Dict[int, int]]) -> Tuple[Dict[int, int], str]:
+        probe = kafka_client.make_consumer(self._kafka, self._path + ".probe", group_id=None, fetch_max_wait_ms=50)
+        try:
+            return resolve_start_offsets(self._control, probe, self.partitions, self._kafka, checkpoint_positions)
+        finally:
+            probe.close()
+
+    def _current_topic_id(self, refresh: bool = True) -> Optional[str]:
+        """Kafka's id of the topic (KIP-516) in its text form, as kafka-topics.sh prints it; None when the
+        brokers do not know the topic now (deleted) or give no ids."""
+        try:
+            if refresh:
+                self._control.topics()  # a metadata request
+            uuid = self._control._cluster.topic_id(self._kafka.topic)  # pylint: disable=protected-access
+        except Exception as e:  # pylint: disable=broad-except  (an outage: asked again later)
+            log.warning("could not ask for the topic id of %s: %s", self._kafka.topic, e)
+            return None
+        if uuid is None or not getattr(uuid, "int", 0):
+            return None
+        return base64.urlsafe_b64encode(uuid.bytes).decode("ascii").rstrip("=")
+
+    def _topic_recreated(self, now_id: Optional[str]) -> bool:
+        """True when the topic now has another id than the one read so far (deleted and created again): then
+        ``on_topic_change`` applies: FAIL raises a ConfigError naming both ids; START_FROM_CONFIG reads the
+        new topic from where the config starts a first run (the parameters are kept)."""
+        if not now_id or not self.topic_id or now_id == self.topic_id:
+            return False
+        why = (f"topic {self._kafka.topic!r} was deleted and created again while reading: its topic id was "
+               f"{self.topic_id}, it is now {now_id}")
+        if self._kafka.on_topic_change == pipeline_pb2.KafkaInput.FAIL:
+            raise ConfigError("kafka_train_input.on_topic_change",
+                              f"{why}; the positions read so far ({self._positions}) are not offsets of the new "
+                              "topic. Set kafka_train_input.on_topic_change: START_FROM_CONFIG to read it as a "
+                              "first run would (the parameters are kept), or train into a new model_dir")
+        partitions = self._consumer.topic_partitions() or [tp.partition for tp in self.partitions]
+        self.partitions = self._my_share(TopicPartition(self._kafka.topic, p) for p in partitions)
+        offsets, how = self._start_offsets(None)
+        log.warning("%s; reading the new topic as a first run would (kafka_train_input.on_topic_change: "
+                    "START_FROM_CONFIG, %s): %s", why, how, offsets)
+        self._consumer.assign(list(self.partitions))
+        for tp in self.partitions:
+            self._consumer.seek(tp, offsets[tp.partition])
+        self._positions = dict(offsets)
+        self.topic_id = now_id
+        return True
 
     def _discover(self, path: str, wait_secs: float) -> Tuple[TopicPartition, ...]:
         deadline = time.time() + wait_secs
@@ -118,6 +181,8 @@ class KafkaInput(BatchSource):
     def _refresh_partitions(self) -> None:
         """Reads partitions added to the topic since the last look, from their log start."""
         self._next_refresh = time.time() + self._refresh_every
+        if self._topic_recreated(self._current_topic_id()):
+            return
         now = self._consumer.topic_partitions()
         if not now:
             return
@@ -137,7 +202,16 @@ class KafkaInput(BatchSource):
 
     def _out_of_range(self, reported: Dict[TopicPartition, int]) -> None:
         """A position the broker reported out of range while reading: moved as a checkpoint's is at start
-        (``out_of_range_decision``: counted in ``offsets_skipped`` and logged), or a ConfigError."""
+        (``out_of_range_decision``: counted in ``offsets_skipped`` and logged), or a ConfigError. First the
+        topic's id is checked: a position past the end of a topic created again is ``on_topic_change``'s."""
+        now_id = self._current_topic_id()
+        if self._topic_recreated(now_id):
+            return
+        if self.topic_id and not now_id:  # deleted, not (yet) created again: nothing to decide on
+            log.warning("reading topic %s: the broker reported the position out of range and the topic is not "
+                        "there now (deleted?): waiting", self._kafka.topic)
+            time.sleep(1.0)
+            return
         for reported_tp, offset in reported.items():
             tp = TopicPartition(reported_tp.topic, reported_tp.partition)
             at = offset if isinstance(offset, int) and offset >= 0 else self._positions[tp.partition]
@@ -184,6 +258,10 @@ class KafkaInput(BatchSource):
             except OffsetOutOfRangeError as e:
                 self._out_of_range(e.args[0] if e.args and isinstance(e.args[0], dict) else {})
                 continue
+            except _LogTruncation as e:  # decided as a position out of range, from where the reader is
+                self._out_of_range({tp: self._positions.get(tp.partition, -1)
+                                    for tp in getattr(e, "divergent_offsets", {}) or self.partitions})
+                continue
             positions = self._consumer.positions(self.partitions)
             got = 0
             for tp, chunk in records.items():
@@ -218,7 +296,7 @@ class KafkaInput(BatchSource):
         self.idle_lag = None
         return RawBatch(BlobLines(b"\n".join(pieces), lines), dict(self._positions), lag=self.lag(),
                         messages=messages, empty_messages=empty, rejected=refused,
-                        offsets_skipped=self.offsets_skipped)
+                        offsets_skipped=self.offsets_skipped, topic_id=self.topic_id)
 
     def _refuse_oversized(self, tp: TopicPartition, chunk, refused: list) -> list:
         """The values of ``chunk`` without the messages over max_message_bytes, which go to ``refused``."""
@@ -257,3 +335,5 @@ class KafkaInput(BatchSource):
     def close(self) -> None:
         self._run_commits()
         self._consumer.close()
+        if self._control is not self._consumer and not isinstance(self._consumer, KafkaPythonDataConsumer):
+            self._control.close()

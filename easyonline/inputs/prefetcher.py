@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Callable, Optional, Tuple
 
+from easyonline.core.errors import EasyOnlineError
 from easyonline.inputs.raw_batch import BatchSource, RawBatch
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,8 @@ class Prefetcher:
             return None
         if item is _END:
             self.done = True
+            if isinstance(self.error, EasyOnlineError):  # e.g. a ConfigError of a policy while reading: its
+                raise self.error                          # own exit code (BAD_CONFIG), not a crash's
             if self.error is not None:
                 raise RuntimeError(f"input failed: {self.error}") from self.error
             return None

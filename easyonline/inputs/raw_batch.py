@@ -56,6 +56,8 @@ class RawBatch:
     # Offsets skipped so far (cumulative) because a position fell out of the partition's range while
     # reading and was moved into it (kafka_input.py; on_offset_out_of_range: RESUME_IN_RANGE).
     offsets_skipped: int = 0
+    # Kafka's id of the topic ``positions`` are offsets of ("" if unknown): a checkpoint saves it with them.
+    topic_id: str = ""
 
 
 class BatchSource(abc.ABC):
@@ -74,6 +76,11 @@ class BatchSource(abc.ABC):
     start_offsets: Mapping[int, int] = types.MappingProxyType({})
     #: How the start was decided and which partitions it moved (inputs/start_position.py), for the summary.
     start_mode: str = ""
+    #: Offsets the start moved over (a checkpoint's position below the log start: samples retention deleted
+    #: before they were trained, inputs/start_position.py); the running count comes with each RawBatch.
+    offsets_skipped: int = 0
+    #: Kafka's id of the topic read from ``start_offsets`` ("" if unknown or not Kafka).
+    topic_id: str = ""
 
     def partition_numbers(self) -> List[int]:
         """The partitions this source reads, in order (a cluster trainer logs its share)."""

@@ -34,7 +34,8 @@ from easyonline.utils.child_process import die_with_parent
 def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoint_positions, path: str,
            max_message_bytes: int, vector_parser, batches: "multiprocessing.Queue",
            commands: "multiprocessing.Queue", partition_share=None, trainer_pid: int = 0,
-           checkpoint_topic: str = "", slots_spec: Optional[Tuple[str, int, int]] = None) -> None:
+           checkpoint_topic: str = "", slots_spec: Optional[Tuple[str, int, int]] = None,
+           checkpoint_topic_id: str = "") -> None:
     # A trainer killed outright (SIGKILL, the OOM killer) cannot close its reader: it must not live on.
     die_with_parent()
     if trainer_pid and os.getppid() != trainer_pid:
@@ -50,7 +51,7 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
     try:
         source = KafkaInput(kafka, batch_size, batch_timeout_ms, checkpoint_positions, path,
                             max_message_bytes=max_message_bytes, partition_share=partition_share,
-                            checkpoint_topic=checkpoint_topic)
+                            checkpoint_topic=checkpoint_topic, checkpoint_topic_id=checkpoint_topic_id)
     except ConfigError as e:
         batches.put(("error", "ConfigError", e.path, e.detail))
         return
@@ -58,7 +59,8 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
         batches.put(("error", type(e).__name__, str(e)))
         return
     garbage.settle()  # the client's per-message objects would trigger full collections (utils/garbage.py)
-    batches.put(("ready", source.start_offsets, source.start_mode, [tp.partition for tp in source.partitions]))
+    batches.put(("ready", source.start_offsets, source.start_mode, [tp.partition for tp in source.partitions],
+                 source.offsets_skipped, source.topic_id))
     next_idle_report = 0.0
     try:
         while True:
@@ -91,11 +93,11 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
             item: tuple
             if layout is not None:
                 item = ("slot", slot_batches, layout, batch.positions, batch.lag, batch.messages,
-                        batch.empty_messages, batch.rejected, batch.offsets_skipped)
+                        batch.empty_messages, batch.rejected, batch.offsets_skipped, batch.topic_id)
                 slot_batches += 1
             else:
                 item = ("batch", blob, vectors, batch.positions, batch.lag, batch.messages,
-                        batch.empty_messages, batch.rejected, batch.offsets_skipped)
+                        batch.empty_messages, batch.rejected, batch.offsets_skipped, batch.topic_id)
             while True:
                 try:
                     batches.put(item, timeout=0.2)
@@ -123,7 +125,8 @@ class KafkaReaderProcess(BatchSource):
                  checkpoint_positions: Optional[Dict[int, int]] = None, path: str = "kafka_train_input",
                  depth: int = 4, start_timeout: float = 120.0, max_message_bytes: int = 0,
                  vector_parser: Optional["VectorCsvParser"] = None,
-                 partition_share: Optional[Tuple[int, int]] = None, checkpoint_topic: str = ""):
+                 partition_share: Optional[Tuple[int, int]] = None, checkpoint_topic: str = "",
+                 checkpoint_topic_id: str = ""):
         context = multiprocessing.get_context("spawn")
         self._batches = context.Queue(maxsize=depth)
         self._commands = context.Queue()
@@ -140,7 +143,7 @@ class KafkaReaderProcess(BatchSource):
             target=_child, name="easyonline-kafka-reader", daemon=True,
             args=(kafka.SerializeToString(), batch_size, batch_timeout_ms, checkpoint_positions, path,
                   max_message_bytes, vector_parser, self._batches, self._commands, partition_share, os.getpid(),
-                  checkpoint_topic, slots_spec))
+                  checkpoint_topic, slots_spec, checkpoint_topic_id))
         self._process.start()
         try:
             first = self._batches.get(timeout=start_timeout)
@@ -155,7 +158,7 @@ class KafkaReaderProcess(BatchSource):
             if first[1] == "ConfigError":
                 raise ConfigError(first[2], first[3])
             raise (BrokerUnreachableError if first[1] == "BrokerUnreachableError" else RuntimeError)(first[2])
-        _, self.start_offsets, self.start_mode, self.partitions = first
+        _, self.start_offsets, self.start_mode, self.partitions, self.offsets_skipped, self.topic_id = first
 
     def next_batch(self, timeout: float) -> Optional[RawBatch]:
         try:
@@ -173,20 +176,20 @@ class KafkaReaderProcess(BatchSource):
             return None
         self.idle_lag = None
         if item[0] == "slot":  # copied out before the next get (the ring's rule, batch_slots.py)
-            _, index, layout, positions, lag, messages, empty, rejected, skipped = item
+            _, index, layout, positions, lag, messages, empty, rejected, skipped, topic_id = item
             slots, parser = self._slots, self._parser
             assert slots is not None and parser is not None  # (the child sends slots only when both exist)
             blob, vectors = slots.read(index, layout, parser.id_names, parser.dense_names, parser.label_names,
                                        parser.ragged_names, parser.ragged_dtypes)
         else:
-            _, blob, vectors, positions, lag, messages, empty, rejected, skipped = item
+            _, blob, vectors, positions, lag, messages, empty, rejected, skipped, topic_id = item
         parsed = None
         if vectors is not None:
             # why: ParsedBatch holds tensors; the child imports this module and must not load TensorFlow
             from easyonline.features.csv_parser import ParsedBatch  # pylint: disable=g-import-not-at-top
             parsed = ParsedBatch.from_vectors(vectors)
         return RawBatch(BlobLines(blob), positions, lag=lag, messages=messages, empty_messages=empty,
-                        rejected=rejected, parsed=parsed, offsets_skipped=skipped)
+                        rejected=rejected, parsed=parsed, offsets_skipped=skipped, topic_id=topic_id)
 
     @property
     def pid(self) -> Optional[int]:

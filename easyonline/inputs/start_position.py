@@ -76,13 +76,18 @@ def offset_for_time(probe: RecordProbe, begin: int, target_ms: int, hint: Option
 
 def usable_checkpoint_positions(positions: Optional[Dict[int, int]], saved_topic: str,
                                 kafka: pipeline_pb2.KafkaInput,
-                                topic_partitions: Optional[Sequence[int]] = None) -> Optional[Dict[int, int]]:
+                                topic_partitions: Optional[Sequence[int]] = None, saved_topic_id: str = "",
+                                topic_id: str = "") -> Optional[Dict[int, int]]:
     """The checkpoint's positions if they are for this stream, else what ``on_topic_change`` says.
 
     They are for another stream when they name another topic (``saved_topic``;
-    "" in checkpoints from before topics were saved) or partitions that
-    ``topic_partitions`` (all of the topic's, when known) no longer has:
-    partitions are never removed from a topic, so it was recreated. FAIL
+    "" in checkpoints from before topics were saved), when the topic's Kafka
+    id (``topic_id``) is not the one saved with them (``saved_topic_id``): the
+    topic was deleted and created again under the same name; or when they
+    name partitions that ``topic_partitions`` (all of the topic's, when
+    known) no longer has: partitions are never removed from a topic, so it was
+    recreated. A checkpoint without an id (saved before ids were, or by a
+    broker that has none) is checked by name and partitions only. FAIL
     raises a ConfigError naming both; START_FROM_CONFIG logs it and returns
     None (start as a first run would).
     """
@@ -91,6 +96,9 @@ def usable_checkpoint_positions(positions: Optional[Dict[int, int]], saved_topic
     reason = ""
     if saved_topic and saved_topic != kafka.topic:
         reason = f"the checkpoint's positions are for topic {saved_topic!r}, the config reads {kafka.topic!r}"
+    elif saved_topic_id and topic_id and saved_topic_id != topic_id:
+        reason = (f"topic {kafka.topic!r} was deleted and created again: the checkpoint's positions are for its "
+                  f"topic id {saved_topic_id}, the topic now has topic id {topic_id}")
     elif topic_partitions is not None and set(positions) - set(topic_partitions):
         reason = (f"the checkpoint's positions name partitions {sorted(positions)} of topic {kafka.topic!r}, "
                   f"which now has partitions {sorted(topic_partitions)} (was it recreated?)")

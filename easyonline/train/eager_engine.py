@@ -229,7 +229,8 @@ class EagerEngine:
         if not self.checkpointer.manager.latest_checkpoint:
             return build_source(self.config, self.specs)
         return build_source(self.config, self.specs, self.checkpointer.positions,
-                            positions_topic=self.checkpointer.positions_topic)
+                            positions_topic=self.checkpointer.positions_topic,
+                            positions_topic_id=self.checkpointer.positions_topic_id)
 
     def status_dir(self) -> str:
         return fileio.join(self.checkpointer.local_dir, "train")
@@ -245,11 +246,11 @@ class EagerEngine:
     def last_saved_step(self) -> int:
         return self.checkpointer.last_saved_step
 
-    def save(self, positions: Dict[int, int], topic: str) -> Tuple[str, Dict[int, int]]:
+    def save(self, positions: Dict[int, int], topic: str, topic_id: str = "") -> Tuple[str, Dict[int, int]]:
         """Checkpoints the model with the positions after the last trained batch."""
         self.checkpointer.step.assign(self.step)
         self.checkpointer.samples.assign(self.samples_trained())
-        path = self.checkpointer.save(positions, topic)
+        path = self.checkpointer.save(positions, topic, topic_id)
         log.info("saved checkpoint %s", path)
         return path, positions
 

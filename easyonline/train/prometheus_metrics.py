@@ -68,6 +68,9 @@ class PrometheusMetrics(Callback):
         yield from task_gauges(PREFIX, logs.get("tasks") or {})
         yield from gauge("input_wait_share", "share of time the loop waited for input", logs.get("input_wait"))
         yield CounterMetricFamily(PREFIX + "rejected", "input lines or messages rejected", value=logs["rejected"])
+        yield CounterMetricFamily(PREFIX + "offsets_skipped", "Kafka offsets never trained: positions out of range "
+                                  "(retention deleted them) moved into range, at the start and while reading",
+                                  value=_number(logs.get("offsets_skipped", 0)) or 0)
         bad = CounterMetricFamily(PREFIX + "bad_input", "rejected input by kind", labels=["kind"])
         for key, value in logs.items():
             number = _number(value) if key.startswith("bad.") else None

@@ -102,9 +102,10 @@ class StepEngine(Protocol):
     def last_saved_step(self) -> int:
         """The step of the last checkpoint written or restored (a worker's: its step, it never saves)."""
 
-    def save(self, positions: Dict[int, int], topic: str) -> Tuple[str, Dict[int, int]]:
-        """Checkpoints the model at ``step`` with the positions it holds every update up to; returns the path
-        and those positions (the loop's ``positions``, or a cluster's shared ones)."""
+    def save(self, positions: Dict[int, int], topic: str, topic_id: str = "") -> Tuple[str, Dict[int, int]]:
+        """Checkpoints the model at ``step`` with the positions it holds every update up to (of ``topic``,
+        whose Kafka id is ``topic_id``, "" if unknown); returns the path and those positions (the loop's
+        ``positions``, or a cluster's shared ones)."""
 
     def before_final_checkpoint(self, stop_reason: str) -> Optional[Dict[int, int]]:
         """Once the loop has ended, before the final checkpoint (a cluster's chief waits for its trainers);

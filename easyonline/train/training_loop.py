@@ -53,7 +53,7 @@ class TrainSummary:
     stop_reason: str
     cpu_seconds: float = 0.0  # of this process and its input reader, over the run
     start: str = ""  # where reading started, and every partition moved at the start (start_position.py)
-    offsets_skipped: int = 0  # by Kafka positions out of range while reading (kafka_input.py)
+    offsets_skipped: int = 0  # by Kafka positions out of range, at the start and while reading (kafka_input.py)
     #: every task's window figures by task name (train/task_figures.py); ``auc``/``logloss`` are the primary
     #: task's when it is binary (None when it is a regression)
     tasks: TaskFigures = dataclasses.field(default_factory=dict)
@@ -75,7 +75,7 @@ class TrainSummary:
                 f"stopped because  {self.stop_reason}",
                 f"cpu seconds      {self.cpu_seconds:.1f}",
                 f"started from     {self.start or '-'}",
-                f"offsets skipped  {self.offsets_skipped} (positions out of range while reading)"]
+                f"offsets skipped  {self.offsets_skipped} (positions out of range at the start or while reading)"]
 
 
 def cpu_seconds() -> float:
@@ -113,8 +113,10 @@ class TrainingLoop:
         self.lag: Optional[int] = None
         self.bad_input = BadInputMonitor(config.data_config, build_dead_letter(config))
         self.input_wait_seconds = 0.0  # time the loop waited for the next batch: high = input-bound
-        # Kafka offsets skipped by positions out of range while reading (RawBatch.offsets_skipped)
+        # Kafka offsets skipped by positions out of range at the start and while reading (the source's
+        # ``offsets_skipped``, then RawBatch.offsets_skipped, which counts from it)
         self.offsets_skipped = 0
+        self.topic_id = ""  # Kafka's id of the topic ``positions`` are offsets of (saved with them)
         self.evicted: Dict[str, np.ndarray] = {}  # keys evicted since start, per table (for publishing deletes)
         self.last_checkpoint = None
         self.engine = make_engine(self)
@@ -177,7 +179,7 @@ class TrainingLoop:
         if not self.engine.writes_model_dir:
             return self.last_checkpoint
         self._check_writer_lock()
-        path, positions = self.engine.save(self.positions, stream_topic(self.config))
+        path, positions = self.engine.save(self.positions, stream_topic(self.config), self.topic_id)
         if self.source is not None:
             self.source.commit(positions)
         self.last_checkpoint = path
@@ -205,7 +207,7 @@ class TrainingLoop:
         wait_share = (self.input_wait_seconds - last["wait"]) / max(now - last["time"], 1e-9)
         last["wait"], last["time"] = self.input_wait_seconds, now
         fields = {"input_wait": f"{wait_share:.0%}", **self.bad_input.status_fields()}
-        if self.offsets_skipped:  # a position fell out of range while reading: samples never trained
+        if self.offsets_skipped:  # a position fell out of range (at start or while reading): samples never trained
             fields["offsets_skipped"] = str(self.offsets_skipped)
         for callback in self.callbacks:
             fields.update(callback.status_fields())
@@ -216,6 +218,7 @@ class TrainingLoop:
                              extra=" ".join(f"{k}={v}" for k, v in fields.items()), tasks=tasks)
         logs.update(fields)
         logs["input_wait"] = wait_share
+        logs["offsets_skipped"] = self.offsets_skipped
         self.dispatch("on_metrics", logs)
 
     def _check_writer_lock(self) -> None:
@@ -248,6 +251,8 @@ class TrainingLoop:
         start_time, start_cpu = time.time(), cpu_seconds()
         start_samples = self.engine.samples_at_start()
         self.positions = dict(source.start_offsets)
+        self.topic_id = source.topic_id
+        self.offsets_skipped = source.offsets_skipped
         self.lag = None
         last = {"wait": 0.0, "time": time.perf_counter()}
         stop_reason = "input ended"
@@ -308,6 +313,7 @@ class TrainingLoop:
         else:
             self.engine.count(0)
         self.positions = raw.positions
+        self.topic_id = raw.topic_id or self.topic_id
         self.lag = raw.lag
         self.offsets_skipped = max(self.offsets_skipped, raw.offsets_skipped)
         if probs is not None:
