@@ -4,14 +4,16 @@
 (a checkpoint, a file, the broker). 4: more bad input than
 ``data_config.max_bad_fraction`` allows. 5: the cluster lost a parameter
 server (restart it: training resumes from the last checkpoint). 6: another
-trainer is writing to the same ``model_dir``.
+trainer is writing to the same ``model_dir``. 7: Kafka refused the client
+(authentication failed, the broker's certificate is not trusted, or an ACL
+denies an operation): retrying would not help.
 
 The classes live here, on the ground floor, so that the one place that maps
 errors to exit codes (``exit_codes.py``) needs no other package; the parts
 raise them.
 """
 
-BAD_CONFIG, UNREACHABLE, BAD_INPUT, CLUSTER_FAILURE, MODEL_DIR_LOCKED = 2, 3, 4, 5, 6
+BAD_CONFIG, UNREACHABLE, BAD_INPUT, CLUSTER_FAILURE, MODEL_DIR_LOCKED, ACCESS_DENIED = 2, 3, 4, 5, 6, 7
 
 
 class EasyOnlineError(Exception):
@@ -47,6 +49,13 @@ class BrokerUnreachableError(EasyOnlineError, ConnectionError):
     """No Kafka broker in ``server`` answered."""
 
     exit_code = UNREACHABLE
+
+
+class KafkaAccessError(EasyOnlineError, RuntimeError):
+    """Kafka refused the client: a failed SASL login, a broker certificate the client does not trust, or an
+    operation an ACL does not allow. The message names the user, the setting or the ACL; not retried."""
+
+    exit_code = ACCESS_DENIED
 
 
 class BadInputError(EasyOnlineError, RuntimeError):

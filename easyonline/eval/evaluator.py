@@ -76,7 +76,10 @@ def eval_source(config: pipeline_pb2.PipelineConfig) -> BatchSource:
     check_eval_input(config)
     data = config.data_config
     if config.HasField("kafka_eval_input"):
-        return KafkaInput(config.kafka_eval_input, data.batch_size, data.batch_timeout_ms, path="kafka_eval_input",
+        section = pipeline_pb2.KafkaInput()
+        section.CopyFrom(config.kafka_eval_input)
+        section.group = ""  # the eval job commits nothing: no consumer group, so it needs no ACL on one
+        return KafkaInput(section, data.batch_size, data.batch_timeout_ms, path="kafka_eval_input",
                           max_message_bytes=data.max_message_bytes)
     return FileInput(config.file_eval_input.paths, data.batch_size)
 

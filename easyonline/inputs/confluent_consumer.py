@@ -32,6 +32,7 @@ from kafka.errors import KafkaError, OffsetOutOfRangeError
 from easyonline.config.kafka_settings import confluent_kafka_module, librdkafka_config
 from easyonline.inputs.read_bounds import LibrdkafkaBounds
 from easyonline.protos import pipeline_pb2
+from easyonline.utils import kafka_access
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,9 @@ class ConfluentDataConsumer:
         config["statistics.interval.ms"] = 1000  # the last stable offsets (read_bounds.py)
         config["stats_cb"] = self._bounds.on_stats
         self._topic = kafka.topic
+        self._access = (dict(config), kafka.server, f"{path}.config", kafka.group or "easyonline")
+        config["error_cb"] = self._on_error  # a refused login or certificate: raised by the next poll
+        self._refused: Optional[Exception] = None
         self._consumer = self._ck.Consumer(config)
         self._offsets: Dict[TopicPartition, int] = {}
         self._partitions: Dict[int, TopicPartition] = {}
@@ -122,6 +126,8 @@ class ConfluentDataConsumer:
         """
         if not self._assigned:
             self._assign()
+        if self._refused is not None:
+            raise self._refused
         if self._out_of_range:
             out_of_range, self._out_of_range = self._out_of_range, None
             raise OffsetOutOfRangeError(out_of_range)
@@ -169,9 +175,22 @@ class ConfluentDataConsumer:
         self._out_of_range = out_of_range or None  # raised by the next poll, once ``kept`` was handed out
         return kept
 
+    def _refusal(self, error) -> Optional[Exception]:
+        settings, server, where, group = self._access
+        return kafka_access.librdkafka_refusal(error, settings, server, where, self._topic, group)
+
+    def _on_error(self, error) -> None:
+        """librdkafka's client-level errors (a failed login, an untrusted certificate) come here, not on
+        messages: kept for the next poll to raise (librdkafka itself would retry for ever)."""
+        if self._refused is None:
+            self._refused = self._refusal(error)
+
     def _raise_or_log(self, error) -> None:
         if error.code() == self._ck.KafkaError._PARTITION_EOF:  # pylint: disable=protected-access
             return
+        refused = self._refusal(error)
+        if refused is not None:
+            raise refused
         if error.fatal():
             raise KafkaError(f"librdkafka: {error.str()}")
         log.warning("librdkafka: %s (retrying)", error.str())
@@ -186,8 +205,14 @@ class ConfluentDataConsumer:
         return high if high is not None and high >= 0 else None
 
     def commit(self, offsets: Dict[TopicPartition, object]) -> None:
-        self._consumer.commit(offsets=[self._ck.TopicPartition(tp.topic, tp.partition, meta.offset)  # type: ignore
-                                       for tp, meta in offsets.items()], asynchronous=False)
+        try:
+            self._consumer.commit(offsets=[self._ck.TopicPartition(tp.topic, tp.partition, meta.offset)  # type: ignore
+                                           for tp, meta in offsets.items()], asynchronous=False)
+        except self._ck.KafkaException as e:
+            refused = self._refusal(e.args[0]) if e.args else None
+            if refused is not None:
+                raise refused from None
+            raise
 
     def close(self) -> None:
         self._consumer.close()

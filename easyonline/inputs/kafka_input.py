@@ -32,6 +32,7 @@ from kafka.errors import OffsetOutOfRangeError
 
 from easyonline.core.errors import ConfigError
 
+from easyonline.core.errors import KafkaAccessError
 from easyonline.core.rejections import OVERSIZED_MESSAGE, rejection
 from easyonline.inputs import fast_records, kafka_client
 from easyonline.inputs.confluent_consumer import ConfluentDataConsumer
@@ -328,6 +329,8 @@ class KafkaInput(BatchSource):
         try:
             self._consumer.commit({TopicPartition(self._kafka.topic, p): OffsetAndMetadata(o, "")
                                    for p, o in latest.items()})
+        except KafkaAccessError:
+            raise  # an ACL refuses the group: retrying cannot help
         except Exception as e:  # pylint: disable=broad-except
             log.warning("committing positions to group %s failed (will retry with the next checkpoint): %s",
                         self._kafka.group, e)

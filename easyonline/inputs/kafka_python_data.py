@@ -16,8 +16,10 @@ import logging
 from typing import Dict, List, Optional, Tuple
 
 from kafka import KafkaConsumer, TopicPartition
+from kafka import errors as kafka_errors
 
 from easyonline.inputs.read_bounds import KafkaPythonBounds
+from easyonline.utils import kafka_access
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,23 @@ class KafkaPythonDataConsumer:
 
     def __getattr__(self, name):  # assign, seek, poll, highwater, commit, close, beginning_offsets, ...
         return getattr(self._consumer, name)
+
+    def poll(self, timeout_ms: int = 0, max_records: Optional[int] = None):
+        """kafka-python's poll; a topic an ACL does not let this principal READ is a KafkaAccessError."""
+        try:
+            return self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+        except kafka_errors.TopicAuthorizationFailedError:
+            raise kafka_access.denied(self._consumer.config, "READ", "topic", self._topic,
+                                      "kafka_train_input.topic") from None
+
+    def commit(self, offsets) -> None:
+        """Commits to the consumer group; a group an ACL does not let this principal READ is a
+        KafkaAccessError (committing to a group is its READ operation)."""
+        try:
+            self._consumer.commit(offsets)
+        except kafka_errors.GroupAuthorizationFailedError:
+            raise kafka_access.denied(self._consumer.config, "READ", "group", self._consumer.config["group_id"],
+                                      "kafka_train_input.group") from None
 
     def positions(self, tps: List[TopicPartition]) -> Dict[int, int]:
         """{partition: the offset after everything poll handed out} (the fetcher's own position, which

@@ -21,7 +21,7 @@ import queue
 import time
 from typing import Dict, Optional, Tuple
 
-from easyonline.core.errors import BrokerUnreachableError, ConfigError
+from easyonline.core.errors import BrokerUnreachableError, ConfigError, KafkaAccessError
 from easyonline.inputs.batch_slots import BatchSlots, slot_bytes_for, unlink_quietly
 from easyonline.features.vector_csv import VectorCsvParser
 from easyonline.inputs.kafka_input import KafkaInput
@@ -29,6 +29,9 @@ from easyonline.inputs.raw_batch import BatchSource, BlobLines, RawBatch
 from easyonline.protos import pipeline_pb2
 from easyonline.utils import garbage
 from easyonline.utils.child_process import die_with_parent
+
+# The reader's errors the trainer raises as they are (each carries its exit code); others: RuntimeError.
+_KNOWN_ERRORS = {"BrokerUnreachableError": BrokerUnreachableError, "KafkaAccessError": KafkaAccessError}
 
 
 def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoint_positions, path: str,
@@ -157,7 +160,7 @@ class KafkaReaderProcess(BatchSource):
             self._process.join(timeout=5)
             if first[1] == "ConfigError":
                 raise ConfigError(first[2], first[3])
-            raise (BrokerUnreachableError if first[1] == "BrokerUnreachableError" else RuntimeError)(first[2])
+            raise _KNOWN_ERRORS.get(first[1], RuntimeError)(first[2])
         _, self.start_offsets, self.start_mode, self.partitions, self.offsets_skipped, self.topic_id = first
 
     def next_batch(self, timeout: float) -> Optional[RawBatch]:
@@ -170,6 +173,8 @@ class KafkaReaderProcess(BatchSource):
         if item[0] == "error":
             if item[1] == "ConfigError":
                 raise ConfigError(item[2], item[3])
+            if item[1] in _KNOWN_ERRORS:
+                raise _KNOWN_ERRORS[item[1]](item[2])
             raise RuntimeError(f"reading Kafka failed: {item[1]}: {item[2]}")
         if item[0] == "idle":
             self.idle_lag = item[1]

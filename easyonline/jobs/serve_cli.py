@@ -4,7 +4,8 @@ Loads the newest version in ``export_dir``, follows the update stream from
 the position the export recorded (unless ``--follow_updates=false``: then
 updates arrive through the update signatures over gRPC, grpc_api.py), and
 answers HTTP on 127.0.0.1 (see http_api.py). Stops on SIGTERM or Ctrl-C. Exit codes: 0 stopped, 2 bad flags,
-3 no export found.
+3 no export found, 7 Kafka refused the update reader (authentication failed, the broker's certificate not
+trusted, or an ACL denies reading the update topic).
 """
 import logging
 import signal
@@ -84,6 +85,8 @@ def main(argv) -> int:
         return 3
     name = FLAGS.model_name or export.update_info.get("model_name") or "model"
     follower = UpdateFollower(export, kafka_settings=kafka_settings)
+    stopped = threading.Event()
+    follower.on_fatal = stopped.set  # Kafka refused the reader: exits with the error's code (7)
     if FLAGS.follow_updates:
         follower.start()
     else:
@@ -99,7 +102,6 @@ def main(argv) -> int:
             print(f"error: --grpc_port {FLAGS.grpc_port}: {e}", file=sys.stderr)
             return 2
         print(f"serving {name} version {export.version} over gRPC on {FLAGS.host}:{grpc_port}", flush=True)
-    stopped = threading.Event()
 
     def stop(*_):
         stopped.set()
@@ -117,10 +119,15 @@ def main(argv) -> int:
             log.warning("%s; serving the parameters of step %s", outage, follower.step)
         log.info("%s", status_line(state.status(), state.requests, outage))
     follower.stop()
+    if follower.fatal is not None:
+        server.shutdown()
     if grpc_server is not None:
         grpc_server.stop(grace=2).wait(5)
     thread.join(5)
     server.server_close()
+    if follower.fatal is not None:
+        print(f"error: {follower.fatal}", file=sys.stderr)
+        return follower.fatal.exit_code
     return 0
 
 

@@ -32,6 +32,7 @@ from typing import Callable, Dict, List, Optional, Protocol
 
 import numpy as np
 
+from easyonline.core.errors import KafkaAccessError
 from easyonline.protos import pipeline_pb2, update_pb2
 from easyonline.updates.apply_rules import DUPLICATE, GAP, NEXT, OTHER_MODEL, OTHER_STREAM, StreamCursor
 from easyonline.updates.codec import MalformedUpdateError, decode_update
@@ -88,6 +89,10 @@ class UpdateFollower:
         # Called in the follower's thread after each poll's messages were handled (a target that batches
         # what ``apply`` gave it sends the batch then).
         self.after_poll: Optional[Callable[[], None]] = None
+        # Kafka refused this reader (a failed login, an untrusted certificate, an ACL): it stops, and
+        # ``on_fatal`` (the command's stop) is called; the command then exits with the error's code.
+        self.fatal: Optional[KafkaAccessError] = None
+        self.on_fatal: Optional[Callable[[], None]] = None
         self._start_position()
 
     def _start_position(self) -> None:
@@ -221,6 +226,15 @@ class UpdateFollower:
                 backoff = 0.5
                 if not records and self.location.storage != KAFKA:  # a directory does not block
                     self._stop.wait(self._poll_secs)
+            except KafkaAccessError as e:  # retrying cannot help: one error, and the command stops
+                log.error("reading updates: %s", e)
+                self.fatal, self.error = e, str(e)
+                if self._reader is not None:
+                    self._reader.close()
+                    self._reader = None
+                if self.on_fatal is not None:
+                    self.on_fatal()
+                return
             except Exception as e:  # pylint: disable=broad-except  (outages: retry, keep serving)
                 if self.error is None and broker_outage(self) is None:  # an outage: serve's status lines say it
                     log.error("reading updates failed (%s: %s); serving goes on, retrying", type(e).__name__, e)

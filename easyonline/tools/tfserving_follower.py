@@ -28,7 +28,8 @@ One status line every --status_secs (messages applied, batches, the last
 sequence and global step the server acknowledged, the lag in messages, and
 whether the model is behind). Stops on SIGTERM or Ctrl-C. Exit codes: 0
 stopped, 2 bad flags, 3 no export, 4 the server unreachable or without the
-model or its update signature.
+model or its update signature, 7 Kafka refused the update reader (authentication
+failed, the broker's certificate not trusted, an ACL denies reading the topic).
 """
 import logging
 import os
@@ -241,10 +242,12 @@ class TfServingTarget:
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, 4.0)
 
-    def follow(self, kafka_settings: Optional[Dict] = None) -> UpdateFollower:
-        """Starts reading the stream in a thread (UpdateFollower, with this target)."""
+    def follow(self, kafka_settings: Optional[Dict] = None, on_fatal=None) -> UpdateFollower:
+        """Starts reading the stream in a thread (UpdateFollower, with this target); ``on_fatal``: called when
+        Kafka refuses the reader (UpdateFollower.fatal)."""
         self.follower = UpdateFollower(self, kafka_settings=kafka_settings)  # type: ignore[arg-type]
         self.follower.after_poll = self.after_poll
+        self.follower.on_fatal = on_fatal
         if self.follower.location is None:
             raise ServerUnusable(f"the export {self.info.path} names no update stream (its incr_update.txt)")
         return self.follower.start()
@@ -312,7 +315,7 @@ def main(argv) -> int:
     signal.signal(signal.SIGINT, stop)
     try:
         target.check_server(FLAGS.connect_timeout_secs)
-        follower = target.follow(kafka_settings)
+        follower = target.follow(kafka_settings, on_fatal=stop)
     except ServerUnusable as e:
         print(f"error: {e}", file=sys.stderr)
         target.close()
@@ -328,6 +331,9 @@ def main(argv) -> int:
     follower.stop()
     target.close()
     log.info("stopped: %s", target.status_line())
+    if follower.fatal is not None:
+        print(f"error: {follower.fatal}", file=sys.stderr)
+        return follower.fatal.exit_code
     return 0
 
 

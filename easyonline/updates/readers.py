@@ -11,10 +11,11 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from kafka import KafkaConsumer, TopicPartition
+from kafka import errors as kafka_errors
 
 from easyonline.config.kafka_settings import bootstrap_servers, connect_timeout
 from easyonline.protos import update_pb2
-from easyonline.utils import fileio
+from easyonline.utils import fileio, kafka_access
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,11 @@ def _lost_before(first: update_pb2.UpdateHeader, step: int) -> Optional[str]:
             f"those between step {step} and it are gone")
 
 
+# Where a reader's SASL/SSL settings come from (serve and tools.tfserving_follower take --kafka_config over
+# the export's incr_save_config.kafka.config): what a refusal's error names.
+KAFKA_SETTINGS = "--kafka_config"
+
+
 class KafkaUpdateReader:
     """Reads partition 0 of ``topic`` from ``start_offset``, without a consumer group."""
 
@@ -76,7 +82,15 @@ class KafkaUpdateReader:
                         fetch_max_bytes=64 * 1024 * 1024)
         self.topic = topic
         self.lost: Optional[str] = None  # set by start_after_step when the messages after the step may be gone
-        self._consumer = KafkaConsumer(**settings)
+        self._settings, self._server = settings, server
+        started = time.time()
+        try:
+            self._consumer = KafkaConsumer(**settings)
+        except kafka_errors.KafkaError:
+            refused = kafka_access.refusal(started, settings, server, KAFKA_SETTINGS)
+            if refused is not None:
+                raise refused from None
+            raise
         self._tp = TopicPartition(topic, PARTITION)
         self._consumer.assign([self._tp])
         self._consumer.seek(self._tp, start_offset)
@@ -85,7 +99,10 @@ class KafkaUpdateReader:
     def lost_before_start(self) -> Optional[str]:
         """Why messages from the start offset on are gone (retention removed them: the partition now begins
         after it), None when none are. Kafka would silently reset to the earliest message."""
-        begin = self._consumer.beginning_offsets([self._tp]).get(self._tp) or 0
+        try:
+            begin = self._consumer.beginning_offsets([self._tp]).get(self._tp) or 0
+        except kafka_errors.TopicAuthorizationFailedError:
+            raise self._denied() from None
         if self._start < begin:
             return f"offset {self._start} of {self.topic} is gone (retention): the partition begins at {begin}"
         return None
@@ -106,8 +123,15 @@ class KafkaUpdateReader:
         high = self.highwater()
         return None if high is None else max(high - self.position, 0)
 
+    def _denied(self) -> Exception:
+        return kafka_access.denied(self._settings, "READ", "topic", self.topic, "the update topic; READ includes "
+                                   "DESCRIBE", self._server)
+
     def poll(self, timeout_ms: int = 500) -> List[Tuple[int, bytes]]:
-        records = self._consumer.poll(timeout_ms=timeout_ms).get(self._tp, [])
+        try:
+            records = self._consumer.poll(timeout_ms=timeout_ms).get(self._tp, [])
+        except kafka_errors.TopicAuthorizationFailedError:
+            raise self._denied() from None
         return [(r.offset, r.value) for r in records]
 
     def read_available(self, timeout_secs: float = 10.0) -> List[Tuple[int, bytes]]:

@@ -14,6 +14,7 @@ from easyonline.core.exit_codes import exit_code_of, run_job
     (TimeoutError("no answer in 30 s"), 3),
     (errors.BadInputError("9 of the last 17 lines were rejected"), 4),
     (errors.ClusterFailure("lost ps 1"), 5),
+    (errors.KafkaAccessError("User:nobody may not READ topic t"), 7),
     (errors.EasyOnlineError("a generic operator-facing error"), 1),
 ])
 def test_each_error_maps_to_its_code(error, code):
@@ -30,6 +31,7 @@ def test_other_errors_are_bugs(error):
 
 def test_the_codes_are_the_documented_numbers():
     assert (errors.BAD_CONFIG, errors.UNREACHABLE, errors.BAD_INPUT, errors.CLUSTER_FAILURE) == (2, 3, 4, 5)
+    assert (errors.MODEL_DIR_LOCKED, errors.ACCESS_DENIED) == (6, 7)
 
 
 def test_error_classes_are_also_the_builtin_kinds_callers_catch():
@@ -63,6 +65,8 @@ def _raises(error):
     (FileNotFoundError("checkpoint /m/ckpt-5 not found"), 3, "error: checkpoint /m/ckpt-5 not found\n"),
     (errors.BadInputError("too much garbage"), 4, "error: too much garbage\n"),
     (errors.ClusterFailure("lost ps 0"), 5, "error: lost ps 0\n"),
+    (errors.KafkaAccessError("Kafka refused user 'x': authentication failed"), 7,
+     "error: Kafka refused user 'x': authentication failed\n"),
 ])
 def test_run_job_reports_operator_errors_on_stderr(error, code, text, capsys):
     assert run_job(_raises(error)) == code
