@@ -17,6 +17,7 @@ replaced by the test's).
 """
 import os
 import subprocess
+import threading
 import time
 
 import pytest
@@ -196,3 +197,40 @@ def test_the_train_command_exits_7_naming_user_and_mechanism(apache_kafka, kafka
                       "authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512)"], errors
     assert "wrong" not in done.stderr.replace("'wrong'", "")  # the password is never printed
     assert took < 60, took
+
+
+class _ExportInfo:
+    """What UpdateFollower reads of an export (serve's LoadedExport, tfserving_follower's target): where its
+    update stream starts. Its config has no update section, so the reader's settings are the flags' alone."""
+
+    def __init__(self, server, topic):
+        from easyonline.protos import pipeline_pb2  # pylint: disable=g-import-not-at-top
+        self.update_info = {"storage": "kafka", "server": server, "topic": topic, "offset": 0, "model_name": "m",
+                            "sequence": 1}
+        self.config = pipeline_pb2.PipelineConfig()
+
+
+@pytest.mark.parametrize("user, password, words", [
+    ("server", "wrong", ["refused user 'server': authentication failed (SASL mechanism SCRAM-SHA-512)",
+                         "--kafka_config sasl_plain_password=..."]),
+    ("nobody", None, ["User:nobody may not READ topic"]),
+])
+def test_a_refused_update_follower_stops_with_one_error(apache_kafka, kafka_topic, user, password, words):
+    """serve's and tools.tfserving_follower's update reader (UpdateFollower; both commands exit with the error's
+    code once it stops: serve_cli / tfserving_follower main)."""
+    from easyonline.serve.update_follower import UpdateFollower  # pylint: disable=g-import-not-at-top
+    apache_kafka.create_topic(kafka_topic, 1)
+    apache_kafka.allow("server", "TOPIC", kafka_topic, ["READ"])
+    follower = UpdateFollower(_ExportInfo(apache_kafka.sasl_bootstrap, kafka_topic),  # type: ignore[arg-type]
+                              kafka_settings=apache_kafka.kafka_python_security(user, password))
+    stopped = threading.Event()
+    follower.on_fatal = stopped.set
+    started = time.time()
+    follower.start()
+    try:
+        assert stopped.wait(45), follower.error
+    finally:
+        follower.stop()
+    assert time.time() - started < 45
+    assert all(word in str(follower.fatal) for word in words), str(follower.fatal)
+    assert follower.fatal.exit_code == 7 and not follower._thread.is_alive()  # pylint: disable=protected-access
