@@ -142,6 +142,10 @@ class KafkaInput(BatchSource):
         offsets, how = self._start_offsets(None)
         log.warning("%s; reading the new topic as a first run would (kafka_train_input.on_topic_change: "
                     "START_FROM_CONFIG, %s): %s", why, how, offsets)
+        if isinstance(self._consumer, ConfluentDataConsumer):  # a new librdkafka client: none of the old
+            self._consumer.close()                             # topic's metadata (ids, epochs) is kept
+            self._consumer = ConfluentDataConsumer(self._kafka, self._path)
+            self._value, self._offset = self._consumer.record_value, self._consumer.record_offset
         self._consumer.assign(list(self.partitions))
         for tp in self.partitions:
             self._consumer.seek(tp, offsets[tp.partition])
