@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from easyonline.config import load_pipeline_config
@@ -234,3 +235,39 @@ def test_a_refused_update_follower_stops_with_one_error(apache_kafka, kafka_topi
     assert time.time() - started < 45
     assert all(word in str(follower.fatal) for word in words), str(follower.fatal)
     assert follower.fatal.exit_code == 7 and not follower._thread.is_alive()  # pylint: disable=protected-access
+
+
+def test_serve_follows_the_stream_over_sasl_ssl_and_ends_equal_to_the_trainer(apache_kafka, kafka_topic, tmp_path,
+                                                                               kafka_password):
+    """The trainer reads with kafka-python this time; the export's pipeline.config has the trainer's user and a
+    redacted password: the server logs in as its own user through --kafka_config (password from its env)."""
+    from tests.integration.test_export_serve import Server, export, instances, trainer_probs  # noqa: PLC0415
+    topic, updates = kafka_topic, kafka_topic + "_updates"
+    apache_kafka.create_topic(topic, 1)
+    apache_kafka.create_topic(updates, 1)
+    grant_trainer(apache_kafka, topic, updates)
+    apache_kafka.allow("server", "TOPIC", updates, ["READ"])
+    stream = SyntheticCtrStream()
+    produce(apache_kafka.bootstrap, topic, stream.chunks(0, 500), partitions=1)
+    config = sasl_config(tmp_path / "m", apache_kafka, topic, updates, client="KAFKA_PYTHON", **{
+        "train_config.incr_save_config.sparse_save_steps": 1, "train_config.incr_save_config.dense_save_steps": 1})
+    assert build_trainer(config, online=False).run().samples == 500
+    # the export job (with the trainer's config, so its user) looks up where the stream after the checkpoint's
+    # step starts: it needs READ on the update topic (refused without it: KafkaAccessError, exit code 7)
+    apache_kafka.allow("trainer", "TOPIC", updates, ["READ"])
+    export(tmp_path / "m", tmp_path / "export")
+    produce(apache_kafka.bootstrap, topic, stream.chunks(500, 500), partitions=1)
+    trainer = build_trainer(config, online=False)  # a restart: continues the stream the export follows
+    assert trainer.run().samples == 500
+    last = next(c for c in trainer.callbacks if isinstance(c, IncrementalPublish)).publisher.last_acked.last_sequence
+    lines = list(stream.lines(50000, 20))
+    os.environ["SERVER_PASSWORD"] = "server-secret"
+    server = Server(tmp_path / "export", tmp_path / "serve.log", "--kafka_config=sasl_plain_username=server",
+                    "--kafka_config=sasl_plain_password=${SERVER_PASSWORD}",
+                    f"--kafka_config=ssl_cafile={apache_kafka.ca_file}")
+    try:
+        status = server.wait_for(lambda s: s["last_applied_sequence"] == last and s["update_lag_messages"] == 0)
+        assert status["refused_updates"] == {} and status["applied_updates"] > 0
+        np.testing.assert_allclose(server.predict(instances(lines)), trainer_probs(trainer, lines), atol=1e-5)
+    finally:
+        assert server.stop() == 0
