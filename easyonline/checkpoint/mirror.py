@@ -26,6 +26,7 @@ import shutil
 import tempfile
 from typing import List, Optional
 
+from easyonline.checkpoint.interrupted_saves import remove_interrupted_saves
 from easyonline.utils import fileio
 
 log = logging.getLogger(__name__)
@@ -72,14 +73,10 @@ class CheckpointMirror:
     def pull(self) -> Optional[str]:
         """Makes the cache hold the checkpoint OSS names as latest; returns its local prefix or None."""
         os.makedirs(self.local, exist_ok=True)
+        remove_interrupted_saves(self.local)  # (this cache is the trainer's own)
         for name in os.listdir(self.local):
-            path = os.path.join(self.local, name)
-            if os.path.isdir(path) and name.startswith("model.ckpt") and name.endswith("_temp"):
-                # a sharded save killed before its merge left its shards' folder (model.ckpt-N_temp/)
-                log.warning("removing %s: the shards of a save that was interrupted", path)
-                shutil.rmtree(path, ignore_errors=True)
-            elif name == STATE_FILE or name.startswith("model.ckpt"):
-                os.remove(path)
+            if name == STATE_FILE or name.startswith("model.ckpt"):
+                os.remove(os.path.join(self.local, name))
         state_path = fileio.join(self.remote, STATE_FILE)
         if not fileio.exists(state_path):
             return None

@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from easyonline.checkpoint.checkpointer import write_pipeline_config
+from easyonline.checkpoint.interrupted_saves import remove_interrupted_saves
 from easyonline.checkpoint.writer_lock import WriterLock
 from easyonline.config.loader import to_text
 from easyonline.config.secrets import apply_oss_config
@@ -242,6 +243,8 @@ class TrainingLoop:
 
     def _run_holding_the_lock(self) -> TrainSummary:
         config, train = self.config, self.config.train_config
+        if self.writer_lock is not None:  # model_dir is this trainer's: no save of another is in progress
+            remove_interrupted_saves(self.checkpointer.local_dir)
         write_pipeline_config(config.model_dir, to_text(config))
         self.stop_signal.install_signal_handlers()
         source = self.source = self._source or self.make_source()

@@ -29,10 +29,10 @@ def fake_oss(tmp_path, monkeypatch):
         oss.configure("", "", "")
 
 
-def _config(tmp_path, start, count, **edits):
+def _config(tmp_path, start, count, model_dir=MODEL_DIR, **edits):
     data = tmp_path / f"data_{start}.csv"
     data.write_bytes(b"\n".join(SyntheticCtrStream().lines(start, count)) + b"\n")
-    config = online_config(MODEL_DIR, **{"data_config.batch_size": 250, "train_config.save_checkpoints_steps": 3,
+    config = online_config(model_dir, **{"data_config.batch_size": 250, "train_config.save_checkpoints_steps": 3,
                                          "train_config.save_checkpoints_secs": 0, "train_config.keep_checkpoint_max": 2,
                                          **edits})
     config.ClearField("kafka_train_input")
@@ -72,17 +72,22 @@ def test_checkpoints_live_on_oss_and_a_restart_restores_them(fake_oss, tmp_path)
         assert fileio.exists(f"{MODEL_DIR}/model.ckpt-{step}.index")
 
 
-def test_a_save_killed_before_its_merge_does_not_block_the_next_start(fake_oss, tmp_path):
-    """A chief killed during a sharded save leaves ``model.ckpt-N_temp/`` (the ps shards' folder) in its cache;
-    the restart fetched from OSS raised IsADirectoryError at every start until someone deleted it by hand."""
-    first = build_trainer(_config(tmp_path, 0, 1500), online=False)
+@pytest.mark.parametrize("where", ["oss", "local"])
+def test_a_save_killed_before_its_merge_does_not_block_or_stay(fake_oss, tmp_path, where):
+    """A chief killed during a sharded save leaves ``model.ckpt-N_temp/`` (the ps shards' folder): in its cache
+    of an oss:// model_dir, the restart raised IsADirectoryError at every start until someone deleted it by
+    hand; in a local model_dir nothing ever removed it. The next trainer holding the writer lock does."""
+    model_dir = MODEL_DIR if where == "oss" else str(tmp_path / "model")
+    first = build_trainer(_config(tmp_path, 0, 1500, model_dir), online=False)
     summary = first.run()
-    interrupted = os.path.join(cache_dir_for(MODEL_DIR), f"model.ckpt-{summary.steps + 3}_temp")
+    folder = cache_dir_for(MODEL_DIR) if where == "oss" else model_dir
+    interrupted = os.path.join(folder, f"model.ckpt-{summary.steps + 3}_temp")
     os.makedirs(interrupted)
     with open(os.path.join(interrupted, "part-00000-of-00002.data-00000-of-00001"), "wb") as f:
         f.write(b"\0" * 1000)
-    second = build_trainer(_config(tmp_path, 0, 1500), online=False)
-    assert second.restored_from == summary.checkpoint and second.step == summary.steps
+    second = build_trainer(_config(tmp_path, 1500, 250, model_dir), online=False)
+    assert second.restored_from.endswith(f"model.ckpt-{summary.steps}") and second.step == summary.steps
+    assert second.run().samples == 250  # trained on from the checkpoint
     assert not os.path.exists(interrupted)
 
 
