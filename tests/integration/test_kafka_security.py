@@ -238,7 +238,7 @@ def test_a_refused_update_follower_stops_with_one_error(apache_kafka, kafka_topi
 
 
 def test_serve_follows_the_stream_over_sasl_ssl_and_ends_equal_to_the_trainer(apache_kafka, kafka_topic, tmp_path,
-                                                                               kafka_password):
+                                                                               kafka_password, monkeypatch):
     """The trainer reads with kafka-python this time; the export's pipeline.config has the trainer's user and a
     redacted password: the server logs in as its own user through --kafka_config (password from its env)."""
     from tests.integration.test_export_serve import Server, export, instances, trainer_probs  # noqa: PLC0415
@@ -261,7 +261,7 @@ def test_serve_follows_the_stream_over_sasl_ssl_and_ends_equal_to_the_trainer(ap
     assert trainer.run().samples == 500
     last = next(c for c in trainer.callbacks if isinstance(c, IncrementalPublish)).publisher.last_acked.last_sequence
     lines = list(stream.lines(50000, 20))
-    os.environ["SERVER_PASSWORD"] = "server-secret"
+    monkeypatch.setenv("SERVER_PASSWORD", "server-secret")  # (the server's environment: Server copies os.environ)
     server = Server(tmp_path / "export", tmp_path / "serve.log", "--kafka_config=sasl_plain_username=server",
                     "--kafka_config=sasl_plain_password=${SERVER_PASSWORD}",
                     f"--kafka_config=ssl_cafile={apache_kafka.ca_file}")
