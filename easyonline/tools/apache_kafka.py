@@ -357,17 +357,42 @@ class ApacheKafka:
             time.sleep(0.2)
         raise RuntimeError(f"topic {topic}: not every partition has a leader after {timeout:.0f} s")
 
-    def leaders(self, topic: str) -> Dict[int, int]:
-        """partition -> the node id leading it (-1: none)."""
+    def describe_topic(self, topic: str) -> dict:
+        """Kafka's description of ``topic``: ``topic_id`` and each partition's ``partition_index``,
+        ``leader_id``, ``replica_nodes``, ``isr_nodes``."""
         admin = self.admin()
         try:
-            described = admin.describe_topics([topic])
-        except Exception:  # pylint: disable=broad-except  (not yet known)
-            return {}
+            return admin.describe_topics([topic])[0]
         finally:
             admin.close()
-        return {p["partition_index"]: p["leader_id"] for t in described for p in t.get("partitions", [])
-                if t.get("error_code", 0) == 0}
+
+    def leaders(self, topic: str) -> Dict[int, int]:
+        """partition -> the node id leading it (-1: none; {} while the topic is not known)."""
+        try:
+            described = self.describe_topic(topic)
+        except Exception:  # pylint: disable=broad-except  (not yet known)
+            return {}
+        if described.get("error_code", 0):
+            return {}
+        return {p["partition_index"]: p["leader_id"] for p in described.get("partitions", [])}
+
+    def replicas(self, topic: str) -> Dict[int, List[int]]:
+        """partition -> the node ids holding a replica."""
+        return {p["partition_index"]: list(p["replica_nodes"]) for p in self.describe_topic(topic)["partitions"]}
+
+    def topic_id(self, topic: str) -> str:
+        return self.describe_topic(topic)["topic_id"]
+
+    def log_ends(self, topic: str) -> Dict[int, int]:
+        """partition -> its log end offset (records, aborted ones and transaction markers included)."""
+        from kafka import KafkaConsumer, TopicPartition  # pylint: disable=g-import-not-at-top
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap)
+        try:
+            tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+            ends = consumer.end_offsets(tps)
+        finally:
+            consumer.close()
+        return {tp.partition: ends[tp] for tp in tps}
 
     def delete_records(self, topic: str, before: Dict[int, int]) -> None:
         """DeleteRecords: the log of each partition starts at ``before[p]`` afterwards (what retention does)."""

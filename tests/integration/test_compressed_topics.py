@@ -1,13 +1,12 @@
 """Compressed topics: gzip, snappy, lz4 and zstd batches work for every consumer and producer.
 
 The samples are written by confluent-kafka (librdkafka: the client of EasyRec's data path and of most
-production producers), one codec per partition, through Apache Kafka (which stores each batch as its producer compressed it). The trainer reads them
-through its reader process with the default data client (librdkafka), the eval job through its own
-consumer with the other one (kafka-python, whose decompression the test watches), and the trainer publishes
-its updates
-compressed (zstd: kafka-python sends a batch uncompressed when a codec does not make it smaller, which lz4
-and snappy do not for float rows); the update reader (serving's) decompresses them and rebuilds the trainer
-exactly.
+production producers), one codec per partition, through Apache Kafka (which stores each batch as its
+producer compressed it). The trainer reads them through its reader process with the default data client
+(librdkafka), the eval job through its own consumer with the other one (kafka-python, whose decompression
+the test watches), and the trainer publishes its updates compressed (zstd: kafka-python sends a batch
+uncompressed when a codec does not make it smaller, which lz4 and snappy do not for float rows); the update
+reader (serving's) decompresses them and rebuilds the trainer exactly.
 """
 import confluent_kafka
 import pytest

@@ -23,7 +23,7 @@ import threading
 import time
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 from kafka.admin import ConfigResource, NewTopic
 
 from easyonline.core.callbacks import Callback
@@ -58,23 +58,6 @@ def _topic_config(cluster, topic, key):
     finally:
         admin.close()
     return described["topic"][topic][key]["value"]
-
-
-def _replicas(cluster, topic):
-    admin = cluster.admin()
-    try:
-        described = admin.describe_topics([topic])
-    finally:
-        admin.close()
-    return {p["partition_index"]: list(p["replica_nodes"]) for p in described[0]["partitions"]}
-
-
-def _log_ends(cluster, topic, partitions):
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap)
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    ends = consumer.end_offsets(tps)
-    consumer.close()
-    return {tp.partition: ends[tp] for tp in tps}
 
 
 class ReplicaTarget:
@@ -159,7 +142,7 @@ def test_the_leader_of_an_input_partition_and_of_the_update_topic_dies_and_nothi
     sink = KafkaSink(config.train_config.incr_save_config.kafka, 1 << 20)
     sink.connect()
     sink.close()
-    assert [len(r) for r in _replicas(cluster, updates).values()] == [3]
+    assert [len(r) for r in cluster.replicas(updates).values()] == [3]
     assert _topic_config(cluster, updates, "min.insync.replicas") == "2"
     cluster.wait_for_leaders(updates, 1)
     victim = cluster.leaders(updates)[0]
@@ -202,7 +185,7 @@ def test_the_leader_of_an_input_partition_and_of_the_update_topic_dies_and_nothi
         writer.join(120)
         assert not writer.is_alive(), "the producer did not finish within 120 s"
         assert written["acked"] == SAMPLES and not written["failed"], written
-        ends = _log_ends(cluster, inputs, 2)
+        ends = cluster.log_ends(inputs)
         assert sum(ends.values()) == SAMPLES, ends  # written once each: no sample lost, none doubled
         _wait(lambda: progress.positions == ends, 120, f"the trainer reaching the log ends {ends}")
     finally:

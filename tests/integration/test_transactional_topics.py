@@ -50,15 +50,6 @@ def write_transactions(bootstrap, topic, lines, per_transaction, partitions, abo
     return committed
 
 
-def _log_ends(broker, topic, partitions):
-    from kafka import KafkaConsumer, TopicPartition  # pylint: disable=g-import-not-at-top
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap)
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    ends = consumer.end_offsets(tps)
-    consumer.close()
-    return {tp.partition: ends[tp] for tp in tps}
-
-
 @pytest.mark.parametrize("client,codec", [("KAFKA_PYTHON", "zstd"), ("CONFLUENT_KAFKA", "lz4"),
                                           ("KAFKA_PYTHON", "lz4"), ("CONFLUENT_KAFKA", "zstd")])
 def test_a_committed_reader_returns_exactly_the_committed_records(broker, topic, client, codec):
@@ -72,7 +63,7 @@ def test_a_committed_reader_returns_exactly_the_committed_records(broker, topic,
     batches = list(_batches(source, len(committed)))
     read = [line for batch in batches for line in batch.lines]
     assert len(read) == len(committed) and sorted(read) == sorted(committed)
-    assert batches[-1].positions == _log_ends(broker, topic, 2) == {0: 612, 1: 612}  # 600 records, 12 markers
+    assert batches[-1].positions == broker.log_ends(topic) == {0: 612, 1: 612}  # 600 records, 12 markers
     source.close()
 
 
@@ -97,7 +88,7 @@ def test_offline_run_on_a_transactional_topic_trains_each_committed_sample_once_
     assert summary.stop_reason == "caught up with the topic (offline run)"
     assert summary.samples == len(committed)
     # each partition: 2,400 records (600 of them aborted) and 12 markers, all read
-    assert summary.positions == _log_ends(broker, topic, 2) == {0: 2412, 1: 2412}
+    assert summary.positions == broker.log_ends(topic) == {0: 2412, 1: 2412}
 
 
 @CLIENTS
