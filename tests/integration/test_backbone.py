@@ -89,7 +89,7 @@ CL4SREC = """model_class: "RankModel"
 def test_a_backbone_model_trains_through_the_broker_replays_exactly_learns_the_history_and_serves_what_it_scores(
         broker, topic, tmp_path, model, layer):
     broker.create_topic(topic, 2)
-    committed = write_transactions(broker.bootstrap, topic, din_lines(0, 10000), 250, 2, codec="zstd")
+    committed = write_transactions(broker.bootstrap, topic, din_lines(0, 10000), 250, 2, codec="zstd", send_before_abort=False)
     samples = len(committed)
     assert samples == 7500
     updates = topic + "_updates"

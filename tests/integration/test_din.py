@@ -154,7 +154,7 @@ def test_a_bst_trains_through_the_broker_replays_its_updates_exactly_and_its_exp
     """The stream is written as production writes it: librdkafka's transactional producer, zstd-compressed,
     every fourth transaction aborted (its samples must not train)."""
     broker.create_topic(topic, 2)
-    committed = write_transactions(broker.bootstrap, topic, din_lines(0, 4000), 250, 2, codec="zstd")
+    committed = write_transactions(broker.bootstrap, topic, din_lines(0, 4000), 250, 2, codec="zstd", send_before_abort=False)
     samples = len(committed)
     assert samples == 3000
     updates = topic + "_updates"

@@ -45,7 +45,7 @@ def test_a_two_ps_cluster_trains_a_sequence_model_and_its_published_updates_equa
     first = b"1,u1,i3,c3,1.0,i9999|i3,c3;c7|c3,t1:0.5"
     broker.create_topic(topic, 2)
     committed = write_transactions(broker.bootstrap, topic, [first] + din_lines(0, SAMPLES * 4 // 3 - 1), 200, 2,
-                                   codec="zstd")
+                                   codec="zstd", send_before_abort=False)
     assert len(committed) == SAMPLES and committed[0] == first
     config = din_config(tmp_path / "model", model, broker.bootstrap, topic, groups=groups)
     next(f for f in config.feature_configs if f.input_names[0] == "hist_cate").seq_multi_sep = ";"
