@@ -2,6 +2,8 @@
 import re
 import subprocess
 
+import pytest
+
 from tests.conftest import PYTHON, python_env
 from tests.log_noise import foreign_lines
 
@@ -36,9 +38,13 @@ def test_demo_trains_online_and_beats_the_frozen_model(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000
 
 
+@pytest.mark.scenario
 def test_the_demo_runs_on_apache_kafka_with_one_flag(tmp_path):
     """``--apache_kafka``: the same job on Apache Kafka itself (a shorter stream: the AUC verdicts are the
-    test above's; here every sample is trained once and the published updates replay exactly)."""
+    test above's; here every sample is trained once and the published updates replay exactly).
+
+    A scenario (CI skips it): the demo's path is the test above's, and Apache Kafka's start is
+    test_apache_kafka_launcher's; what only this adds is the flag's choice of broker."""
     proc = subprocess.run([PYTHON, "-m", "easyonline.tools.demo", "--apache_kafka", "--samples=40000",
                            "--drift_at=20000", "--max_seconds=240", "--png=none"], env=python_env(),
                           capture_output=True, text=True, timeout=400)

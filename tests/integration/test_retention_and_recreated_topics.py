@@ -19,7 +19,6 @@ from easyonline.jobs.online_train import build_trainer
 from easyonline.protos import pipeline_pb2
 from easyonline.tools.stream_producer import SyntheticCtrStream
 from tests.conftest import online_config
-from tests.integration.test_kafka_input import CLIENTS
 
 BROKER = "apache_kafka"  # (tests/conftest.py)
 
@@ -189,8 +188,10 @@ def test_a_topic_recreated_while_the_trainer_is_down_fails_or_is_read_from_its_s
     assert trainer.checkpointer.positions_topic_id == new_id
 
 
-@CLIENTS
-@pytest.mark.parametrize("policy", ["FAIL", "START_FROM_CONFIG"])
+@pytest.mark.parametrize("client,policy", [  # CI: each policy once (the other client's: a scenario)
+    ("KAFKA_PYTHON", "FAIL"), pytest.param("CONFLUENT_KAFKA", "FAIL", marks=pytest.mark.scenario),
+    ("CONFLUENT_KAFKA", "START_FROM_CONFIG"), pytest.param("KAFKA_PYTHON", "START_FROM_CONFIG",
+                                                           marks=pytest.mark.scenario)])
 def test_a_topic_recreated_under_a_running_trainer_fails_or_is_read_from_its_start(broker, topic, tmp_path, client,
                                                                                    policy):
     """A running trainer has trained 300 samples when the topic is deleted, created again and given 200
