@@ -79,16 +79,24 @@ def _cluster_id() -> str:
             return text
 
 
+def _distinct_ports(host: str, count: int) -> List[int]:
+    """``count`` free ports, all different (free_port may name one twice: nothing binds between two calls)."""
+    ports: List[int] = []
+    while len(ports) < count:
+        port = free_port(host)
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 class KafkaNode:
     """One broker+controller JVM of a cluster: its ports, folders and process."""
 
-    def __init__(self, node_id: int, folder: str, host: str):
+    def __init__(self, node_id: int, folder: str, host: str, ports: List[int]):
         self.node_id = node_id
         self.folder = folder
         self.host = host
-        self.plaintext_port = free_port(host)
-        self.sasl_ssl_port = free_port(host)
-        self.controller_port = free_port(host)
+        self.plaintext_port, self.sasl_ssl_port, self.controller_port = ports
         self.process: Optional[subprocess.Popen] = None
 
     @property
@@ -126,7 +134,9 @@ class ApacheKafka:
         self.users = {ADMIN_USER: ADMIN_PASSWORD, **(users or {})}
         self._own_work_dir = work_dir is None
         self.work_dir = work_dir or tempfile.mkdtemp(prefix="apache-kafka-")
-        self.nodes = [KafkaNode(i + 1, os.path.join(self.work_dir, f"node{i + 1}"), host) for i in range(brokers)]
+        ports = _distinct_ports(host, 3 * brokers)
+        self.nodes = [KafkaNode(i + 1, os.path.join(self.work_dir, f"node{i + 1}"), host, ports[3 * i:3 * i + 3])
+                      for i in range(brokers)]
         self.cluster_id = _cluster_id()
         self.certificate = None
         self.started_secs = 0.0
