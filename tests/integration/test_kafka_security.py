@@ -245,11 +245,14 @@ def test_a_refused_update_follower_stops_with_one_error(apache_kafka, kafka_topi
     assert follower.fatal.exit_code == 7 and not follower._thread.is_alive()  # pylint: disable=protected-access
 
 
-def test_serve_follows_the_stream_over_sasl_ssl_and_ends_equal_to_the_trainer(apache_kafka, kafka_topic, tmp_path,
-                                                                               kafka_password, monkeypatch):
+def test_serve_and_the_tfserving_follower_follow_the_stream_over_sasl_ssl_and_end_equal_to_the_trainer(
+        apache_kafka, kafka_topic, tmp_path, kafka_password, monkeypatch):
     """The trainer reads with kafka-python this time; the export's pipeline.config has the trainer's user and a
-    redacted password: the server logs in as its own user through --kafka_config (password from its env)."""
-    from tests.integration.test_export_serve import Server, export, instances, trainer_probs  # noqa: PLC0415
+    redacted password: ``serve`` and ``tools.tfserving_follower`` log in as the server user through
+    --kafka_config (password from the environment); both served models end equal to the trainer."""
+    from tests.integration.test_export_serve import Server, _wait, export, instances, trainer_probs  # noqa: PLC0415
+    from tests.integration.test_tfserving_follower import _acked_sequence, _follower, _stop  # noqa: PLC0415
+    from easyonline.utils.net import free_port  # noqa: PLC0415
     topic, updates = kafka_topic, kafka_topic + "_updates"
     apache_kafka.create_topic(topic, 1)
     apache_kafka.create_topic(updates, 1)
@@ -273,9 +276,23 @@ def test_serve_follows_the_stream_over_sasl_ssl_and_ends_equal_to_the_trainer(ap
     server = Server(tmp_path / "export", tmp_path / "serve.log", "--kafka_config=sasl_plain_username=server",
                     "--kafka_config=sasl_plain_password=${SERVER_PASSWORD}",
                     f"--kafka_config=ssl_cafile={apache_kafka.ca_file}")
+    # beside it, a server as stock TF Serving runs (it does not read the stream) fed by tools.tfserving_follower,
+    # which logs in as the server user through its own --kafka_config
+    grpc_port = free_port()
+    fed = Server(tmp_path / "export", tmp_path / "fed.log", f"--grpc_port={grpc_port}", "--follow_updates=false")
+    follower_log = tmp_path / "follower.log"
+    follower = _follower(tmp_path / "export", grpc_port, follower_log, "--kafka_config=sasl_plain_username=server",
+                         "--kafka_config=sasl_plain_password=${SERVER_PASSWORD}",
+                         f"--kafka_config=ssl_cafile={apache_kafka.ca_file}")
     try:
         status = server.wait_for(lambda s: s["last_applied_sequence"] == last and s["update_lag_messages"] == 0)
         assert status["refused_updates"] == {} and status["applied_updates"] > 0
-        np.testing.assert_allclose(server.predict(instances(lines)), trainer_probs(trainer, lines), atol=1e-5)
+        expected = trainer_probs(trainer, lines)
+        np.testing.assert_allclose(server.predict(instances(lines)), expected, atol=1e-5)
+        assert _wait(lambda: _acked_sequence(follower_log) == last, 90), follower_log.read_text()[-3000:]
+        np.testing.assert_allclose(fed.predict(instances(lines)), expected, atol=1e-5)
+        assert fed.status()["applied_updates"] > 0
     finally:
+        assert _stop(follower) == 0, follower_log.read_text()[-3000:]
+        assert fed.stop() == 0
         assert server.stop() == 0
