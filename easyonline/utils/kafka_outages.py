@@ -35,7 +35,9 @@ _FAILED_PREFIX = "Bootstrap attempt to "
 # down, one a second per consumer (kafka.consumer.fetcher, folded only when the cause is the connection).
 _DIED = ("%s: Abort (%s)", "%s: Error receiving network data closing socket")
 _FETCH_FAILED = "Fetch to node %s failed: %s"
-CONNECTION_LOGGERS += ("kafka.consumer.fetcher",)
+# and the metadata refreshes that meet the dead broker (kafka.cluster, folded only when the cause is the connection)
+_METADATA_FAILED = "Metadata refresh: failed %s"
+CONNECTION_LOGGERS += ("kafka.consumer.fetcher", "kafka.cluster")
 _CONNECTED = "%s: Connected"
 # What an operator reads for the errors' own words.
 _REASONS = ((re.compile(r"ECONNREFUSED|Connection refused", re.I), "connection refused"),
@@ -74,7 +76,7 @@ class ConnectionWatch(logging.Filter):
                 self._since, self._reason = None, None
             return False
         if msg in _FAILED or msg in _DIED or (isinstance(msg, str) and msg.startswith(_FAILED_PREFIX)) or \
-                (msg == _FETCH_FAILED and "Connection" in record.getMessage()):
+                (msg in (_FETCH_FAILED, _METADATA_FAILED) and "Connection" in record.getMessage()):
             reason, now = _reason(record), time.time()
             with self._lock:
                 if self._since is None:
