@@ -19,7 +19,6 @@ every sample in it.
 The consumer is not thread-safe: everything, commits included, runs on the
 thread that calls ``next_batch`` (the Prefetcher's).
 """
-import base64
 import logging
 import operator
 import queue
@@ -30,9 +29,7 @@ from kafka import TopicPartition
 from kafka import errors as kafka_errors
 from kafka.errors import OffsetOutOfRangeError
 
-from easyonline.core.errors import ConfigError
-
-from easyonline.core.errors import KafkaAccessError
+from easyonline.core.errors import ConfigError, KafkaAccessError
 from easyonline.core.rejections import OVERSIZED_MESSAGE, rejection
 from easyonline.inputs import fast_records, kafka_client
 from easyonline.inputs.confluent_consumer import ConfluentDataConsumer
@@ -41,6 +38,7 @@ from easyonline.inputs.raw_batch import BatchSource, BlobLines, RawBatch
 from easyonline.inputs.start_position import (out_of_range_decision, resolve_start_offsets,
                                               usable_checkpoint_positions)
 from easyonline.protos import pipeline_pb2
+from easyonline.utils.kafka_ids import kafka_uuid_text
 
 log = logging.getLogger(__name__)
 _value = operator.attrgetter("value")  # of kafka-python's records
@@ -122,7 +120,7 @@ class KafkaInput(BatchSource):
             return None
         if uuid is None or not getattr(uuid, "int", 0):
             return None
-        return base64.urlsafe_b64encode(uuid.bytes).decode("ascii").rstrip("=")
+        return kafka_uuid_text(uuid)
 
     def _topic_recreated(self, now_id: Optional[str]) -> bool:
         """True when the topic now has another id than the one read so far (deleted and created again): then

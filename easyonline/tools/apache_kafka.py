@@ -20,7 +20,6 @@ so a test run killed with SIGKILL leaves none behind. Measured here (2 cores,
     python -m easyonline.tools.apache_kafka --install
     python -m easyonline.tools.apache_kafka --brokers 3 --create_topics samples:4:3
 """
-import base64
 import ctypes
 import logging
 import os
@@ -38,6 +37,7 @@ from absl import flags
 from easyonline.tools.apache_kafka_install import installed_libs, install, java_binary
 from easyonline.tools.tls_certs import make_server_certificate
 from easyonline.utils.cli import run_command
+from easyonline.utils.kafka_ids import kafka_uuid_text
 from easyonline.utils.net import free_port, wait_for_port
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ def _cluster_id() -> str:
     """A Kafka Uuid in its text form (URL-safe base64 of 16 bytes, no padding); never one starting with "-",
     which the storage tool would take for an option (Kafka's own Uuid.randomUuid skips those too)."""
     while True:
-        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        text = kafka_uuid_text(uuid.uuid4())
         if not text.startswith("-"):
             return text
 
@@ -391,7 +391,8 @@ class ApacheKafka:
         return {p["partition_index"]: list(p["replica_nodes"]) for p in self.describe_topic(topic)["partitions"]}
 
     def topic_id(self, topic: str) -> str:
-        return self.describe_topic(topic)["topic_id"]
+        """The topic's id as Kafka's tools print it (and checkpoints save it)."""
+        return kafka_uuid_text(uuid.UUID(str(self.describe_topic(topic)["topic_id"])))
 
     def log_ends(self, topic: str) -> Dict[int, int]:
         """partition -> its log end offset (records, aborted ones and transaction markers included)."""
