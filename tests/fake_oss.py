@@ -4,12 +4,22 @@ No real OSS is reachable from this machine, so tests that use ``oss://``
 paths run against this: a ThreadingHTTPServer on 127.0.0.1 speaking the
 path-style OSS REST calls oss2 sends for an IP endpoint (PUT, GET, HEAD and
 DELETE of an object, GET bucket listing with prefix/delimiter/marker, POST
-?delete), returning the CRC64 oss2 checks. It does not check signatures.
+?delete, multipart uploads: POST ?uploads, PUT ?partNumber&uploadId, POST and
+DELETE ?uploadId), returning the CRC64 oss2 checks. It does not check
+signatures.
+
+Two limits of real OSS are kept, because easyonline's code depends on them:
+a PUT with ``x-oss-forbid-overwrite: true`` of an existing object is refused
+with 409 FileAlreadyExists, atomically (the writer lock's exclusive create),
+and a single PUT body larger than ``max_put_bytes`` (5 GB on OSS; tests set
+a small one) is refused with 400 EntityTooLarge. ``puts`` records the size of
+every PUT body (objects and parts), so a test can see how a file was sent.
 """
 import threading
 import urllib.parse
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict
+from typing import Dict, List, Tuple
 from xml.sax.saxutils import escape
 
 from oss2.utils import Crc64
@@ -26,6 +36,10 @@ class FakeOss:
         self.objects: Dict[str, Dict[str, bytes]] = {}
         self.requests = 0
         self.failing = False  # True: every request gets 503 ServiceUnavailable (a transient OSS error)
+        self.max_put_bytes = 5 << 30  # OSS's limit on one PUT body
+        self.puts: List[Tuple[str, int]] = []  # (key, body bytes) of every PUT of an object or a part
+        self.uploads: Dict[str, Tuple[str, str, Dict[int, bytes]]] = {}  # upload id: (bucket, key, {part: data})
+        self._mutex = threading.Lock()  # one request's check-and-write at a time, as OSS is atomic per object
         store = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -61,10 +75,31 @@ class FakeOss:
             def _body(self):
                 return self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
 
+            def _error(self, status, code, message):
+                body = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>"
+                        f"{escape(message)}</Message></Error>").encode()
+                self._reply(status, body, {"Content-Type": "application/xml"})
+
             def do_PUT(self):  # noqa: N802
-                bucket, key, _ = self._parts()
+                bucket, key, query = self._parts()
                 data = self._body()
-                store.objects.setdefault(bucket, {})[key] = data
+                with store._mutex:
+                    store.puts.append((key, len(data)))
+                    if len(data) > store.max_put_bytes:
+                        return self._error(400, "EntityTooLarge", "Your proposed upload exceeds the maximum "
+                                                                  "allowed size.")
+                    if "uploadId" in query:
+                        upload = store.uploads.get(query["uploadId"][0])
+                        if upload is None:
+                            return self._error(404, "NoSuchUpload", "The specified upload does not exist.")
+                        upload[2][int(query["partNumber"][0])] = data
+                        return self._reply(200, headers={"ETag": f'"part-{len(data)}"',
+                                                         "x-oss-hash-crc64ecma": _crc(data)})
+                    objects = store.objects.setdefault(bucket, {})
+                    if self.headers.get("x-oss-forbid-overwrite", "").lower() == "true" and key in objects:
+                        return self._error(409, "FileAlreadyExists", "The object you specified already exists "
+                                                                     "and can not be overwritten.")
+                    objects[key] = data
                 self._reply(200, headers={"ETag": '"fake"', "x-oss-hash-crc64ecma": _crc(data)})
 
             def do_GET(self):  # noqa: N802
@@ -89,13 +124,42 @@ class FakeOss:
                                           "Last-Modified": "Sun, 22 Nov 2026 00:00:00 GMT"})
 
             def do_DELETE(self):  # noqa: N802
-                bucket, key, _ = self._parts()
-                store.objects.setdefault(bucket, {}).pop(key, None)
+                bucket, key, query = self._parts()
+                with store._mutex:
+                    if "uploadId" in query:  # an aborted multipart upload
+                        store.uploads.pop(query["uploadId"][0], None)
+                    else:
+                        store.objects.setdefault(bucket, {}).pop(key, None)
                 self._reply(204)
 
+            def _multipart(self, bucket, key, query, body):
+                with store._mutex:
+                    if "uploads" in query:
+                        upload_id = uuid.uuid4().hex
+                        store.uploads[upload_id] = (bucket, key, {})
+                        xml = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><InitiateMultipartUploadResult>"
+                               f"<Bucket>{bucket}</Bucket><Key>{escape(key)}</Key><UploadId>{upload_id}</UploadId>"
+                               f"</InitiateMultipartUploadResult>")
+                        return self._reply(200, xml.encode(), {"Content-Type": "application/xml"})
+                    upload = store.uploads.pop(query["uploadId"][0], None)
+                    if upload is None:
+                        return self._error(404, "NoSuchUpload", "The specified upload does not exist.")
+                    numbers = [int(chunk.split("</PartNumber>", 1)[0]) for chunk in body.split("<PartNumber>")[1:]]
+                    if numbers != sorted(numbers) or any(n not in upload[2] for n in numbers):
+                        return self._error(400, "InvalidPart", "One or more of the specified parts could not "
+                                                               "be found.")
+                    data = b"".join(upload[2][n] for n in numbers)
+                    store.objects.setdefault(bucket, {})[key] = data
+                xml = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><CompleteMultipartUploadResult><Bucket>{bucket}"
+                       f"</Bucket><Key>{escape(key)}</Key><ETag>\"fake\"</ETag></CompleteMultipartUploadResult>")
+                self._reply(200, xml.encode(), {"Content-Type": "application/xml", "ETag": '"fake"',
+                                                "x-oss-hash-crc64ecma": _crc(data)})
+
             def do_POST(self):  # noqa: N802
-                bucket, _, query = self._parts()
+                bucket, key, query = self._parts()
                 body = self._body().decode()
+                if "uploads" in query or "uploadId" in query:
+                    return self._multipart(bucket, key, query, body)
                 deleted = []
                 if "delete" in query:
                     for chunk in body.split("<Key>")[1:]:

@@ -4,9 +4,11 @@ Stock TensorFlow cannot write checkpoints to OSS, so the Checkpointer works
 in a local cache directory and this mirror keeps OSS the source of truth:
 
 - ``push`` uploads a new checkpoint's data and index files, then the
-  ``checkpoint`` state file naming it, last (one put each: a reader of OSS
-  never sees a checkpoint whose files are not all there), then deletes the
-  checkpoints the state no longer keeps;
+  ``checkpoint`` state file naming it, last (each object appears whole: a
+  reader of OSS never sees a checkpoint whose files are not all there), then
+  deletes the checkpoints the state no longer keeps. Files are streamed from
+  disk, a file larger than one part as a multipart upload (``oss.upload_file``):
+  OSS refuses a single put past 5 GB, and a large model's data file is more;
 - ``pull`` makes the cache hold exactly the checkpoint the OSS state file
   names (a local save that never reached OSS is dropped, and so is the
   ``model.ckpt-N_temp/`` folder of a sharded save killed before its merge: the Kafka positions
@@ -92,8 +94,7 @@ class CheckpointMirror:
         if not any(f.endswith(".index") for f in files):
             raise FileNotFoundError(f"{state_path} names {name}, but {self.remote} lacks {name}.index")
         for file_name in files:
-            fileio.write_bytes_atomic(os.path.join(self.local, file_name),
-                                      fileio.read_bytes(fileio.join(self.remote, file_name)))
+            fileio.copy_file(fileio.join(self.remote, file_name), os.path.join(self.local, file_name))
         fileio.write_text_atomic(os.path.join(self.local, STATE_FILE), state_text(name, [name]))
         log.info("fetched checkpoint %s from %s", name, self.remote)
         return os.path.join(self.local, name)
@@ -102,8 +103,7 @@ class CheckpointMirror:
         """Uploads a checkpoint saved in the cache, then the state naming it; returns its oss:// prefix."""
         name = os.path.basename(local_prefix)
         for file_name in self._files_of(sorted(os.listdir(self.local)), name):
-            fileio.write_bytes_atomic(fileio.join(self.remote, file_name),
-                                      fileio.read_bytes(os.path.join(self.local, file_name)))
+            fileio.copy_file(os.path.join(self.local, file_name), fileio.join(self.remote, file_name))
         managed = [os.path.basename(k) for k in kept]
         kept_names = [n for n in self._earlier if n not in managed] + managed
         kept_names = kept_names[-self.keep:] if self.keep else kept_names

@@ -54,6 +54,26 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def copy_file(source: str, target: str) -> None:
+    """Copies one file, local or ``oss://`` either side, streamed (never whole in memory: checkpoint data
+    files can be larger than memory, and than one OSS put); readers of ``target`` never see half of it."""
+    if is_oss(source) and is_oss(target):
+        with tempfile.TemporaryDirectory() as staging:
+            copy_file(source, os.path.join(staging, "file"))
+            copy_file(os.path.join(staging, "file"), target)
+    elif is_oss(target):
+        oss.upload_file(source, target)
+    elif is_oss(source):
+        oss.download_file(source, target)
+    else:
+        directory = os.path.dirname(target) or "."
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+        os.close(fd)
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+
+
 def read_bytes(path: str) -> bytes:
     if is_oss(path):
         return oss.read(path)
