@@ -8,14 +8,25 @@ time) and handed to the encoder in chunks of ``chunk_rows`` rows. The extra
 memory is the largest shard's export (8 + 4 * dim bytes a row) plus about two
 chunks of messages.
 
-Why a whole shard: TFRA 0.8.1 reads a table only whole (``Export``, one lock
-over the table) or into files (``SaveToFileSystem``, in buffers of
-``buffer_size`` keys, but each buffer under its own lock, walking the table
-from the start: rows inserted or rehashed by training between buffers can be
-missed or repeated, and a full sync that misses a row makes readers drop it).
-A shard's export is one consistent read.
+Why a whole shard: TFRA 0.8.1 reads a table only whole (``Export``) or into
+files (``SaveToFileSystem``, in buffers of ``buffer_size`` keys, but each
+buffer under its own lock, walking the table from the start: rows inserted or
+rehashed by training between buffers can be missed or repeated, and a full
+sync that misses a row makes readers drop it).
+
+Nor is ``Export`` consistent while another thread inserts new keys into the
+table: an export taken during a training step can lack rows the table held
+before the export began (seen with TFRA 0.8.1's CPU cuckoo table: a few rows
+in one to four exports of a hundred while every step inserts new ids; lookups
+are not affected). A full sync read so made every reader drop those rows
+until they were trained again. So a single process's export holds the lock
+its training step holds (``EagerTableRows.writing``): training waits for one
+shard's export, and the export is of the table between two steps.
+(A cluster's ps tables are written by its other trainers' processes while the
+chief reads them: no lock spans those.)
 """
-from typing import Dict, Iterator, List, Optional, Protocol, Tuple
+import threading
+from typing import Any, Dict, Iterator, List, Optional, Protocol, Tuple
 
 import numpy as np
 
@@ -53,22 +64,29 @@ def _view(tensor) -> np.ndarray:
 
 
 class EagerTableRows:
-    """TableRows of a single process's tables (embedding.dynamic_tables.DynamicTables)."""
+    """TableRows of a single process's tables (embedding.dynamic_tables.DynamicTables).
 
-    def __init__(self, tables):
+    ``writing``: the lock the thread that trains holds while a step writes the tables (EagerEngine's). Every
+    export takes it (module docstring: an export beside an insert can miss rows); lookups do not need it.
+    """
+
+    def __init__(self, tables, writing: Optional[threading.Lock] = None):
         self._tables = tables
-        self._lookup_all = None  # the concrete function reading every table, traced at first use
+        self.writing = writing if writing is not None else threading.Lock()
+        self._lookup_all: Any = None  # the concrete function reading every table, traced at first use
 
     def names(self) -> List[str]:
         return list(self._tables.embeddings)
 
     def export(self, table: str) -> Tuple[np.ndarray, np.ndarray]:
-        keys, values = self._tables.embeddings[table].params.export()
+        with self.writing:
+            keys, values = self._tables.embeddings[table].params.export()
         return keys.numpy(), values.numpy()
 
     def export_shards(self, table: str) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
         for shard in self._tables.embeddings[table].params.tables:
-            keys, values = (_view(t) for t in shard.export())
+            with self.writing:  # (not held while the shard's rows are encoded and sent)
+                keys, values = (_view(t) for t in shard.export())
             yield keys, values
             del keys, values
 

@@ -6,6 +6,7 @@ logloss are out-of-sample. Steps and samples are counted in Python and
 written to the checkpoint's variables when it is saved.
 """
 import logging
+import threading
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -82,6 +83,8 @@ class EagerEngine:
         self._concrete_steps: Dict[int, Any] = {}
         self._vector_steps: Dict[tuple, Any] = {}
         self._table_rows: Optional[TableRows] = None
+        # Held while a step writes the tables: the publisher's and base saves' exports take it (publish/snapshot.py)
+        self._writing = threading.Lock()
         self._build_variables()
         self.restored_from = self._restore()
         # Counted in Python and written to the checkpoint's variables when it is saved: two variable
@@ -151,9 +154,11 @@ class EagerEngine:
         weights = (None if not self.specs.sample_weight else np.asarray(sample_weight, np.float32),)
         if self.model.scores_differ_in_training:
             logits = self._run(self._score_step, features)
-            self._run(self._train_step, features, labels, self._now(), *weights)
+            with self._writing:
+                self._run(self._train_step, features, labels, self._now(), *weights)
         else:
-            logits = self._run(self._train_step, features, labels, self._now(), *weights)
+            with self._writing:
+                logits = self._run(self._train_step, features, labels, self._now(), *weights)
         return {task.name: task.predictions(logits[task.name]) for task in self.model.tasks}
 
     def train_vectors(self, vectors) -> Dict[str, np.ndarray]:
@@ -165,7 +170,8 @@ class EagerEngine:
         if step is None:
             step = self._trace_vector_step(*names)
         parts = tuple((r.flat_values, r.row_splits) for r in vectors.ragged)
-        logits = step(vectors.ids, vectors.dense, vectors.labels, self._now(), parts)
+        with self._writing:
+            logits = step(vectors.ids, vectors.dense, vectors.labels, self._now(), parts)
         return {task.name: task.predictions(logits[task.name].numpy()) for task in self.model.tasks}
 
     def _trace_vector_step(self, id_names: Tuple[str, ...], dense_names: Tuple[str, ...],
@@ -265,7 +271,7 @@ class EagerEngine:
         """The tables, for publishing and base/delta saves (thread-safe reads); one reader for both, so its
         lookup over every table is traced once."""
         if self._table_rows is None:
-            self._table_rows = EagerTableRows(self.model.tables)
+            self._table_rows = EagerTableRows(self.model.tables, self._writing)
         return self._table_rows
 
     def table_ops(self) -> TableOps:

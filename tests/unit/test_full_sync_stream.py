@@ -292,3 +292,62 @@ def test_the_nonfinite_count_is_a_trainer_metric():
                                                       "pub_nonfinite": "7"}
     found = {sample.name: sample.value for family in metrics.collect() for sample in family.samples}
     assert found["easyonline_trainer_publish_nonfinite_total"] == 7
+
+
+TRAINED_CONFIG = """
+model_dir: "%s"
+file_train_input { paths: "unused" }
+data_config { input_fields { input_name: "label" input_type: INT32 } input_fields { input_name: "user" input_type: INT64 }
+              input_fields { input_name: "item" input_type: INT64 } label_fields: "label" }
+feature_configs { input_names: "user" embedding_dim: 4 }
+feature_configs { input_names: "item" embedding_dim: 2 }
+model_config { model_class: "dnn" feature_groups { group_name: "all" feature_names: ["user", "item"] } }
+"""
+
+
+def test_a_full_sync_read_while_the_trainer_trains_carries_every_row_trained_before_it(tmp_path):
+    """The trainer's own reader (its engine's ``table_rows``) and a training thread, as the publisher's
+    thread reads beside the training loop. Every batch brings 2,000 new users; a full sync read while later
+    batches train must carry every user of the batches trained before it began. Before: TFRA's export,
+    taken while a step inserted new keys, lacked some of them (4 of 118 reads when this
+    test was written); a reader applying such a sync removed those rows. The reads now wait for the step between."""
+    import threading
+
+    from easyonline.jobs.online_train import build_trainer
+
+    trainer = build_trainer(parse_pipeline_config(TRAINED_CONFIG % tmp_path), online=False)
+    trainer.train_batch({"user": tf.constant([-1], tf.int64), "item": tf.constant([-1], tf.int64)},
+                        np.zeros(1, np.float32))  # traces the step (padding ids: no row)
+    rows = trainer.table_rows()
+    trained, lock, failed = [], threading.Lock(), []
+    batches, size = 40, 2000  # 80,000 users in all
+
+    def train():
+        try:
+            rng = np.random.default_rng(3)
+            for b in range(batches):
+                users = np.arange(b * size, (b + 1) * size) * 7919 + 1
+                features = {"user": tf.constant(users, tf.int64),
+                            "item": tf.constant(rng.integers(0, 1 << 40, size), tf.int64)}
+                trainer.train_batch(features, (users % 2).astype(np.float32))
+                with lock:
+                    trained.append(users)
+        except BaseException as e:  # pylint: disable=broad-except  (reported by the test thread)
+            failed.append(e)
+
+    thread = threading.Thread(target=train, daemon=True)
+    thread.start()
+    reads, incomplete = 0, []
+    while thread.is_alive():
+        with lock:
+            before = np.concatenate(trained) if trained else np.zeros(0, np.int64)
+        carried = [p.keys for p in full_sync_pieces(rows, IDS, {}, {}, 4096, NonFiniteGuard("published"), {})
+                   if isinstance(p, RowsPiece) and p.table_id == IDS.tables["user"][0]]
+        missing = np.setdiff1d(before, np.concatenate(carried) if carried else np.zeros(0, np.int64))
+        reads += 1
+        if len(missing):
+            incomplete.append(f"read {reads}: {len(missing)} of the {len(before)} users trained before it")
+    thread.join()
+    assert not failed, failed
+    assert reads >= 3 and len(np.concatenate(trained)) == batches * size
+    assert incomplete == [], incomplete
