@@ -31,6 +31,11 @@ def _crc(data: bytes) -> str:
     return str(crc.crc)
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # (socketserver's 5 resets connections when tests race dozens of clients at once)
+
+
 class FakeOss:
     def __init__(self):
         self.objects: Dict[str, Dict[str, bytes]] = {}
@@ -205,8 +210,7 @@ class FakeOss:
                 xml.append("</ListBucketResult>")
                 self._reply(200, "".join(xml).encode(), {"Content-Type": "application/xml"})
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

@@ -12,6 +12,8 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, TypeVar
 
 import numpy as np
 
+from easyonline.core.lease import ModelDirLease
+
 Key = TypeVar("Key")
 
 
@@ -36,6 +38,8 @@ class TrainerView(Protocol):
       lag: messages not yet read after the last batch (all trainers' in a cluster's status), None if unknown;
         0 means caught up.
       evicted: {table: numpy array of the keys evicted since start} (publishing sends their deletes).
+      writer_lock: model_dir's lease while the loop runs (``core/lease.py``; None in a process that does not
+        write model_dir): a writer beside the loop asks ``held()`` before each write and stops once ``lost``.
     """
 
     config: Any
@@ -50,6 +54,10 @@ class TrainerView(Protocol):
     restored_from: Optional[str]
     lag: Optional[int]
     evicted: Dict[str, np.ndarray]
+
+    @property
+    def writer_lock(self) -> Optional[ModelDirLease]:
+        """model_dir's lease while the loop runs (see Attributes)."""
 
     @property
     def step(self) -> int:
@@ -84,10 +92,6 @@ class TrainerView(Protocol):
 
     def read_variables(self, variables: Dict[Key, Any]) -> Dict[Key, np.ndarray]:
         """The current values of ``variables`` (a dict of the model's variables), as numpy."""
-
-    def read_step(self) -> int:
-        """The step now: a cluster's read from its ps at this call (``step`` is as of this trainer's last step
-        or status line: other trainers step meanwhile); a single process's own ``step``."""
 
 
 class Callback:

@@ -68,18 +68,16 @@ def _changed_keys_table(table):
                            devices=table.params.devices, initializer=0.0, trainable=False)
 
 
-def _record_keys(changed, ids: tf.Tensor, applied: tf.Operation) -> tf.Operation:
-    """Adds ``ids`` to the key set once the step's update ``applied`` ran, computed where the ids are (a whole
-    table's ps). Recorded before it, a key could be drained and its row read before the update wrote it: the
-    update would reach no message, and a checkpoint saved in between would lack it too."""
-    with tf.device(ids.device), tf.control_dependencies([applied]):
+def _record_keys(changed, ids: tf.Tensor) -> tf.Operation:
+    """Adds ``ids`` to the key set, computed where the ids are (a whole table's ps)."""
+    with tf.device(ids.device):
         return changed.upsert(ids, tf.zeros([tf.size(ids), 1]))
 
 
 def _drain(changed) -> tf.Tensor:
     """The keys in ``changed``, removed once read. A key a step adds after the read is kept for the
     next drain; one it adds between the read and the removal is published anyway, since the rows
-    are read after the drain (and a key is added once its row is written: ``_record_keys``)."""
+    are read after the drain."""
     keys, _ = changed.export()
     with tf.control_dependencies([changed.remove(keys)]):
         return tf.identity(keys)
@@ -178,7 +176,7 @@ class TrainGraph:
                                  self.model.tables.embeddings.items()} if self.publishes else {}
             updates = [apply, *self.model.tables.graph_updates, *self.model.get_updates_for(None),
                        *self.model.get_updates_for(features),
-                       *[_record_keys(changed, wrapper.ids, apply) for name, changed in self.changed_keys.items()
+                       *[_record_keys(changed, wrapper.ids) for name, changed in self.changed_keys.items()
                          for wrapper in self.model.tables.embeddings[name].wrappers]]
             self.parameter_updates = updates
             shared = self.state.step_updates({task.name: self.label_feeds[task.label_name] for task in self.model.tasks},

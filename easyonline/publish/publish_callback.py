@@ -60,6 +60,7 @@ class IncrementalPublish(Callback):
         self.publisher = UpdatePublisher(self.sink, self.model_name, ids, trainer.table_rows(),
                                          self.incr.max_message_bytes, self.model_dir, self.incr.max_pending_updates,
                                          self.incr.full_sync_send_bytes)
+        self.publisher.lease = trainer.writer_lock  # nothing is sent once another trainer took model_dir over
         self.publisher.start(trainer.step)
         self._dense_schedule.mark(trainer.step)
         self._sparse_schedule.mark(trainer.step)
@@ -76,17 +77,9 @@ class IncrementalPublish(Callback):
             trainer.dispatch("on_publish", result)
 
     def _job(self, trainer: TrainerView, dense: bool, full_sync: bool = False) -> PublishJob:
-        """The keys trained since the last job, the dense values now, stamped with the step read after both.
-
-        A server started from an export at step S applies the messages stamped S or later (the exporter);
-        a row trained after the export's checkpoint read it was recorded after that read, so is drained by
-        a job whose step is read later still: at least S. In a cluster the other trainers step while the
-        chief saves and publishes: its own last step (``trainer.step``) can be below the checkpoint's
-        while the job holds rows trained after it, which is why the step is read now."""
         trained, deleted = self._started()[1].drain()
         values = trainer.read_variables(self._dense_vars) if dense else None
-        step = trainer.read_step()
-        return PublishJob(step, time.time(), dict(trainer.positions), values, trained, deleted, full_sync)
+        return PublishJob(trainer.step, time.time(), dict(trainer.positions), values, trained, deleted, full_sync)
 
     def _maybe_publish(self, trainer: TrainerView) -> None:
         publisher = self._started()[0]

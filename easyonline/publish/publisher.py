@@ -30,6 +30,7 @@ from typing import Deque, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from easyonline.updates.param_ids import ParameterIds
+from easyonline.core.lease import ModelDirLease
 from easyonline.publish.nonfinite import NonFiniteGuard
 from easyonline.publish.snapshot import TableRows, full_sync_pieces, take_snapshot
 from easyonline.publish.stream_position import StreamPosition
@@ -72,6 +73,10 @@ class _GaveUp(Exception):
     """Sending failed until the stop deadline."""
 
 
+class _LeaseLost(Exception):
+    """Another trainer took model_dir over: this one sends nothing more."""
+
+
 class UpdatePublisher:
     """Owns the sender thread; the trainer calls ``has_room``/``offer``, ``take_full_sync`` and ``close``."""
 
@@ -80,6 +85,7 @@ class UpdatePublisher:
         if full_sync_send_bytes < 1:
             raise ValueError(f"full_sync_send_bytes={full_sync_send_bytes} must be positive")
         self.sink = sink
+        self.lease: Optional[ModelDirLease] = None  # model_dir's lease: asked before every send (core/lease.py)
         self.position = StreamPosition(model_dir, sink.target)
         self._stream_step: Optional[int] = None  # the step of the stream's last message, None: unknown
         self.model_name = model_name
@@ -226,6 +232,11 @@ class UpdatePublisher:
                 self.unsent_jobs += 1 + self._queue.qsize()
                 log.error("gave up publishing at stop: %s", e)
                 return
+            except _LeaseLost as e:
+                self.unsent_jobs += 1 + self._queue.qsize()
+                self.error = f"stopped publishing: {e}"
+                log.error("%s; nothing more is sent", self.error)
+                return
             except Exception as e:  # pylint: disable=broad-except
                 log.exception("reading an update failed (%s); a full sync follows", e)
                 self._full_sync.set()
@@ -241,6 +252,7 @@ class UpdatePublisher:
         """Sends (sequence, message) pairs, retrying the same numbers until they are acknowledged."""
         backoff = 0.5
         while True:
+            self._wait_for_lease()
             try:
                 self.position.reserve(numbered[-1][0])
                 self.sink.send(numbered, self._key)
@@ -250,6 +262,17 @@ class UpdatePublisher:
                     raise _GaveUp(str(e)) from e
                 backoff = self._failed("sending to", e, backoff)
         self._recovered()
+
+    def _wait_for_lease(self) -> None:
+        """Returns while model_dir's lease is held (no file read); waits while it is unconfirmed (a slow
+        renewal); raises _LeaseLost once another trainer has it, so not one more message goes out."""
+        lease = self.lease
+        while lease is not None and not lease.held():
+            if lease.lost:
+                raise _LeaseLost(lease.lost)
+            if self._expired():
+                raise _GaveUp("model_dir's lease was not confirmed (see the lock's warnings)")
+            time.sleep(0.05)
 
     def _publish(self, job: PublishJob) -> Optional[PublishResult]:
         """An incremental update: read, encode and send as one batch."""

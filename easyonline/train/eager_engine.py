@@ -279,6 +279,3 @@ class EagerEngine:
 
     def read_variables(self, variables: Dict) -> Dict:
         return {key: var.numpy() for key, var in variables.items()}
-
-    def read_step(self) -> int:
-        return self.step  # (nothing else steps this process's variables)

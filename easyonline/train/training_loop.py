@@ -162,10 +162,6 @@ class TrainingLoop:
         """The current values of ``variables`` (a dict of the model's variables), as numpy."""
         return self.engine.read_variables(variables)
 
-    def read_step(self) -> int:
-        """The step now (a cluster's: read from its ps at this call)."""
-        return self.engine.read_step()
-
     def shrink(self) -> Dict[str, np.ndarray]:
         """Evicts per the tables' eviction policies now; returns {table: evicted keys}, also kept in ``evicted``."""
         evicted = shrink_tables(self.model.tables, self.clock() - STATS_EPOCH,
@@ -227,9 +223,10 @@ class TrainingLoop:
         self.dispatch("on_metrics", logs)
 
     def _check_writer_lock(self) -> None:
-        """Raises ModelDirLockedError when another trainer took model_dir over (never write beside it)."""
+        """Raises ModelDirLockedError when another trainer took model_dir over (never write beside it);
+        renews the lease first unless it was confirmed lately (before a checkpoint)."""
         if self.writer_lock is not None:
-            self.writer_lock.check()
+            self.writer_lock.confirm()
 
     def run(self) -> TrainSummary:
         """Trains until the input ends (offline), num_steps, or a stop; returns the summary.
@@ -266,6 +263,8 @@ class TrainingLoop:
         self.dispatch("on_train_begin")
         try:
             while True:
+                if self.writer_lock is not None:  # (no file read) lost to another trainer: stop now, as at a save
+                    self.writer_lock.check()
                 if self.stop_signal.should_stop():
                     stop_reason = self.stop_signal.reason
                     break

@@ -3,6 +3,7 @@
 One place for every file operation, so that ``oss://`` paths (through oss2,
 see oss.py) work wherever a local path does.
 """
+import errno
 import os
 import shutil
 import tempfile
@@ -72,6 +73,38 @@ def copy_file(source: str, target: str) -> None:
         os.close(fd)
         shutil.copyfile(source, tmp)
         os.replace(tmp, target)
+
+
+def create_exclusive(path: str, data: bytes) -> bool:
+    """Writes ``data`` to ``path`` only if no file is there, atomically (of two callers racing, exactly one
+    creates it; readers never see half of it); True when this call created it. Local: a hard link of a
+    complete temp file (``O_EXCL`` where links are not supported); OSS: a put with
+    ``x-oss-forbid-overwrite``. For locks (``checkpoint/writer_lock.py``)."""
+    if is_oss(path):
+        return oss.create_exclusive(path, data)
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        except OSError as e:  # a file system without hard links
+            if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+        try:
+            out = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(out, "wb") as f:
+            f.write(data)
+        return True
+    finally:
+        os.remove(tmp)
 
 
 def read_bytes(path: str) -> bytes:

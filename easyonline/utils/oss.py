@@ -98,6 +98,20 @@ def write(path: str, data: bytes) -> None:
     b.put_object(key, data)
 
 
+def create_exclusive(path: str, data: bytes) -> bool:
+    """Puts ``data`` unless the object exists (``x-oss-forbid-overwrite``, checked by OSS atomically);
+    True when this call created it. (OSS ignores the header in a bucket with versioning enabled.)"""
+    import oss2  # pylint: disable=g-import-not-at-top
+    b, key = _bucket_key(path)
+    try:
+        b.put_object(key, data, headers={"x-oss-forbid-overwrite": "true"})
+        return True
+    except oss2.exceptions.ServerError as e:
+        if e.status == 409 and e.code == "FileAlreadyExists":
+            return False
+        raise
+
+
 def part_bytes(size: int) -> int:
     """The part size of an upload of ``size`` bytes: ``upload_part_mb`` (``OSS_UPLOAD_PART_MB``, default 64
     MB), or larger when the file would need more than OSS's 10,000 parts."""
