@@ -257,6 +257,12 @@ class SessionEngine:
     def read_variables(self, variables: Dict) -> Dict:
         return self._session_run(dict(variables))
 
+    def read_step(self) -> int:
+        """The cluster's step on the ps now: the other trainers stepped since this one's last step."""
+        step = int(self._session_run(self.state.global_step))
+        self.step = max(self.step, step)
+        return step
+
     # --- checkpoints --------------------------------------------------------------------
     @property
     def last_saved_step(self) -> int:

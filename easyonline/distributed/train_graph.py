@@ -68,16 +68,18 @@ def _changed_keys_table(table):
                            devices=table.params.devices, initializer=0.0, trainable=False)
 
 
-def _record_keys(changed, ids: tf.Tensor) -> tf.Operation:
-    """Adds ``ids`` to the key set, computed where the ids are (a whole table's ps)."""
-    with tf.device(ids.device):
+def _record_keys(changed, ids: tf.Tensor, applied: tf.Operation) -> tf.Operation:
+    """Adds ``ids`` to the key set once the step's update ``applied`` ran, computed where the ids are (a whole
+    table's ps). Recorded before it, a key could be drained and its row read before the update wrote it: the
+    update would reach no message, and a checkpoint saved in between would lack it too."""
+    with tf.device(ids.device), tf.control_dependencies([applied]):
         return changed.upsert(ids, tf.zeros([tf.size(ids), 1]))
 
 
 def _drain(changed) -> tf.Tensor:
     """The keys in ``changed``, removed once read. A key a step adds after the read is kept for the
     next drain; one it adds between the read and the removal is published anyway, since the rows
-    are read after the drain."""
+    are read after the drain (and a key is added once its row is written: ``_record_keys``)."""
     keys, _ = changed.export()
     with tf.control_dependencies([changed.remove(keys)]):
         return tf.identity(keys)
@@ -176,11 +178,12 @@ class TrainGraph:
                                  self.model.tables.embeddings.items()} if self.publishes else {}
             updates = [apply, *self.model.tables.graph_updates, *self.model.get_updates_for(None),
                        *self.model.get_updates_for(features),
-                       *[_record_keys(changed, wrapper.ids) for name, changed in self.changed_keys.items()
+                       *[_record_keys(changed, wrapper.ids, apply) for name, changed in self.changed_keys.items()
                          for wrapper in self.model.tables.embeddings[name].wrappers]]
             self.parameter_updates = updates
-            shared = self.state.step_updates({task.name: self.label_feeds[task.label_name] for task in self.model.tasks},
-                                             self.predictions, cluster.trainer_index, after=updates)
+            # each task's target (ESMM's CTCVR: conversion x click), as the loss and a single process score it
+            shared = self.state.step_updates(self.model.tasks.targets(self.label_feeds), self.predictions,
+                                             cluster.trainer_index, after=updates)
             with tf.control_dependencies([shared]):
                 # read after this step's own increments: the cluster's step and samples so far
                 self.train_op = {"probabilities": tf.identity(self.probabilities),

@@ -124,8 +124,9 @@ class Evaluator:
                                         should_stop=self.stop_signal.should_stop):
                 labels = batch.labels_by_name(self.model.specs.label_names[0])
                 predictions = self.model.score_tasks(batch.features)
+                targets = self.model.model.tasks.targets(labels) if tasks else {}
                 for task in tasks:
-                    task_labels = np.asarray(labels[task.label_name])
+                    task_labels = np.asarray(targets[task.name])
                     metrics[task.name].update(task_labels, predictions[task.name])
                     if task.name in kept_labels:
                         kept_labels[task.name].append(task_labels)

@@ -40,7 +40,9 @@ log = logging.getLogger(__name__)
 
 
 def update_stream_info(config: pipeline_pb2.PipelineConfig, step: int) -> dict:
-    """What incr_update.txt says: the update stream and the first message newer than ``step``."""
+    """What incr_update.txt says: the update stream and the first message a server of a checkpoint at ``step``
+    applies, the first stamped ``step`` or later (readers.py ``start_at_step``; a few it replays hold rows
+    the checkpoint has already: applying a row again is harmless)."""
     train = config.train_config
     if not train.HasField("incr_save_config"):
         return {"storage": "none", "step": step}
@@ -49,7 +51,7 @@ def update_stream_info(config: pipeline_pb2.PipelineConfig, step: int) -> dict:
     location = StreamLocation.from_config(incr)
     reader = open_reader(location)
     try:
-        position, sequence, stream_id = reader.start_after_step(model_name, step)
+        position, sequence, stream_id = reader.start_at_step(model_name, step)
         lost = getattr(reader, "lost", None)
     finally:
         reader.close()

@@ -43,7 +43,6 @@ from easyonline.models.layers import MLP, FMInteraction, TargetAttention, normal
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import RankingTask, Tasks
 from easyonline.tasks.from_config import tasks_from_towers
-from easyonline.tasks.task import task_label
 
 tf = ensure_legacy_keras()
 
@@ -339,11 +338,12 @@ class RankingModel(tf.keras.Model):
         """
         outputs = self(features, training=training, labels=labels[self.tasks.primary.label_name], now=now)
         by_task = self.task_logits(outputs)
+        targets = self.tasks.targets(labels)
         losses = []
         for task in self.tasks:
             if task.weight == 0:  # an output only (ESMM's CVR: learnt through the CTCVR task)
                 continue
-            loss = task.loss(task_label(task, labels), by_task[task.name], sample_weight, features)
+            loss = task.loss(targets[task.name], by_task[task.name], sample_weight, features)
             losses.append(loss if task.weight == 1.0 else task.weight * loss)
         regularization = self.losses
         total = losses[0] if len(losses) == 1 else tf.add_n(losses)

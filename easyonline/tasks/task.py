@@ -95,6 +95,12 @@ class Tasks:
         """``""`` for a single task, else ``_<tower name>``."""
         return "" if self.single else f"_{task.name}"
 
+    def targets(self, labels: Mapping[str, Any]) -> Dict[str, Any]:
+        """Each task's target by task name, from a batch's labels by name (tensors or numpy): what its loss
+        learns and its metrics score against (``task_label``: ESMM's CTCVR, conversion x click). The one
+        definition the engines' steps, the cluster's shared metrics and eval use."""
+        return {task.name: task_label(task, labels) for task in self._tasks}
+
     @property
     def label_names(self) -> Tuple[str, ...]:
         """The labels the tasks learn from (their ``times_label`` too), each once, in order."""

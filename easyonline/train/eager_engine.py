@@ -24,7 +24,6 @@ from easyonline.features.signature import empty_features, feature_signature
 from easyonline.inputs.build_source import build_source
 from easyonline.inputs.raw_batch import BatchSource
 from easyonline.publish.snapshot import EagerTableRows, TableRows
-from easyonline.tasks.task import task_label
 from easyonline.train.optimizers import build_train_optimizer
 from easyonline.train.step_engine import LoopState
 from easyonline.train.task_figures import TaskFigures
@@ -207,8 +206,9 @@ class EagerEngine:
             by_name = parsed.labels_by_name(self.specs.label_names[0])
             labels = {name: np.asarray(by_name[name]) for name in self._label_names}
             predictions = self.train_batch(parsed.features, labels, parsed.sample_weights)
+        targets = self.model.tasks.targets(labels)
         for task in self.model.tasks:
-            task.update_metrics(task_label(task, labels), predictions[task.name])
+            task.update_metrics(targets[task.name], predictions[task.name])
         self.count(parsed.size)
         return predictions[self.task.name]
 
@@ -279,3 +279,6 @@ class EagerEngine:
 
     def read_variables(self, variables: Dict) -> Dict:
         return {key: var.numpy() for key, var in variables.items()}
+
+    def read_step(self) -> int:
+        return self.step  # (nothing else steps this process's variables)

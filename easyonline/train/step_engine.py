@@ -123,3 +123,6 @@ class StepEngine(Protocol):
 
     def read_variables(self, variables: Dict) -> Dict:
         """The current values of ``variables`` (a dict of the model's variables), as numpy."""
+
+    def read_step(self) -> int:
+        """The step now (a cluster's: read from the ps at this call)."""

@@ -59,7 +59,7 @@ def header_of(data: bytes) -> Optional[update_pb2.UpdateHeader]:
 
 def _lost_before(first: update_pb2.UpdateHeader, step: int) -> Optional[str]:
     """Why a reader starting at ``first``, the oldest message of its model left, may lack what was published
-    after ``step`` (None: nothing is lost, it is the stream's first message or starts a full sync)."""
+    from ``step`` on (None: nothing is lost, it is the stream's first message or starts a full sync)."""
     if first.sequence <= 1 or (first.full_sync and first.part == 0):
         return None
     return (f"retention: the oldest message left is sequence {first.sequence} (step {first.global_step}); "
@@ -81,7 +81,7 @@ class KafkaUpdateReader:
                         client_id="easyonline-update-reader", max_partition_fetch_bytes=16 * 1024 * 1024,
                         fetch_max_bytes=64 * 1024 * 1024)
         self.topic = topic
-        self.lost: Optional[str] = None  # set by start_after_step when the messages after the step may be gone
+        self.lost: Optional[str] = None  # set by start_at_step when the messages from the step on may be gone
         self._settings, self._server = settings, server
         started = time.time()
         try:
@@ -152,11 +152,12 @@ class KafkaUpdateReader:
                     break
         return out
 
-    def start_after_step(self, model_name: str, step: int, window: int = 256
-                         ) -> Tuple[int, int, Optional[int]]:
-        """(offset, sequence, stream id) of the first message of ``model_name`` made after ``step``: where a
-        model exported from that step starts following. The end of the topic when there is none yet (stream
-        id None when the topic holds no message of the model: the reader takes the first stream it meets)."""
+    def start_at_step(self, model_name: str, step: int, window: int = 256) -> Tuple[int, int, Optional[int]]:
+        """(offset, sequence, stream id) of the first message of ``model_name`` stamped ``step`` or later: where
+        a model exported from a checkpoint of that step starts following (a message stamped with the step may
+        hold rows the checkpoint lacks; one stamped before it may not: publish_callback.py). The end of the
+        topic when there is none yet (stream id None when the topic holds no message of the model: the reader
+        takes the first stream it meets)."""
         begin, end = self._bounds()
         hi = end
         records: List[Tuple[int, Optional[update_pb2.UpdateHeader]]] = []
@@ -164,8 +165,8 @@ class KafkaUpdateReader:
             lo = max(begin, hi - window)
             records = self._read_range(lo, hi) + records
             ours = [(offset, h) for offset, h in records if h is not None and h.model_name == model_name]
-            if lo <= begin or (ours and ours[0][1].global_step <= step):
-                newer = [(offset, h) for offset, h in ours if h.global_step > step]
+            if lo <= begin or (ours and ours[0][1].global_step < step):
+                newer = [(offset, h) for offset, h in ours if h.global_step >= step]
                 if newer:
                     if newer[0] is ours[0] and begin > 0:
                         self.lost = _lost_before(newer[0][1], step)
@@ -217,7 +218,7 @@ class DirectoryUpdateReader:
         self._next: Dict[Optional[int], int] = {}  # the next sequence of each other stream read
         self._ignored: Optional[set] = None  # streams older than its own, decided at the first listing
         self._times: Dict[Tuple[Optional[int], int], float] = {}
-        self.lost: Optional[str] = None  # set by start_after_step when the messages after the step may be gone
+        self.lost: Optional[str] = None  # set by start_at_step when the messages from the step on may be gone
         self._own_key: Optional[int] = stream_id
         # where another stream is read from: its first file, or without a stream of its own, the start given
         self._other_start = 1 if stream_id is not None else start_sequence
@@ -303,9 +304,9 @@ class DirectoryUpdateReader:
             return f"no message of stream {self.stream_id} is left in {self.directory}"
         return None
 
-    def start_after_step(self, model_name: str, step: int) -> Tuple[int, int, Optional[int]]:
-        """(sequence, sequence, stream id) of the first message made after ``step``, in the newest stream of
-        ``model_name`` (see KafkaUpdateReader)."""
+    def start_at_step(self, model_name: str, step: int) -> Tuple[int, int, Optional[int]]:
+        """(sequence, sequence, stream id) of the first message stamped ``step`` or later, in the newest stream
+        of ``model_name`` (see KafkaUpdateReader)."""
         newest: Optional[Tuple[float, Optional[int], List[int]]] = None
         for key, sequences in list_update_files(self.directory).items():
             header = header_of(fileio.read_bytes(self._path(key, sequences[-1])))
@@ -321,7 +322,7 @@ class DirectoryUpdateReader:
             header = header_of(fileio.read_bytes(self._path(key, sequence)))
             if header is not None and header.model_name == model_name:
                 stream_id, first = header.stream_id, header
-                if header.global_step <= step:
+                if header.global_step < step:
                     return sequence + 1, sequence + 1, stream_id
         if first is not None:
             self.lost = _lost_before(first, step)

@@ -50,8 +50,9 @@ class UpdateReader(Protocol):
     def lag_messages(self) -> Optional[int]:
         """Messages there but not yet read (None when unknown)."""
 
-    def start_after_step(self, model_name: str, step: int) -> Tuple[int, int, Optional[int]]:
-        """(position, sequence, stream id) of the first message of ``model_name`` made after ``step``."""
+    def start_at_step(self, model_name: str, step: int) -> Tuple[int, int, Optional[int]]:
+        """(position, sequence, stream id) of the first message of ``model_name`` stamped ``step`` or later:
+        the first a model exported from a checkpoint of that step applies."""
 
     def lost_before_start(self) -> Optional[str]:
         """Why messages from the reader's start on are gone (retention), None when none are."""

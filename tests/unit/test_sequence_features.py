@@ -66,8 +66,16 @@ def _config(tags: str = "", model: str = MODEL, edit=None):
     return config
 
 
+_PARSERS = {}
+
+
 def _parser(**kwargs):
-    return CsvParser(build_feature_specs(_config(**kwargs)))
+    """The parser of ``_config(**kwargs)``, one per config for the module: a parser holds no state between
+    batches, and tracing its decode graph (thousands of ops for these features) is most of a parse test's time."""
+    key = tuple(sorted(kwargs.items()))
+    if key not in _PARSERS:
+        _PARSERS[key] = CsvParser(build_feature_specs(_config(**kwargs)))
+    return _PARSERS[key]
 
 
 def _hash(*tokens):

@@ -107,11 +107,13 @@ def test_directory_sink_and_reader_round_trip(tmp_path):
 
     later = open_reader(StreamLocation.from_config(incr), start=2)
     assert later.lag_messages() == 1 and later.read_available() == [(2, second)]
-    # The first message made after step 10 is sequence 2; after step 20 there is none yet: the next one, 3.
-    # Both on the stream the messages carry; a model without messages has no stream yet.
-    assert later.start_after_step("m", 10) == (2, 2, 77)
-    assert later.start_after_step("m", 20) == (3, 3, 77)
-    assert later.start_after_step("other", 20) == (1, 1, None)
+    # The first message stamped step 10 or later is sequence 1 (it may hold rows a checkpoint of step 10
+    # lacks), 11 or later sequence 2; 21 or later there is none yet: the next one, 3. Each on the stream the
+    # messages carry; a model without messages has no stream yet.
+    assert later.start_at_step("m", 10) == (1, 1, 77)
+    assert later.start_at_step("m", 11) == (2, 2, 77)
+    assert later.start_at_step("m", 21) == (3, 3, 77)
+    assert later.start_at_step("other", 20) == (1, 1, None)
 
 
 def test_directory_reader_waits_for_the_done_file(tmp_path):
@@ -182,7 +184,7 @@ def test_directory_streams_do_not_collide_retention_deletes_old_files_and_reads_
     late = open_reader(StreamLocation(DIRECTORY, directory=str(tmp_path)), 2, stream_id=5)
     assert late.lost_before_start() == f"messages 2..2 of stream 5 are gone from {tmp_path}"
     # the exporter finds the newest stream
-    assert late.start_after_step("m", 12) == (3, 3, 6)
+    assert late.start_at_step("m", 12) == (2, 2, 6)
 
 
 def test_directory_retention_by_age(tmp_path):
@@ -209,12 +211,14 @@ def test_a_directory_written_before_names_carried_the_stream_is_read_on_after_th
 
 
 def test_an_export_whose_following_messages_retention_deleted_is_told(tmp_path):
-    """start_after_step of a step older than every message left: the messages between are gone, and the
+    """start_at_step of a step older than every message left: the messages between are gone, and the
     reader says so (the exporter writes it into incr_update.txt, and its servers start behind)."""
     sink = DirectorySink(str(tmp_path), retention_messages=2)
     sink.send([(s, _messages(s, step=10 * s, stream_id=5)[0]) for s in range(1, 5)], key=b"m")
     reader = open_reader(StreamLocation(DIRECTORY, directory=str(tmp_path)))
-    assert reader.start_after_step("m", 5) == (3, 3, 5)
+    assert reader.start_at_step("m", 5) == (3, 3, 5)
     assert reader.lost.startswith("retention: the oldest message left is sequence 3 (step 30)")
     fresh = open_reader(StreamLocation(DIRECTORY, directory=str(tmp_path)))
-    assert fresh.start_after_step("m", 30) == (4, 4, 5) and fresh.lost is None  # its step's message is there
+    assert fresh.start_at_step("m", 31) == (4, 4, 5) and fresh.lost is None  # the message before its step is there
+    # step 30: the oldest message left is stamped 30, one deleted before it may have been too
+    assert fresh.start_at_step("m", 30) == (3, 3, 5) and fresh.lost.startswith("retention")
