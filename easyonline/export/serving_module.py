@@ -24,7 +24,10 @@ carry (docs/incremental_updates.md).
 (serialized UpdateMessages, one per string, in stream order), decoding them in
 the graph (``tf.io.decode_proto`` with the message descriptors embedded), so a
 processor that knows only TensorFlow applies the stream: read a message from
-Kafka, call the signature.
+Kafka, call the signature. It also answers ``previous_sequence``, the last
+sequence it applied before the call since the model was loaded (-1: none,
+as a reloaded export says): with no messages, a question that changes
+nothing, which tells a caller whether the server kept what it was sent.
 """
 from typing import Any, Dict, Optional
 
@@ -142,6 +145,11 @@ class ServingModule(tf.Module):
         self.incr_update_messages = tf.function(
             self._incr_update_messages, autograph=False,
             input_signature=[{"messages": tf.TensorSpec([None], tf.string, name="messages")}])
+        # The sequence of the last message incr_update_message_sig applied since the model was loaded (-1:
+        # none). Saved as -1, so a server that reloaded its export (restarted) answers -1: a feeder such as
+        # tools/tfserving_follower.py tells a dropped connection (the server still holds what it acknowledged)
+        # from a server that lost what it was sent, which TF Serving's API does not otherwise say.
+        self.applied_sequence = tf.Variable(tf.constant(-1, tf.int64), trainable=False, name="applied_sequence")
         self.table_keys = tf.function(self._table_keys, input_signature=[], autograph=False)
         # Parsed features in, for callers that parse with the config's parser (easyonline.predict).
         self.score_features = tf.function(self._score_features, input_signature=[feature_signature(specs)],
@@ -235,7 +243,12 @@ class ServingModule(tf.Module):
             count, sequence, step = self._apply_message(messages[i])
             return i + 1, applied + count, sequence, step  # i + 1 waits for the message: applied in order
 
+        previous = self.applied_sequence.read_value()  # before this call's messages (auto control deps order it)
         zero = tf.constant(0, tf.int64)
         _, applied, sequence, step = tf.while_loop(lambda i, *_: i < tf.size(messages), body,
                                                    [tf.constant(0), zero, zero - 1, zero - 1], parallel_iterations=1)
-        return {"applied": applied, "last_sequence": sequence, "last_global_step": step}
+        # an empty call changes nothing: it asks what the model holds
+        held = self.applied_sequence.assign(tf.where(tf.size(messages) > 0, sequence, previous))
+        with tf.control_dependencies([held]):
+            return {"applied": tf.identity(applied), "last_sequence": tf.identity(sequence),
+                    "last_global_step": tf.identity(step), "previous_sequence": tf.identity(previous)}

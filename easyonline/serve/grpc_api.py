@@ -125,7 +125,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         except (TypeError, ValueError, DecodeError) as e:
             self.state.count("bad_request")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e) or type(e).__name__)
-        self.state.follower.record_external(headers, None if headers else 1)
+        # an empty message batch applies nothing: a follower asking what the model holds (tools/served_state.py)
+        self.state.follower.record_external(headers, None if headers or signature == UPDATE_MESSAGE_SIGNATURE else 1)
         self.state.count("update")
         response = predict_pb2.PredictResponse()
         self._fill_spec(response.model_spec)

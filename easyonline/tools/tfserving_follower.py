@@ -13,12 +13,30 @@ said in the log), and sends the messages of each poll, as published, in one
 ``PredictionService.Predict`` call of signature ``incr_update_message_sig``;
 the answer's ``last_sequence`` is checked against what was sent.
 
-TF Serving keeps no update state: a restarted server has reloaded the
-export. So when the server is unreachable (UNAVAILABLE, a deadline, the
-model not found while it loads) the follower retries with backoff and, once
-it answers, resends from the export's start position (read again: the
-server may have loaded a newer version). Messages carry absolute values and
-are applied in order, so applying them again ends where the stream is.
+Before each batch it asks the server what it holds (tools/served_state.py:
+an empty call of the update signature answers the version serving
+unversioned requests and the last sequence that version applied since it
+was loaded), and sends the batch to that version only (``model_spec.version``
+set: a version TF Serving unloaded meanwhile answers NOT_FOUND instead of
+another version applying it):
+
+- another version than the one fed (TF Serving loaded a newer export): the
+  follower starts again from that version's own start position, so the new
+  version never gets a batch older than its export;
+- the sequence this follower last had acknowledged: nothing is resent, even
+  after the connection dropped (a proxy's GOAWAY, a max connection age) or the
+  server was unreachable for a while;
+- nothing (-1): the server reloaded its export (restarted) and lost what it
+  was sent: the follower resends from the export's start position (read
+  again). Messages carry absolute values and are applied in order, so
+  applying them again ends where the stream is;
+- another sequence: another writer feeds this server, or --target reaches
+  several servers (a Service balancing replicas): logged as an error and
+  counted (``conflicts``); one follower per server, next to it.
+
+An export made before the update signature said what it holds cannot tell a
+dropped connection from a restart: then every broken connection resends from
+the export's position, as it must to be safe.
 
 Rows the trainer removed are removed by the messages that say so; rows a
 full sync did not carry cannot be listed over TF Serving's API, so they stay
@@ -51,6 +69,7 @@ from easyonline.jobs.serve_cli import define_update_kafka_config_flag
 from easyonline.protos import update_pb2
 from easyonline.serve.status_log import broker_outage
 from easyonline.serve.update_follower import UpdateFollower
+from easyonline.tools import served_state
 from easyonline.updates.apply_rules import message_changes
 from easyonline.utils.cli import run_command
 from easyonline.utils.logs import setup_logging
@@ -73,8 +92,8 @@ class TfServingTarget:
     """The update stream's target (serve/update_follower.py's UpdateTarget): one model on a PredictionService.
 
     ``apply`` checks a message against the export's parameters (as serve does) and adds it to the batch;
-    ``after_poll`` sends the batch in one Predict, or, after the server was lost, rewinds the follower to the
-    export's start position.
+    ``after_poll`` sends the batch in one Predict, after asking the server what it holds (served_state.py),
+    or rewinds the follower to the start position of the export the server holds.
     """
 
     can_list_rows = False
@@ -102,7 +121,9 @@ class TfServingTarget:
         self.acked = 0  # messages the server applied (its answers' count, since start)
         self.batches = 0
         self.resends = 0  # times the follower started again from the export's position
-        self.last_sequence: Optional[int] = None  # the server's last answer
+        self.conflicts = 0  # times the server held a sequence this follower did not leave it at
+        self._next_conflict_log = 0.0
+        self.last_sequence: Optional[int] = None  # the server's last answer, since the last (re)start
         self.last_step: Optional[int] = None
         self._served_version: Optional[str] = None  # the version the server answered from, when not the export's
 
@@ -158,7 +179,7 @@ class TfServingTarget:
         if self._rewind_pending:
             return 0
         message_changes(message, self.info.widths, self.info.dense_shapes)
-        data = message.SerializeToString()
+        data = message.SerializeToString(deterministic=True)  # the bytes the trainer signed (codec.py)
         if self._batch and self._batch_bytes + len(data) > self.max_batch_bytes:
             self._send()
             if self._rewind_pending:
@@ -175,49 +196,110 @@ class TfServingTarget:
         raise NotImplementedError(self.cannot_list_rows_why)
 
     def after_poll(self) -> None:
-        """Sends the poll's batch; after the server was lost, starts again from the export's position."""
-        if self._connection_lost and not self._rewind_pending:  # what is not sent yet is resent after the rewind
-            log.warning("the connection to %s broke (the server may have restarted and reloaded its export)",
-                        self.target)
-            self._batch, self._batch_bytes, self._last_header = [], 0, None
-            self._wait_for_server(None)
-            self._rewind_pending = True
+        """Sends the poll's batch; after the connection broke (with no call in flight: idle) it asks the server
+        what it holds even without one; then starts again from the export's position if it must."""
+        if self._connection_lost and not self._rewind_pending:
+            self._connection_lost = False
+            log.warning("the connection to %s broke: asking the server what it holds", self.target)
+            self._check_server_state(None, reconnected=True)
         self._send()
         if self._rewind_pending and not self.stop_event.is_set():
+            self._batch, self._batch_bytes, self._last_header = [], 0, None  # read again after the rewind
             self._connection_lost = False
             self.reload(self._served_version)
             self.follower.rewind()
             self._rewind_pending, self._served_version, self.last_sequence = False, None, None
             self.resends += 1
-            log.info("resending from the export's start position (version %s, sequence %s): the server may "
-                     "have restarted and reloaded its export", self.info.version, self.update_info.get("sequence"))
+            log.info("resending from the export's start position (version %s, sequence %s)", self.info.version,
+                     self.update_info.get("sequence"))
+
+    def _ask(self) -> served_state.Served:
+        """What the server holds (served_state.ask); waits for a server that does not answer."""
+        while True:
+            try:
+                return served_state.ask(self._stub, self.model_name, self.rpc_timeout_secs)
+            except grpc.RpcError as e:
+                if e.code() not in RETRIED or self.stop_event.is_set():
+                    raise
+                self._wait_for_server(e)
+
+    def _check_server_state(self, pending: Optional[int], reconnected: bool = False) -> bool:
+        """Asks the server what it holds and acts on it (the module docstring); True when the batch ending at
+        sequence ``pending`` is to be sent, False when it must not be (a rewind is pending), or when the server
+        already holds it (a call that failed after it was applied)."""
+        try:
+            served = self._ask()
+        except grpc.RpcError as e:  # the server refuses the question: send as before, unchecked
+            if self.stop_event.is_set():
+                return False
+            log.warning("the server at %s does not say what it holds (%s: %s)", self.target, e.code().name,
+                        e.details())
+            return not self.stop_event.is_set()
+        if self.stop_event.is_set():
+            return False
+        verdict = served_state.judge(served, self.info.version, self.last_sequence)
+        if verdict == served_state.OTHER_VERSION:
+            log.warning("the server serves version %s, not %s (it loaded another export): following from that "
+                        "version's start position", served.version, self.info.version)
+            self._served_version, self._rewind_pending = served.version, True
+        elif verdict == served_state.UNKNOWN:
+            if reconnected or pending is None:  # an older export: a broken connection may be a restart
+                log.warning("the export does not say what the server holds (made before %r existed): after the "
+                            "broken connection, resending from the export's start position", served_state.HELD_OUTPUT)
+                self._rewind_pending = True
+        elif verdict == served_state.LOST:
+            log.warning("the server at %s holds none of the updates it acknowledged (up to sequence %d): it "
+                        "reloaded version %s (restarted); resending from the export's start position", self.target,
+                        self.last_sequence, served.version or self.info.version)
+            self._rewind_pending = True
+        elif verdict == served_state.OTHER_WRITER and served.held != pending:
+            self._conflict(served.held, self.last_sequence)
+            self.last_sequence = served.held
+        elif verdict == served_state.OTHER_WRITER:  # the failed call was applied: it holds the batch
+            self.last_sequence = served.held
+            return False
+        elif reconnected:
+            log.info("the server at %s still holds sequence %s: nothing resent", self.target, self.last_sequence)
+        return not self._rewind_pending
+
+    def _conflict(self, held: int, left: Optional[int]) -> None:
+        self.conflicts += 1
+        if time.time() >= self._next_conflict_log:
+            self._next_conflict_log = time.time() + 30.0
+            log.error("the server at %s holds sequence %d, but this follower left it at %d: another writer feeds "
+                      "it (a second follower of the same server?), or %s reaches several servers (a Service "
+                      "balancing replicas: only one of them would be kept fresh). Run one follower per server, "
+                      "next to it (a sidecar with --target 127.0.0.1:<port>)", self.target, held, left,
+                      self.target)
 
     def _send(self) -> None:
-        if not self._batch:
+        if not self._batch or self._rewind_pending:  # a pending rewind reads the batch again
             return
         batch, last = self._batch, self._last_header
         self._batch, self._batch_bytes, self._last_header = [], 0, None
         request = predict_pb2.PredictRequest()
         request.model_spec.name = self.model_name
         request.model_spec.signature_name = UPDATE_MESSAGE_SIGNATURE
+        if self.info.version.isdigit():  # to the version fed only: never to a newer one
+            request.model_spec.version.value = int(self.info.version)
         request.inputs["messages"].CopyFrom(tf.make_tensor_proto(batch, dtype=tf.string, shape=[len(batch)]))
-        try:
-            response = self._stub.Predict(request, timeout=self.rpc_timeout_secs)
-        except grpc.RpcError as e:
-            if e.code() in RETRIED:
-                self._wait_for_server(e)
-                self._rewind_pending = True
-            else:  # the server refused the batch (a message its graph does not take)
-                self.follower.refuse("failed", f"the server refused {len(batch)} message(s) up to sequence "
-                                               f"{last.sequence}: {e.code().name}: {e.details()}")
-            return
-        served = str(response.model_spec.version.value)
-        if response.model_spec.HasField("version") and served != self.info.version:
-            # TF Serving loaded another version (a newer export): it starts at that version's own position
-            log.warning("the server answers from version %s, not %s: following from that version's position",
-                        served, self.info.version)
-            self._served_version, self._rewind_pending = served, True
-            return
+        retried = False
+        while True:
+            if not self._check_server_state(last.sequence, reconnected=retried):
+                return
+            expected = self.last_sequence
+            try:
+                response = self._stub.Predict(request, timeout=self.rpc_timeout_secs)
+                break
+            except grpc.RpcError as e:
+                if e.code() not in RETRIED:  # the server refused the batch (a message its graph does not take)
+                    self.follower.refuse("failed", f"the server refused {len(batch)} message(s) up to sequence "
+                                                   f"{last.sequence}: {e.code().name}: {e.details()}")
+                    return
+                self._wait_for_server(e)  # then ask again: was it applied, did the server restart?
+                self._connection_lost, retried = False, True
+                if self.stop_event.is_set():
+                    return
         sequence = int(tf.make_ndarray(response.outputs["last_sequence"]))
         self.last_step = int(tf.make_ndarray(response.outputs["last_global_step"]))
         self.last_sequence = sequence
@@ -226,12 +308,21 @@ class TfServingTarget:
         if sequence != last.sequence:
             self.follower.refuse("failed", f"the server applied up to sequence {sequence}, sent up to "
                                            f"{last.sequence}")
+        if served_state.HELD_OUTPUT in response.outputs:  # what it held just before: a restart since the question
+            previous = int(tf.make_ndarray(response.outputs[served_state.HELD_OUTPUT]))
+            if expected is not None and previous != expected:
+                if previous == served_state.NOTHING_HELD:
+                    log.warning("the server at %s had reloaded its export just before this batch (it restarted): "
+                                "resending from the export's start position", self.target)
+                    self._rewind_pending = True
+                else:
+                    self._conflict(previous, expected)
 
     def _wait_for_server(self, error: Optional[grpc.RpcError]) -> None:
         """Retries with backoff until the server answers for the model again (or the follower stops)."""
         if error is not None:
-            log.warning("TF Serving at %s unavailable (%s: %s): retrying with backoff, then resending from the "
-                        "export's start position", self.target, error.code().name, error.details())
+            log.warning("TF Serving at %s unavailable (%s: %s): retrying with backoff, then asking what it "
+                        "holds", self.target, error.code().name, error.details())
         backoff, started = 0.5, time.time()
         while not self.stop_event.is_set():
             try:
@@ -257,7 +348,7 @@ class TfServingTarget:
         lag = "unknown" if follower.lag_messages is None else f"{follower.lag_messages} msgs"
         return (f"applied={self.acked} batches={self.batches} seq={self.last_sequence} step={self.last_step} "
                 f"lag={lag} behind={follower.behind or 'no'} refused={dict(follower.refused)} "
-                f"resends={self.resends}")
+                f"resends={self.resends} conflicts={self.conflicts}")
 
     def close(self) -> None:
         self._channel.close()
@@ -272,8 +363,8 @@ def define_flags() -> None:
                         "tensorflow_model_server); default: the export's model name.")
     flags.DEFINE_integer("max_batch_bytes", 4 << 20, "Messages sent in one Predict call at most this many bytes "
                          "(one message at least); keep it under the server's gRPC receive limit.")
-    flags.DEFINE_float("rpc_timeout_secs", 30.0, "Deadline of one Predict call; a call past it is retried as an "
-                       "outage (resend from the export's position).")
+    flags.DEFINE_float("rpc_timeout_secs", 30.0, "Deadline of one Predict call; a call past it is handled as an "
+                       "outage (wait for the server, then ask it what it holds).")
     flags.DEFINE_float("connect_timeout_secs", 60.0, "How long to wait at start for the server to answer before "
                        "exiting with an error (exit code 4).")
     flags.DEFINE_float("status_secs", 5.0, "Seconds between status lines in the log.")
