@@ -93,6 +93,10 @@ class TrainerView(Protocol):
     def read_variables(self, variables: Dict[Key, Any]) -> Dict[Key, np.ndarray]:
         """The current values of ``variables`` (a dict of the model's variables), as numpy."""
 
+    def read_step(self) -> int:
+        """The step now: a cluster's read from its ps at this call (``step`` is as of this trainer's last step
+        or status line: other trainers step meanwhile); a single process's own ``step``."""
+
 
 class Callback:
     """Called by the trainer on its own thread; keep each call short."""

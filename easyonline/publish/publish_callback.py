@@ -77,9 +77,17 @@ class IncrementalPublish(Callback):
             trainer.dispatch("on_publish", result)
 
     def _job(self, trainer: TrainerView, dense: bool, full_sync: bool = False) -> PublishJob:
+        """The keys trained since the last job, the dense values now, stamped with the step read after both.
+
+        A server started from an export at step S applies the messages stamped S or later (the exporter);
+        a row trained after the export's checkpoint read it was recorded after that read, so is drained by
+        a job whose step is read later still: at least S. In a cluster the other trainers step while the
+        chief saves and publishes: its own last step (``trainer.step``) can be below the checkpoint's
+        while the job holds rows trained after it, which is why the step is read now."""
         trained, deleted = self._started()[1].drain()
         values = trainer.read_variables(self._dense_vars) if dense else None
-        return PublishJob(trainer.step, time.time(), dict(trainer.positions), values, trained, deleted, full_sync)
+        step = trainer.read_step()
+        return PublishJob(step, time.time(), dict(trainer.positions), values, trained, deleted, full_sync)
 
     def _maybe_publish(self, trainer: TrainerView) -> None:
         publisher = self._started()[0]

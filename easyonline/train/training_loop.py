@@ -162,6 +162,10 @@ class TrainingLoop:
         """The current values of ``variables`` (a dict of the model's variables), as numpy."""
         return self.engine.read_variables(variables)
 
+    def read_step(self) -> int:
+        """The step now (a cluster's: read from its ps at this call)."""
+        return self.engine.read_step()
+
     def shrink(self) -> Dict[str, np.ndarray]:
         """Evicts per the tables' eviction policies now; returns {table: evicted keys}, also kept in ``evicted``."""
         evicted = shrink_tables(self.model.tables, self.clock() - STATS_EPOCH,
