@@ -72,6 +72,7 @@ class SessionEngine:
         self.trainer_index = cluster.trainer_index
         self.name = "chief" if cluster.is_chief else f"worker {cluster.task_index}"
         self.writes_model_dir = cluster.is_chief  # the workers write only their status files
+        self.trainers = cluster.num_trainers
         train = config.train_config
         self.graph = TrainGraph(config, self.specs, cluster)
         self.model = self.graph.model
@@ -253,6 +254,11 @@ class SessionEngine:
 
     def table_ops(self) -> SessionTableOps:
         return SessionTableOps(self._session_run, self.graph.table_access)
+
+    def bounded_sizes(self, tables: Sequence[str]) -> Dict[str, Tuple[int, int]]:
+        """Every table's two sizes in one session run (one round trip per ps)."""
+        sizes = self._session_run({table: self.graph.table_access.sizes[table] for table in tables})
+        return {table: (int(rows), int(stats)) for table, (rows, stats) in sizes.items()}
 
     def read_variables(self, variables: Dict) -> Dict:
         return self._session_run(dict(variables))

@@ -16,7 +16,7 @@ tf = ensure_legacy_keras()
 
 class TableAccess:
     """The ops: lookup and export of every table; export, remove and upsert of every evicting table's
-    parameters, optimizer slots and statistics. Build inside the training graph, after its optimizer."""
+    parameters, optimizer slots and statistics, and its sizes. Build inside the training graph, after its optimizer."""
 
     def __init__(self, tables):
         v1 = tf.compat.v1
@@ -30,9 +30,11 @@ class TableAccess:
         self.export_shards = {name: [shard.export() for shard in table.params.tables]
                               for name, table in tables.embeddings.items()}
         self.variables: Dict[str, Dict] = {}
+        self.sizes: Dict[str, Tuple] = {}  # (rows, statistics) of every evicting table: size_bound.py's checks
         for name in tables.embeddings:
             if tables.table_spec(name).eviction is None:
                 continue
+            self.sizes[name] = (tables.embeddings[name].params.size(), tables.statistics[name].size())
             for variable in [tables.embeddings[name].params, tables.statistics[name], *tables.slot_variables(name)]:
                 values_in = v1.placeholder(tf.float32, [None, variable.dim])
                 self.variables[variable.name] = {"export": variable.export(), "values_in": values_in,

@@ -45,24 +45,33 @@ class EagerTableOps:
 
 
 def shrink_table(tables: DynamicTables, table: str, now: float, seconds_per_day: float,
-                 ops: TableOps = EagerTableOps()) -> np.ndarray:
-    """Applies the table's eviction config; returns the evicted keys that had rows."""
+                 ops: TableOps = EagerTableOps(), cap_only: bool = False) -> np.ndarray:
+    """Applies the table's eviction config; returns the evicted keys that had rows.
+
+    ``cap_only``: only ``max_size`` (rows, and statistics at STATS_PER_ROW x max_size), without the decay
+    and the delete rules: the trim that keeps a table within its bound between scheduled shrinks
+    (size_bound.py). Decay is per scheduled shrink, so a trim that ran as often as the table grows must not
+    decay; the ranking is the same as a shrink's.
+    """
     policy = tables.table_spec(table).eviction
     stats = tables.statistics[table]
     keys, values = ops.export(stats)
-    values = values.copy()
-    values[:, SHOW] *= policy.show_click_decay_rate
-    values[:, CLICK] *= policy.show_click_decay_rate
-    score = show_click_score(values[:, SHOW], values[:, CLICK], policy.nonclk_coeff, policy.click_coeff)
-    delete = score < policy.delete_threshold
-    if policy.delete_after_unseen_days > 0:
-        delete |= (now - values[:, LAST_SEEN]) > policy.delete_after_unseen_days * seconds_per_day
+    if cap_only:
+        score = show_click_score(values[:, SHOW], values[:, CLICK], policy.nonclk_coeff, policy.click_coeff)
+        delete = np.zeros(len(keys), bool)
+    else:
+        values = values.copy()
+        values[:, SHOW] *= policy.show_click_decay_rate
+        values[:, CLICK] *= policy.show_click_decay_rate
+        score = show_click_score(values[:, SHOW], values[:, CLICK], policy.nonclk_coeff, policy.click_coeff)
+        delete = score < policy.delete_threshold
+        if policy.delete_after_unseen_days > 0:
+            delete |= (now - values[:, LAST_SEEN]) > policy.delete_after_unseen_days * seconds_per_day
     layer = tables.embeddings[table]
     row_keys = ops.export(layer.params)[0]
     if policy.max_size and len(row_keys) > policy.max_size:
         # Rank the surviving rows by score, then recency; ids without statistics rank last.
-        position = {int(k): i for i, k in enumerate(keys)}
-        index = np.array([position.get(int(k), -1) for k in row_keys], np.int64)
+        index = _positions_in(keys, row_keys)
         has = index >= 0
         safe = np.where(has, index, 0)  # any valid index where a row has no statistics (masked out below)
         row_score = np.where(has, score[safe], -np.inf) if len(keys) else np.full(len(row_keys), -np.inf)
@@ -91,9 +100,19 @@ def shrink_table(tables: DynamicTables, table: str, now: float, seconds_per_day:
         ops.remove(slot, evicted)
     ops.remove(stats, keys[delete])
     keep = ~delete
-    if keep.any():
+    if keep.any() and not cap_only:  # (a trim changed no value: nothing to write back)
         ops.upsert(stats, keys[keep], values[keep])
     return evicted
+
+
+def _positions_in(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The index of each of ``wanted`` in ``keys`` (distinct), -1 where absent; vectorised, as a trim runs
+    whenever a table outgrows its slack and a Python loop over a million keys takes a second."""
+    if not len(keys):
+        return np.full(len(wanted), -1, np.int64)
+    order = np.argsort(keys, kind="stable")
+    at = np.minimum(np.searchsorted(keys[order], wanted), len(keys) - 1)
+    return np.where(keys[order][at] == wanted, order[at], -1).astype(np.int64)
 
 
 def shrink_tables(tables: DynamicTables, now: float, seconds_per_day: float,

@@ -47,6 +47,7 @@ class EagerEngine:
 
     writes_model_dir = True
     can_checkpoint = True
+    trainers = 1
 
     def __init__(self, loop: LoopState):
         self._loop = loop
@@ -84,6 +85,7 @@ class EagerEngine:
         self._table_rows: Optional[TableRows] = None
         # Held while a step writes the tables: the publisher's and base saves' exports take it (publish/snapshot.py)
         self._writing = threading.Lock()
+        self._sizes_steps: Dict[Tuple[str, ...], Any] = {}
         self._build_variables()
         self.restored_from = self._restore()
         # Counted in Python and written to the checkpoint's variables when it is saved: two variable
@@ -276,6 +278,19 @@ class EagerEngine:
 
     def table_ops(self) -> TableOps:
         return EagerTableOps()
+
+    def bounded_sizes(self, tables: Sequence[str]) -> Dict[str, Tuple[int, int]]:
+        """One traced call for every table's two sizes: 52 eager size() calls (26 tables and their statistics)
+        took ~14 ms, this ~0.6 ms."""
+        key = tuple(tables)
+        step = self._sizes_steps.get(key)
+        if step is None:
+            embeddings, statistics = self.model.tables.embeddings, self.model.tables.statistics
+            step = self._sizes_steps[key] = tf.function(
+                lambda: tf.stack([tf.stack([embeddings[t].params.size(), statistics[t].size()]) for t in key]),
+                autograph=False).get_concrete_function()
+        sizes = step().numpy() if key else np.zeros((0, 2), np.int64)
+        return {table: (int(rows), int(stats)) for table, (rows, stats) in zip(key, sizes)}
 
     def read_variables(self, variables: Dict) -> Dict:
         return {key: var.numpy() for key, var in variables.items()}

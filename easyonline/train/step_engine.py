@@ -12,7 +12,7 @@ An engine owns building the model, restoring and saving it (through its one
 predictions out), the counts of steps and samples (this process's, or the
 cluster's), and reading the tables (sizes, rows for publishing, eviction).
 """
-from typing import Any, Callable, Dict, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -51,6 +51,7 @@ class StepEngine(Protocol):
       step: batches trained so far (a cluster's: every trainer's, as of this trainer's last step or refresh).
       can_checkpoint: False once the parameters are lost (a parameter server died).
       writes_model_dir: whether this process writes checkpoints and updates to model_dir (and holds its lock).
+      trainers: how many trainers step the tables (1 in a single process): size_bound.py's headroom estimate.
     """
 
     model: Any
@@ -61,6 +62,7 @@ class StepEngine(Protocol):
     step: int
     can_checkpoint: bool
     writes_model_dir: bool
+    trainers: int
 
     @property
     def metrics(self) -> WindowFigures:
@@ -120,6 +122,10 @@ class StepEngine(Protocol):
 
     def table_ops(self) -> TableOps:
         """How eviction reads and writes the tables."""
+
+    def bounded_sizes(self, tables: Sequence[str]) -> Dict[str, Tuple[int, int]]:
+        """(rows, statistics) of each of ``tables`` (tables with an eviction config), in one call: the size
+        checks of embedding/size_bound.py."""
 
     def read_variables(self, variables: Dict) -> Dict:
         """The current values of ``variables`` (a dict of the model's variables), as numpy."""

@@ -23,7 +23,8 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.callbacks import Callback, TrainerView
 from easyonline.core.stop_signal import StopSignal
 from easyonline.embedding.dynamic_tables import STATS_EPOCH
-from easyonline.embedding.eviction import shrink_tables
+from easyonline.embedding.eviction import shrink_table, shrink_tables
+from easyonline.embedding.size_bound import SizeBounds
 from easyonline.features import build_feature_specs
 from easyonline.inputs import Prefetcher
 from easyonline.inputs.bad_input import BadInputMonitor
@@ -130,6 +131,10 @@ class TrainingLoop:
         self.changes = self.engine.changes
         self.restored_from = self.engine.restored_from  # the checkpoint this run started from, or None
         self.last_checkpoint = self.restored_from
+        # tables with an eviction max_size, kept within it between shrinks (embedding/size_bound.py); by the
+        # process that writes model_dir and publishes (a cluster's chief)
+        self.size_bounds = SizeBounds(self.specs, self.engine.trainers)
+        self.trims = 0  # trims to max_size that evicted rows, since start
 
     # --- what callbacks read and call ------------------------------------------------------
     @property
@@ -170,13 +175,39 @@ class TrainingLoop:
         """Evicts per the tables' eviction policies now; returns {table: evicted keys}, also kept in ``evicted``."""
         evicted = shrink_tables(self.model.tables, self.clock() - STATS_EPOCH,
                                 self.config.train_config.seconds_per_day, self.engine.table_ops())
-        for table, keys in evicted.items():
-            self.evicted[table] = np.union1d(self.evicted.get(table, np.zeros(0, np.int64)), keys)
-        self.changes.record_deleted(evicted)
+        self._record_evicted(evicted)
         if evicted:
             log.info("shrink evicted %s", {t: len(k) for t, k in evicted.items()})
             self.dispatch("on_shrink", evicted)
         return evicted
+
+    def evict_over_max_size(self, exact: bool = False) -> Dict[str, np.ndarray]:
+        """Trims every table above its ``max_size`` ceiling (``exact``: above max_size) back to max_size, ranked
+        as a shrink ranks, without its decay or delete rules (embedding/size_bound.py); returns {table:
+        evicted keys}, published as deletes like a shrink's. Nothing in a cluster's other trainers."""
+        if not self.size_bounds or not self.engine.writes_model_dir:
+            return {}
+        tables = list(self.size_bounds.limits)
+        sizes = self.engine.bounded_sizes(tables)
+        over = self.size_bounds.over(sizes, exact)
+        evicted = {table: shrink_table(self.model.tables, table, 0.0, 1.0, self.engine.table_ops(), cap_only=True)
+                   for table in over}
+        if over:
+            sizes = self.engine.bounded_sizes(tables)
+        self.size_bounds.measured(sizes)
+        evicted = {table: keys for table, keys in evicted.items() if len(keys)}
+        self._record_evicted(evicted)
+        if evicted:
+            self.trims += 1
+            log.debug("trim to max_size evicted %s", {t: len(k) for t, k in evicted.items()})
+            self.dispatch("on_shrink", evicted)
+        return evicted
+
+    def _record_evicted(self, evicted: Dict[str, np.ndarray]) -> None:
+        """Keeps the keys in ``evicted`` and records them as deletes for publishing and deltas."""
+        for table, keys in evicted.items():
+            self.evicted[table] = np.union1d(self.evicted.get(table, np.zeros(0, np.int64)), keys)
+        self.changes.record_deleted(evicted)
 
     def save_checkpoint(self) -> Optional[str]:
         """Checkpoints the model with the positions every update in it is after, then commits them to the
@@ -184,6 +215,7 @@ class TrainingLoop:
         if not self.engine.writes_model_dir:
             return self.last_checkpoint
         self._check_writer_lock()
+        self.evict_over_max_size(exact=True)  # a checkpoint (and an export of it) holds at most max_size rows
         path, positions = self.engine.save(self.positions, stream_topic(self.config), self.topic_id)
         if self.source is not None:
             self.source.commit(positions)
@@ -319,7 +351,10 @@ class TrainingLoop:
         probs = None
         if parsed.size:
             probs = self.engine.train_and_count(raw, parsed)
-            self.changes.record_batch(parsed.host_features())
+            features = parsed.host_features()
+            self.changes.record_batch(features)
+            if self.size_bounds.count(features):
+                self.evict_over_max_size()
         else:
             self.engine.count(0)
         self.positions = raw.positions

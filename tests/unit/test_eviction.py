@@ -164,3 +164,14 @@ def test_max_size_with_rows_but_no_statistics_at_all():
     # rows restored from a checkpoint without statistics, then shrunk before any batch: 3 rows, cap 2
     table = Table("max_size: 2", rows=[1, 2, 3], stats={})
     assert len(table.shrink()) == 1 and len(table.rows()) == 2
+
+
+def test_cap_only_trims_to_max_size_without_decay_or_delete_rules():
+    table = Table("max_size: 2 show_click_decay_rate: 0.5 delete_threshold: 5 delete_after_unseen_days: 1",
+                  rows=[1, 2, 3], stats={1: (1, 0, 0), 2: (1, 1, 5), 3: (1, 0, 20), 7: (2, 0, 1)})
+    # a trim ranks as a shrink (2: 1.0; 3: 0.1 seen at 20; 1: 0.1 seen at 0) but no score is below a
+    # threshold there and nothing is unseen: only the row over the cap goes; the statistics keep their values
+    evicted = shrink_table(table.tables, "item", now=100.0, seconds_per_day=DAY, cap_only=True)
+    assert sorted(evicted.tolist()) == [1]
+    assert sorted(table.rows()) == [2, 3] and table.slot_keys() == [[2, 3], [2, 3]]
+    assert table.stats() == {2: (1.0, 1.0, 5.0), 3: (1.0, 0.0, 20.0), 7: (2.0, 0.0, 1.0)}
