@@ -4,7 +4,9 @@ Each message is ``update-<stream id>-<sequence>.pb`` plus an empty ``.done``
 file written after it: a reader only takes messages whose done-file exists,
 so it never sees half a file even on stores without atomic rename. The
 stream id in the name means a new stream (numbered from 1 again) never
-collides with an old one's files.
+collides with an old one's files. After each send, ``LATEST`` names the
+newest message ("<stream id> <sequence>"): a reader at the head of that stream
+polls by reading it, not by listing the directory (readers.py).
 
 Retention: after a send (at most every ``CLEAN_EVERY_SECS``) and at close,
 the writer deletes the oldest files beyond the newest ``retention_messages``
@@ -16,7 +18,7 @@ import logging
 import time
 from typing import List, Optional, Tuple
 
-from easyonline.updates.readers import DONE_SUFFIX, header_of, list_update_files, update_file_name
+from easyonline.updates.readers import DONE_SUFFIX, LATEST_FILE, header_of, latest_text, list_update_files, update_file_name
 from easyonline.utils import fileio
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,7 @@ class DirectorySink:
         """Writes (sequence, message) pairs in order; a file of the same stream and number with other bytes is
         another publisher's (two models in one directory): ValueError, nothing overwritten."""
         del key
+        newest = None
         for sequence, data in messages:
             header = header_of(data)
             stream_id = header.stream_id if header is not None else 0
@@ -51,6 +54,9 @@ class DirectorySink:
                                  f"{self.directory}; give each model its own incr_save_dir")
             fileio.write_bytes_atomic(path, data)
             fileio.write_bytes_atomic(path + DONE_SUFFIX, b"")
+            newest = (stream_id, sequence)
+        if newest is not None:  # after the messages' done-files: every message it names is complete
+            fileio.write_bytes_atomic(fileio.join(self.directory, LATEST_FILE), latest_text(*newest))
         if time.time() >= self._next_clean:
             self.clean()
 

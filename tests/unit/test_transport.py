@@ -95,8 +95,9 @@ def test_directory_sink_and_reader_round_trip(tmp_path):
     first, second = _messages(1, step=10)[0], _messages(2, step=20)[0]
     sink.send([(1, first), (2, second)], key=b"m")
     assert sorted(p.name for p in (tmp_path / "updates").iterdir()) == [  # named by stream (77) and sequence
-        "update-00000000000000000077-000000000001.pb", "update-00000000000000000077-000000000001.pb.done",
+        "LATEST", "update-00000000000000000077-000000000001.pb", "update-00000000000000000077-000000000001.pb.done",
         "update-00000000000000000077-000000000002.pb", "update-00000000000000000077-000000000002.pb.done"]
+    assert (tmp_path / "updates" / "LATEST").read_text() == "77 2\n"  # the newest message, for readers' polls
 
     reader = open_reader(StreamLocation.from_config(incr))
     assert isinstance(reader, DirectoryUpdateReader) and reader.next_sequence == 1  # start 0 reads from sequence 1
