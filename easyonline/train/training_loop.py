@@ -38,6 +38,7 @@ from easyonline.train.task_figures import TaskFigures, summary_lines
 
 tf = ensure_legacy_keras()
 log = logging.getLogger(__name__)
+TRIM_LOG_SECS = 60.0  # trims to max_size are logged at most this often (summed)
 
 
 @dataclasses.dataclass
@@ -135,6 +136,8 @@ class TrainingLoop:
         # process that writes model_dir and publishes (a cluster's chief)
         self.size_bounds = SizeBounds(self.specs, self.engine.trainers)
         self.trims = 0  # trims to max_size that evicted rows, since start
+        self._trimmed: Dict[str, int] = {}  # rows trimmed per table since the last log line about them
+        self._trim_log_at = 0.0
 
     # --- what callbacks read and call ------------------------------------------------------
     @property
@@ -199,7 +202,11 @@ class TrainingLoop:
         self._record_evicted(evicted)
         if evicted:
             self.trims += 1
-            log.debug("trim to max_size evicted %s", {t: len(k) for t, k in evicted.items()})
+            for table, keys in evicted.items():
+                self._trimmed[table] = self._trimmed.get(table, 0) + len(keys)
+            if time.time() >= self._trim_log_at:  # the first trim, then at most once a minute: they may be many
+                log.info("trim to max_size evicted %s rows (%d trims since start)", self._trimmed, self.trims)
+                self._trimmed, self._trim_log_at = {}, time.time() + TRIM_LOG_SECS
             self.dispatch("on_shrink", evicted)
         return evicted
 
