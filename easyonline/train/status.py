@@ -15,13 +15,18 @@ def _fmt(value: Optional[float], spec: str) -> str:
 
 
 class StatusReporter:
-    """Call ``maybe_report`` often; it logs only every ``interval_secs``."""
+    """Call ``due`` often and ``report`` when it says so.
 
-    def __init__(self, interval_secs: float, summary_dir: Optional[str] = None):
+    ``start_samples``: what the samples count was when this run began (restored with the checkpoint). The
+    rate counts from there: from 0, the first line after a restart showed every sample the model had ever
+    trained as trained in this run's first seconds (``rate=75481/s`` with nothing trained yet).
+    """
+
+    def __init__(self, interval_secs: float, summary_dir: Optional[str] = None, start_samples: int = 0):
         self._interval = interval_secs
         self._writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
         self._last_time = time.time()
-        self._last_samples = 0
+        self._last_samples = start_samples
         self.lines = 0
 
     def due(self) -> bool:

@@ -294,9 +294,9 @@ class TrainingLoop:
         source = self.source = self._source or self.make_source()
         prefetcher = Prefetcher(source, lambda raw: raw.parsed if raw.parsed is not None
                                 else self.parser.parse(raw.lines))
-        status = StatusReporter(train.log_step_count_secs, self.engine.status_dir())
         start_time, start_cpu = time.time(), cpu_seconds()
         start_samples = self.engine.samples_at_start()
+        status = StatusReporter(train.log_step_count_secs, self.engine.status_dir(), start_samples)
         self.positions = dict(source.start_offsets)
         self.topic_id = source.topic_id
         self.offsets_skipped = source.offsets_skipped

@@ -268,3 +268,34 @@ def test_a_topic_change_with_a_checkpoint_is_refused_or_starts_the_new_topic_as_
     moved.kafka_train_input.on_topic_change = moved.kafka_train_input.FAIL
     again = build_trainer(moved, online=False).run()
     assert again.samples == 0 and again.start == "checkpoint"
+
+
+class StopAfterSeconds(Callback):
+    """Stops the trainer ``seconds`` after its start (at a tick: no batch needs to come)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.started = None
+
+    def on_train_begin(self, trainer):
+        self.started = time.time()
+
+    def on_tick(self, trainer):
+        if time.time() - self.started >= self.seconds:
+            trainer.stop("test: enough status lines")
+
+
+def test_the_rate_after_a_restart_counts_only_this_runs_samples(broker, topic, tmp_path, caplog):
+    """Issue 54: the first status line after a restart said rate=75481/s with nothing trained yet (the rate
+    counted every restored sample as trained in this run's first interval)."""
+    import logging
+    _stream_to(broker, topic, 4000)
+    config = online_config(tmp_path / "m", broker.bootstrap, topic, **FAST)
+    assert build_trainer(config, online=False).run().samples == 4000  # caught up: a checkpoint at 4000
+    config.train_config.log_step_count_secs = 0.2
+    with caplog.at_level(logging.INFO, logger="easyonline.status"):
+        summary = build_trainer(config, online=True, callbacks=[StopAfterSeconds(1.5)]).run()
+    assert summary.samples == 0  # nothing new in the topic
+    lines = [r.getMessage() for r in caplog.records if r.name == "easyonline.status"]
+    assert lines and all("samples=4000 " in l for l in lines), lines
+    assert all(" rate=0/s " in l for l in lines), lines
