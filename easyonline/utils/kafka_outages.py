@@ -10,7 +10,10 @@ update publisher: its error line, once a minute), so ``ConnectionWatch``, a
 filter on kafka-python's connection loggers, drops those records and keeps
 only what the report needs: when the failures began and the last reason. A
 connection that completes (kafka-python's ``Connected``, logged at INFO,
-which the filter sees and drops too) ends the outage. Other records (an
+which the filter sees and drops too) ends the outage. A broker that holds its
+connections open and answers nothing (frozen, overloaded) shows as requests
+timing out, the fetches and metadata refreshes each one ERROR line: folded
+too (reason ``timed out``). Other records (an
 authentication failure, a protocol error) pass as before.
 
 The state is per process (kafka-python's records do not say which client
@@ -37,6 +40,10 @@ _DIED = ("%s: Abort (%s)", "%s: Error receiving network data closing socket")
 _FETCH_FAILED = "Fetch to node %s failed: %s"
 # and the metadata refreshes that meet the dead broker (kafka.cluster, folded only when the cause is the connection)
 _METADATA_FAILED = "Metadata refresh: failed %s"
+# Causes of those two that are the connection: refused or lost (KafkaConnectionError), or a broker that holds
+# the connection open and answers nothing (frozen, overloaded: RequestTimedOutError, each request's ~10 s
+# timeout; serving's log had 14 such E lines in 50 s). Anything else (an authorization error) passes.
+_CONNECTION_CAUSES = re.compile(r"Connection|RequestTimedOut|timed out|NodeNotReady|socket disconnected")
 CONNECTION_LOGGERS += ("kafka.consumer.fetcher", "kafka.cluster")
 _CONNECTED = "%s: Connected"
 # What an operator reads for the errors' own words.
@@ -76,7 +83,7 @@ class ConnectionWatch(logging.Filter):
                 self._since, self._reason = None, None
             return False
         if msg in _FAILED or msg in _DIED or (isinstance(msg, str) and msg.startswith(_FAILED_PREFIX)) or \
-                (msg in (_FETCH_FAILED, _METADATA_FAILED) and "Connection" in record.getMessage()):
+                (msg in (_FETCH_FAILED, _METADATA_FAILED) and _CONNECTION_CAUSES.search(record.getMessage())):
             reason, now = _reason(record), time.time()
             with self._lock:
                 if self._since is None:
