@@ -7,7 +7,9 @@ launch of every training step; in a child process it runs on the other core
 without contention. The child sends each batch as one joined bytes blob plus
 its positions; commits go the other way. The child is started with "spawn"
 (forking a process that runs TensorFlow threads is unsafe) and imports no
-TensorFlow.
+TensorFlow. It ignores SIGINT and SIGTERM (a terminal's Ctrl-C signals the
+whole process group): the trainer stops cleanly and then closes it; a trainer
+that dies takes it along (SIGKILL, PR_SET_PDEATHSIG).
 
 Given a ``VectorCsvParser`` the child also parses each batch (in C, or numpy
 where the C decoder was not built; features, not lines, cross over), so the
@@ -18,6 +20,7 @@ goes over as lines, for CsvParser. Parsed batches cross in shared memory
 import multiprocessing
 import os
 import queue
+import signal
 import time
 from typing import Dict, Optional, Tuple
 
@@ -28,7 +31,7 @@ from easyonline.inputs.kafka_input import KafkaInput
 from easyonline.inputs.raw_batch import BatchSource, BlobLines, RawBatch
 from easyonline.protos import pipeline_pb2
 from easyonline.utils import garbage
-from easyonline.utils.child_process import die_with_parent
+from easyonline.utils.child_process import die_with_parent, ignore_stop_signals, stop_signals_blocked
 
 # The reader's errors the trainer raises as they are (each carries its exit code); others: RuntimeError.
 _KNOWN_ERRORS = {"BrokerUnreachableError": BrokerUnreachableError, "KafkaAccessError": KafkaAccessError}
@@ -39,8 +42,11 @@ def _child(kafka_bytes: bytes, batch_size: int, batch_timeout_ms: int, checkpoin
            commands: "multiprocessing.Queue", partition_share=None, trainer_pid: int = 0,
            checkpoint_topic: str = "", slots_spec: Optional[Tuple[str, int, int]] = None,
            checkpoint_topic_id: str = "") -> None:
+    # Ctrl-C (or SIGTERM to the process group) is the trainer's to handle: it stops cleanly and then closes
+    # this reader. A reader that died of it first made the trainer fail ("the Kafka reader process died").
+    ignore_stop_signals()
     # A trainer killed outright (SIGKILL, the OOM killer) cannot close its reader: it must not live on.
-    die_with_parent()
+    die_with_parent(signal.SIGKILL)  # (SIGTERM is ignored above)
     if trainer_pid and os.getppid() != trainer_pid:
         return  # the trainer died before the line above took effect
     kafka = pipeline_pb2.KafkaInput.FromString(kafka_bytes)
@@ -147,7 +153,8 @@ class KafkaReaderProcess(BatchSource):
             args=(kafka.SerializeToString(), batch_size, batch_timeout_ms, checkpoint_positions, path,
                   max_message_bytes, vector_parser, self._batches, self._commands, partition_share, os.getpid(),
                   checkpoint_topic, slots_spec, checkpoint_topic_id))
-        self._process.start()
+        with stop_signals_blocked():  # the child starts ignoring them (see _child)
+            self._process.start()
         try:
             first = self._batches.get(timeout=start_timeout)
         except queue.Empty:
@@ -209,7 +216,7 @@ class KafkaReaderProcess(BatchSource):
             self._commands.put(("close",))
             self._process.join(timeout=15)
         if self._process.is_alive():
-            self._process.terminate()
+            self._process.kill()  # (it ignores SIGTERM)
             self._process.join(timeout=5)
         if self._slots is not None:
             self._slots.close()

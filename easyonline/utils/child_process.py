@@ -3,9 +3,45 @@ import ctypes
 import signal
 
 
-def die_with_parent() -> None:
-    """Linux, as a Popen preexec_fn or first thing in a child: SIGTERM when the process that started it dies."""
+def die_with_parent(signum: int = signal.SIGTERM) -> None:
+    """Linux, as a Popen preexec_fn or first thing in a child: ``signum`` when the process that started it dies.
+
+    A child that ignores SIGTERM (``ignore_stop_signals``) must ask for SIGKILL.
+    """
     try:
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6").prctl(1, signum)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+#: The signals a terminal (Ctrl-C), ``kill -- -PGID`` or systemd (KillMode=control-group) send to every process
+#: of the group; a helper child must leave them to the parent, which stops it when it is done with it.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def ignore_stop_signals() -> None:
+    """First thing in a helper child: ignore SIGINT/SIGTERM (also any already pending), then unblock them.
+
+    Its parent starts it with them blocked (``stop_signals_blocked``), so that one arriving while the child's
+    interpreter starts is neither lost by the parent nor a KeyboardInterrupt in the child. Ignored, not in a
+    process group of its own: systemd signals the whole cgroup whatever the group. Pair with
+    ``die_with_parent(signal.SIGKILL)``.
+    """
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+class stop_signals_blocked:  # pylint: disable=invalid-name  (used as a context manager, like a function)
+    """Around starting a helper child: SIGINT/SIGTERM blocked in this thread, which the child inherits.
+
+    One that arrives meanwhile waits, and is handled here (the trainer's clean stop) once unblocked.
+    """
+
+    def __enter__(self):
+        self._before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        return self
+
+    def __exit__(self, *exc):
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._before)
+        return False
