@@ -3,12 +3,13 @@
 Parse errors are turned into :class:`ConfigError` naming the dotted path of
 the offending field, which protobuf's own message (a line and column) lacks.
 """
+import difflib
 import json
 import logging
 import re
 from typing import Any, Dict, List, Union
 
-from google.protobuf import descriptor, json_format, text_format
+from google.protobuf import descriptor, descriptor_pool, json_format, text_format
 
 from easyonline.core.errors import ConfigError
 from easyonline.config.easyrec_compat import normalize, read_easyrec_text
@@ -74,8 +75,43 @@ def parse_pipeline_config(text: str, source: str = "<string>") -> pipeline_pb2.P
             named = re.search(r"([A-Za-z_]\w*)\s*:\s*$", before)
             if named:
                 path.append(named.group(1))
-        raise ConfigError(".".join(path) or "<top>", f"{source}:{line}:{column}: {message}") from None
+        raise ConfigError(".".join(path) or "<top>", f"{source}:{line}:{column}: {_explained(message)}") from None
     return config
+
+
+_POSITION = re.compile(r"^\d+:\d+ : ")
+_NO_FIELD = re.compile(r'Message type "([\w.]+)" has no field named "(\w+)"')
+_NO_VALUE = re.compile(r'Enum type "([\w.]+)" has no value named (\w+)')
+
+
+def _explained(message: str) -> str:
+    """protobuf's parse error without the position it starts with (the caller says ``file:line:column``
+    once), and for an unknown field or enum value the closest names that exist (a typo is the usual cause;
+    --edit_config_json lists the fields too)."""
+    message = _POSITION.sub("", message)
+    pool = descriptor_pool.Default()
+    try:
+        field = _NO_FIELD.search(message)
+        if field:
+            names = list(pool.FindMessageTypeByName(field.group(1)).fields_by_name)
+            return message + _closest(field.group(2), names)
+        value = _NO_VALUE.search(message)
+        if value:
+            names = list(pool.FindEnumTypeByName(value.group(1)).values_by_name)
+            return message + _closest(value.group(2), names)
+    except KeyError:  # a type of another pool: the message as protobuf has it
+        pass
+    return message
+
+
+def _closest(name: str, names: List[str]) -> str:
+    """" Did you mean a, b or c?" naming the known names closest to ``name``; the known names when none is close."""
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if len(close) > 1:
+        return f" Did you mean {', '.join(close[:-1])} or {close[-1]}?"
+    if close:
+        return f" Did you mean {close[0]}?"
+    return f" (known: {', '.join(sorted(names))})"
 
 
 def load_pipeline_config(path: str, edit_config_json: str = "") -> pipeline_pb2.PipelineConfig:

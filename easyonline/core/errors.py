@@ -81,3 +81,13 @@ class ModelDirLockedError(EasyOnlineError, RuntimeError):
 
 class KerasVersionError(ImportError):
     """Raised when ``tf.keras`` is Keras 3, which TFRA cannot train with."""
+
+
+def error_text(error: BaseException) -> str:
+    """``Name: message`` for a log line or status, the name once: kafka-python's errors already start their
+    text with their class name (``KafkaTimeoutError: Failed to update metadata``), which lines formatting
+    ``f"{type(e).__name__}: {e}"`` printed twice."""
+    name, text = type(error).__name__, str(error)
+    if not text:
+        return name
+    return text if text.startswith(name) else f"{name}: {text}"

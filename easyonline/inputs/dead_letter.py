@@ -21,6 +21,7 @@ from typing import Any, Dict, Optional, Tuple
 from kafka import KafkaProducer
 
 from easyonline.config.kafka_settings import bootstrap_servers, connect_timeout, security_settings
+from easyonline.core.errors import error_text
 from easyonline.core.rejections import rejection_kind
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class DeadLetterSink:
             return True
         except Exception as e:  # pylint: disable=broad-except
             self._retry_at = time.time() + RETRY_SECS
-            self._connect_error = f"{type(e).__name__}: {e}"
+            self._connect_error = error_text(e)
             return False
 
     def _send_one(self, item: Tuple[bytes, str]) -> None:

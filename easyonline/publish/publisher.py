@@ -30,6 +30,7 @@ from typing import Deque, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from easyonline.updates.param_ids import ParameterIds
+from easyonline.core.errors import error_text
 from easyonline.core.lease import ModelDirLease
 from easyonline.publish.nonfinite import NonFiniteGuard
 from easyonline.publish.snapshot import TableRows, full_sync_pieces, take_snapshot
@@ -185,7 +186,7 @@ class UpdatePublisher:
         return self._deadline is not None and time.time() > self._deadline
 
     def _failed(self, what: str, error: Exception, backoff: float) -> float:
-        message = f"{what} {self.sink.description} failed: {type(error).__name__}: {error}"
+        message = f"{what} {self.sink.description} failed: {error_text(error)}"
         now = time.time()
         if self.error is None:
             self.error_since = now

@@ -36,6 +36,7 @@ from google.protobuf import json_format
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from easyonline.export.layout import SERVING_SIGNATURE, UPDATE_MESSAGE_SIGNATURE, UPDATE_SIGNATURE
+from easyonline.serve.input_names import uneven_instance
 from easyonline.serve.loaded_export import LoadedExport
 from easyonline.serve.request_limits import BadRequest, TooManyRows, check_json_inputs
 from easyonline.serve.update_follower import UpdateFollower
@@ -52,9 +53,10 @@ def request_inputs(body: dict) -> Tuple[Dict[str, list], bool]:
         rows = body["instances"]
         if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
             raise BadRequest('"instances" must be a non-empty list of objects {input: value}')
+        uneven = uneven_instance(rows)
+        if uneven:
+            raise BadRequest(uneven)
         names = set(rows[0])
-        if any(set(r) != names for r in rows):
-            raise BadRequest("every instance must have the same inputs")
         return {name: [r[name] for r in rows] for name in names}, True
     columns = body["inputs"]
     if not isinstance(columns, dict) or not columns:

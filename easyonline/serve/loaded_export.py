@@ -22,6 +22,7 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.export.export_info import ExportInfo
 from easyonline.export.layout import ASSETS_DIR, PREDICTIONS_FILE, SAVED_MODEL_FILE, STOCK_SERVING_KEY
 from easyonline.protos import update_pb2
+from easyonline.serve.input_names import name_mismatch
 from easyonline.updates.apply_rules import message_changes
 
 tf = ensure_legacy_keras()
@@ -98,12 +99,9 @@ class LoadedExport:
 
     def predict(self, inputs: Dict[str, List]) -> Dict[str, np.ndarray]:
         """``inputs``: one equally long list per input; raises ValueError naming a bad or missing input."""
-        missing = sorted(set(self.inputs) - set(inputs))
-        if missing:
-            raise ValueError(f"missing input(s) {missing}; the model takes {sorted(self.inputs)}")
-        unknown = sorted(set(inputs) - set(self.inputs))
-        if unknown:
-            raise ValueError(f"unknown input(s) {unknown}; the model takes {sorted(self.inputs)}")
+        mismatch = name_mismatch(inputs, self.inputs)
+        if mismatch:
+            raise ValueError(mismatch)
         sizes = {len(v) for v in inputs.values()}
         if len(sizes) != 1:
             raise ValueError(f"inputs have different lengths {sorted(sizes)}")

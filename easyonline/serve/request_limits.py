@@ -26,6 +26,8 @@ both messages name the limit. Nothing is allocated for either.
 """
 from typing import Collection, Dict, List, Mapping, Sequence
 
+from easyonline.serve.input_names import name_mismatch
+
 # dtype enum (tensorflow/core/framework/types.proto) -> (name, TensorProto field holding its values, bytes each)
 _DTYPES = {1: ("float32", "float_val", 4), 2: ("float64", "double_val", 8), 3: ("int32", "int_val", 4),
            4: ("uint8", "int_val", 1), 5: ("int16", "int_val", 2), 6: ("int8", "int_val", 1),
@@ -59,12 +61,9 @@ def _declared_values(name: str, dims: Sequence[int], max_values: int) -> int:
 def check_tensor_inputs(inputs: Mapping, max_values: int, names: Collection[str]) -> int:
     """Checks gRPC ``PredictRequest.inputs`` ({name: TensorProto}) before any is converted; returns the rows
     (values of the longest input). Raises BadRequest or TooManyRows naming the input and the limit."""
-    missing = sorted(set(names) - set(inputs))
-    if missing:
-        raise BadRequest(f"missing input(s) {missing}; the model takes {sorted(names)}")
-    unknown = sorted(set(inputs) - set(names))
-    if unknown:
-        raise BadRequest(f"unknown input(s) {unknown}; the model takes {sorted(names)}")
+    mismatch = name_mismatch(inputs, names)
+    if mismatch:
+        raise BadRequest(mismatch)
     rows = 0
     for name, proto in inputs.items():
         if proto.dtype not in _DTYPES:

@@ -32,7 +32,7 @@ from typing import Callable, Dict, List, Optional, Protocol
 
 import numpy as np
 
-from easyonline.core.errors import KafkaAccessError
+from easyonline.core.errors import KafkaAccessError, error_text
 from easyonline.protos import pipeline_pb2, update_pb2
 from easyonline.updates.apply_rules import DUPLICATE, GAP, NEXT, OTHER_MODEL, OTHER_STREAM, StreamCursor
 from easyonline.updates.codec import MalformedUpdateError, decode_update
@@ -237,8 +237,8 @@ class UpdateFollower:
                 return
             except Exception as e:  # pylint: disable=broad-except  (outages: retry, keep serving)
                 if self.error is None and broker_outage(self) is None:  # an outage: serve's status lines say it
-                    log.error("reading updates failed (%s: %s); serving goes on, retrying", type(e).__name__, e)
-                self.error = f"{type(e).__name__}: {e}"
+                    log.error("reading updates failed (%s); serving goes on, retrying", error_text(e))
+                self.error = error_text(e)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
 

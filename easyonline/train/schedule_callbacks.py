@@ -5,6 +5,7 @@ import time
 
 from easyonline.core.callbacks import Callback, TrainerView
 from easyonline.core.daily_schedule import DailySchedule
+from easyonline.core.errors import error_text
 from easyonline.core.step_time_schedule import StepTimeSchedule
 from easyonline.core.stop_signal import STOP_SIGNAL_FILE
 from easyonline.utils import fileio
@@ -62,8 +63,8 @@ class StopFile(Callback):
                 trainer.stop(f"found stop signal {self.path}")
         except Exception as e:  # pylint: disable=broad-except
             # OSError locally; oss2's errors (not OSErrors) on OSS: a transient one must not stop training
-            log.warning("cannot check stop signal %s (%s: %s); trying again in %.0f s", self.path,
-                        type(e).__name__, e, self._poll_secs)
+            log.warning("cannot check stop signal %s (%s); trying again in %.0f s", self.path, error_text(e),
+                        self._poll_secs)
 
 
 class StopAtDeadLine(Callback):

@@ -18,6 +18,7 @@ import logging
 import time
 from typing import List, Optional, Tuple
 
+from easyonline.core.errors import error_text
 from easyonline.updates.readers import DONE_SUFFIX, LATEST_FILE, header_of, latest_text, list_update_files, update_file_name
 from easyonline.utils import fileio
 
@@ -87,8 +88,8 @@ class DirectorySink:
             self.deleted += deleted
             return deleted
         except Exception as e:  # pylint: disable=broad-except  (retention must not stop publishing)
-            log.warning("deleting old update files in %s failed (%s: %s); retrying later", self.directory,
-                        type(e).__name__, e)
+            log.warning("deleting old update files in %s failed (%s); retrying later", self.directory,
+                        error_text(e))
             return 0
 
     def reset(self) -> None:

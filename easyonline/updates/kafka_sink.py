@@ -19,6 +19,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from easyonline.config.kafka_settings import bootstrap_servers, connect_timeout, typed_setting
+from easyonline.core.errors import error_text
 from easyonline.protos import pipeline_pb2
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class KafkaSink:
                 pass
             except KafkaError as e:
                 raise KafkaError(f"creating update topic {self.kafka.topic} with replication factor {replication} "
-                                 f"on {brokers} broker(s) failed: {type(e).__name__}: {e}") from e
+                                 f"on {brokers} broker(s) failed: {error_text(e)}") from e
         finally:
             admin.close()
 

@@ -28,6 +28,16 @@ def test_unknown_field_names_its_path():
     assert ":3:" in str(e.value)
 
 
+def test_a_typo_says_its_position_once_and_the_closest_names():
+    """The position read ``x.config:55:3: 55:3 :`` (protobuf's, repeated) and no name was suggested."""
+    with pytest.raises(ConfigError) as e:
+        parse_pipeline_config("model_dir: \"x\"\ndata_config {\n  batch_sise: 8\n}\n", "x.config")
+    assert "x.config:3:3: Message type" in str(e.value) and str(e.value).count("3:3") == 1, str(e.value)
+    assert str(e.value).endswith("Did you mean batch_size, batch_timeout_ms or prefetch_size?"), str(e.value)
+    with pytest.raises(ConfigError, match=r"no value named KafkaInpt\. Did you mean KafkaInput\?$"):
+        parse_pipeline_config("data_config { input_type: KafkaInpt }", "x.config")
+
+
 def test_missing_file():
     with pytest.raises(ConfigError, match="does not exist"):
         load_pipeline_config("/nonexistent/online.config")

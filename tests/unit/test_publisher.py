@@ -206,3 +206,26 @@ def test_a_directory_sink_refuses_to_overwrite_another_publishers_message(tmp_pa
     with pytest.raises(ValueError, match="another publisher writes to"):
         sink.send([(1, other.SerializeToString())], b"m")
     sink.send([(1, mine)], b"m")  # a retry: same bytes
+
+
+class TimingOutSink(DirectorySink):
+    """Every send fails as kafka-python's producer fails when no broker answers."""
+
+    def send(self, messages, key):
+        from kafka.errors import KafkaTimeoutError  # pylint: disable=g-import-not-at-top
+        raise KafkaTimeoutError("Failed to update metadata after 60.0 secs.")
+
+
+def test_a_kafka_error_is_named_once_in_the_publishers_error(tmp_path):
+    """kafka-python's errors start their text with their class name: the trainer's error line and pub_error
+    read ``failed: KafkaTimeoutError: KafkaTimeoutError: Failed to update metadata``."""
+    tables, ids = _tables()
+    publisher = _publisher(tmp_path, tables, ids, TimingOutSink(str(tmp_path / "updates")))
+    publisher.start(restored_step=0)
+    publisher.offer(_job(1, [1]))
+    deadline = time.time() + 30
+    while publisher.error is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert not publisher.close(timeout=1)
+    assert publisher.error == (f"sending to directory {tmp_path / 'updates'} failed: KafkaTimeoutError: Failed to "
+                               "update metadata after 60.0 secs."), publisher.error
