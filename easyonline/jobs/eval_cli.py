@@ -2,8 +2,6 @@
 
 Prints one JSON line per checkpoint (also appended to <eval_dir>/results.jsonl,
 and written to TensorBoard in eval_dir as eval_auc, eval_logloss, eval_ctr).
-Exit codes: 0 done, 2 bad config or flags, 3 no checkpoint (with --once or
---checkpoint_path), broker or input file unreachable, 4 too much bad input.
 """
 import sys
 

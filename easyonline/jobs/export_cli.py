@@ -1,7 +1,6 @@
 """``python -m easyonline.export --config X --export_dir D``: a SavedModel for serving.
 
-Exit codes: 0 exported, 2 bad config or flags (or oss:// without credentials), 3 no checkpoint or update
-stream unreachable. ``--export_dir`` and ``--embedding_export_dir`` may be ``oss://bucket/path``.
+``--export_dir`` and ``--embedding_export_dir`` may be ``oss://bucket/path``.
 ``--for_stock_serving``: an export in TensorFlow core ops only, for stock TensorFlow Serving.
 """
 import sys

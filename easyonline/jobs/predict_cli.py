@@ -7,8 +7,6 @@ prediction column per task, in task order (``probs`` of one binary task, ``y``
 of a regression, ``probs_<tower>`` / ``y_<tower>`` per tower of a multi-task
 model; the summary line names them, and ``--output_header`` writes them as a
 file's first line).
-Exit codes: 0 done, 2 bad config or flags, 3 no checkpoint / export, an
-input file or the broker unreachable, 4 too much bad input.
 """
 import os
 import sys

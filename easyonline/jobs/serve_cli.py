@@ -3,9 +3,7 @@
 Loads the newest version in ``export_dir``, follows the update stream from
 the position the export recorded (unless ``--follow_updates=false``: then
 updates arrive through the update signatures over gRPC, grpc_api.py), and
-answers HTTP on 127.0.0.1 (see http_api.py). Stops on SIGTERM or Ctrl-C. Exit codes: 0 stopped, 2 bad flags,
-3 no export found, 7 Kafka refused the update reader (authentication failed, the broker's certificate not
-trusted, or an ACL denies reading the update topic).
+answers HTTP on 127.0.0.1 (see http_api.py). Stops on SIGTERM or Ctrl-C.
 """
 import logging
 import signal

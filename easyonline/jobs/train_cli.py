@@ -3,12 +3,6 @@
 With TF_CONFIG set, runs this process's role of a parameter-server cluster: a ``ps``
 serves until stopped; the ``chief`` and every ``worker`` train their share of the
 partitions (docs/distributed.md).
-
-Exit codes: 0 after a clean stop (input ended, num_steps, stop file, SIGTERM),
-2 for a bad config (or TF_CONFIG), 3 when the broker or an input file cannot be reached, 4 when more of
-the stream was malformed than data_config.max_bad_fraction allows, 5 when a parameter server was lost,
-6 when another trainer writes to model_dir, 7 when Kafka refuses the client (authentication failed, the
-broker's certificate not trusted, or an ACL denies an operation: the error names which).
 """
 import logging
 import os

@@ -44,10 +44,7 @@ until the server loads a newer export.
 
 One status line every --status_secs (messages applied, batches, the last
 sequence and global step the server acknowledged, the lag in messages, and
-whether the model is behind). Stops on SIGTERM or Ctrl-C. Exit codes: 0
-stopped, 2 bad flags, 3 no export, 4 the server unreachable or without the
-model or its update signature, 7 Kafka refused the update reader (authentication
-failed, the broker's certificate not trusted, an ACL denies reading the topic).
+whether the model is behind). Stops on SIGTERM or Ctrl-C.
 """
 import logging
 import os

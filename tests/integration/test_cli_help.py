@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 
+from easyonline.core import exit_codes
 from tests.conftest import PYTHON, python_env
 from tests.log_noise import foreign_lines
 
@@ -79,3 +80,11 @@ def test_easyrec_flags_are_accepted_by_train(helps):
     text = helps["train"][2]
     assert "--pipeline_config_path: Alias for --config." in text
     assert "--[no]continue_train:" in text
+
+
+@pytest.mark.parametrize("verb", sorted(set(COMMANDS) & set(exit_codes.COMMANDS)))
+def test_help_ends_with_the_commands_exit_codes(verb, helps):
+    """Rendered from core/exit_codes.py, as docs/operations.md's table is (issue 54: the lists disagreed)."""
+    text = helps[verb][2]
+    assert exit_codes.render_help(verb) in text, text[:3000]
+    assert text.count("Exit codes") == 1, text[:3000]
