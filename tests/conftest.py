@@ -86,7 +86,7 @@ TEST_TABLES = 12
 
 
 def online_config(model_dir, server: str = "", topic: str = "", full_sample: bool = False, **edits):
-    """samples/online.config pointed at a test broker/topic, without its update topic, with JSON-path edits;
+    """samples/online.config pointed at a test broker/topic, without its update and eval topics, with JSON-path edits;
     its first TEST_TABLES categorical features (all of them with ``full_sample``)."""
     config = load_pipeline_config(os.path.join(SAMPLES, "online.config"))
     if not full_sample:
@@ -96,6 +96,7 @@ def online_config(model_dir, server: str = "", topic: str = "", full_sample: boo
         config.feature_configs.extend(kept)
     config.model_dir = str(model_dir)
     config.train_config.ClearField("incr_save_config")  # tests that publish say where
+    config.ClearField("kafka_eval_input")  # tests that evaluate say what on
     if server:
         config.kafka_train_input.server = server
         config.kafka_train_input.topic = topic

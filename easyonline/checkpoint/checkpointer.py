@@ -171,6 +171,14 @@ class Checkpointer:
         log.info("initialised the model from %s", path)
         return path
 
+    def note_fine_tune_ignored(self, fine_tune_checkpoint: str, restored: str) -> None:
+        """Says that ``fine_tune_checkpoint`` is not used because model_dir's own checkpoint ``restored`` was."""
+        if fine_tune_checkpoint:
+            log.warning("train_config.fine_tune_checkpoint %s is ignored: model_dir %s already has a checkpoint "
+                        "(%s), and this run continues from it (its parameters and positions). To start from "
+                        "fine_tune_checkpoint, use a model_dir without checkpoints.",
+                        fine_tune_checkpoint, self.model_dir, restored)
+
 
 def write_pipeline_config(model_dir: str, text: str) -> None:
     fileio.write_text_atomic(fileio.join(model_dir, "pipeline.config"), text)

@@ -170,6 +170,7 @@ class SessionEngine:
             self._session_run(self.state.set_positions, {self.state.all_positions_in: positions_array(positions)})
             log.info("restored %s into the ps (step %d, positions %s) in %.2fs", path, checkpointer.last_saved_step,
                      positions, time.time() - started)
+            checkpointer.note_fine_tune_ignored(self.config.train_config.fine_tune_checkpoint, path)
             return path
         if self.config.train_config.fine_tune_checkpoint:
             return checkpointer.init_from(self.config.train_config.fine_tune_checkpoint)

@@ -72,7 +72,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         if signature not in ("", SERVING_SIGNATURE):
             return self._update(request, signature, context)
         with self._refusals(context):  # the declared sizes, before make_ndarray fills them ([2**31] with one value)
-            check_tensor_inputs(request.inputs, self.state.max_rows_per_request, self.state.export.inputs)
+            check_tensor_inputs(request.inputs, self.state.max_rows_per_request, self.state.export.inputs,
+                                optional=self.state.export.input_defaults)
         try:
             inputs = {name: tf.make_ndarray(proto).reshape(-1).tolist() for name, proto in request.inputs.items()}
         except (TypeError, ValueError) as e:

@@ -79,6 +79,7 @@ class LoadedExport:
         self._dense_shapes = info.dense_shapes
         self._update_lock = threading.Lock()
         self._signature_defs: Optional[Dict[str, meta_graph_pb2.SignatureDef]] = None
+        self._input_defaults: Optional[Dict[str, object]] = None
 
     @property
     def signatures(self):
@@ -97,14 +98,29 @@ class LoadedExport:
                                     if not name.startswith("__")}  # not TF's own (__saved_model_init_op)
         return self._signature_defs
 
+    @property
+    def input_defaults(self) -> Dict[str, object]:
+        """The inputs a predict request may leave out: each with a ``default_val`` in the config's
+        data_config.input_fields, by name, as the value it stands for (what training reads for an empty field)."""
+        if self._input_defaults is None:
+            self._input_defaults = input_defaults(self.config, self.inputs)
+        return self._input_defaults
+
     def predict(self, inputs: Dict[str, List]) -> Dict[str, np.ndarray]:
-        """``inputs``: one equally long list per input; raises ValueError naming a bad or missing input."""
-        mismatch = name_mismatch(inputs, self.inputs)
+        """``inputs``: one equally long list per input; an input with a default_val may be left out (its default
+        for every row). Raises ValueError naming a bad or missing input."""
+        defaults = self.input_defaults
+        mismatch = name_mismatch(inputs, self.inputs, defaults)
         if mismatch:
-            raise ValueError(mismatch)
+            left_out = f" (those with a default_val may be left out: {sorted(defaults)})"
+            raise ValueError(mismatch + (left_out if mismatch.startswith("missing") else ""))
         sizes = {len(v) for v in inputs.values()}
         if len(sizes) != 1:
             raise ValueError(f"inputs have different lengths {sorted(sizes)}")
+        left_out = set(self.inputs) - set(inputs)
+        if left_out:
+            rows = sizes.pop()
+            inputs = dict(inputs, **{name: [defaults[name]] * rows for name in left_out})
         tensors = {}
         for name, dtype in self.inputs.items():
             try:
@@ -211,6 +227,26 @@ class LoadedExport:
         if len(message.sparse):
             self.apply(message)
         return sum(len(k) for k in keys.values())
+
+
+def input_defaults(config, inputs: Dict[str, tf.DType]) -> Dict[str, object]:
+    """{input: its default_val as a value of the input's dtype} for the served inputs whose
+    data_config.input_fields entry has a default_val (a string input: the text itself)."""
+    out: Dict[str, object] = {}
+    for field in config.data_config.input_fields:
+        if field.input_name not in inputs or not field.HasField("default_val"):
+            continue
+        dtype = inputs[field.input_name]
+        try:
+            if dtype == tf.string:
+                out[field.input_name] = field.default_val
+            elif dtype.is_integer:
+                out[field.input_name] = int(float(field.default_val))
+            elif field.default_val:
+                out[field.input_name] = float(field.default_val)
+        except ValueError:  # (validate.py refuses a numeric field's default that is not a number)
+            continue
+    return out
 
 
 def _tensor(values: List, dtype: tf.DType) -> tf.Tensor:

@@ -58,10 +58,12 @@ def _declared_values(name: str, dims: Sequence[int], max_values: int) -> int:
     return product
 
 
-def check_tensor_inputs(inputs: Mapping, max_values: int, names: Collection[str]) -> int:
+def check_tensor_inputs(inputs: Mapping, max_values: int, names: Collection[str],
+                        optional: Collection[str] = ()) -> int:
     """Checks gRPC ``PredictRequest.inputs`` ({name: TensorProto}) before any is converted; returns the rows
-    (values of the longest input). Raises BadRequest or TooManyRows naming the input and the limit."""
-    mismatch = name_mismatch(inputs, names)
+    (values of the longest input). Raises BadRequest or TooManyRows naming the input and the limit.
+    ``optional``: names that may be left out (inputs with a default_val)."""
+    mismatch = name_mismatch(inputs, names, optional)
     if mismatch:
         raise BadRequest(mismatch)
     rows = 0

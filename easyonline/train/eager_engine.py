@@ -134,8 +134,11 @@ class EagerEngine:
 
     def _restore(self) -> Optional[str]:
         path = self.checkpointer.restore_latest()
-        if path is None and self.config.train_config.fine_tune_checkpoint:
-            path = self.checkpointer.init_from(self.config.train_config.fine_tune_checkpoint)
+        fine_tune = self.config.train_config.fine_tune_checkpoint
+        if path is not None:
+            self.checkpointer.note_fine_tune_ignored(fine_tune, path)
+        elif fine_tune:
+            path = self.checkpointer.init_from(fine_tune)
         return path
 
     def _now(self) -> tf.Tensor:
