@@ -61,3 +61,45 @@ def test_a_signal_to_the_whole_group_stops_the_trainer_cleanly(broker, topic, tm
     assert "training summary" in rest and "samples          3000" in rest, rest[-3000:]
     for bad in ("Traceback", "KeyboardInterrupt", "reader process died", "reading the input failed"):
         assert bad not in text, text[-4000:]
+
+
+HOLDER = """
+import sys, time
+from easyonline.inputs.reader_process import KafkaReaderProcess
+from easyonline.protos import pipeline_pb2
+reader = KafkaReaderProcess(pipeline_pb2.KafkaInput(server=sys.argv[1], topic=sys.argv[2]), 100, 200)
+print(reader.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_reader_ignores_the_groups_signals_and_still_dies_with_a_killed_trainer(broker, topic):
+    """It ignores SIGTERM now, so its death with the trainer is SIGKILL (PR_SET_PDEATHSIG)."""
+    broker.create_topic(topic, 1)
+    holder = subprocess.Popen([PYTHON, "-c", HOLDER, broker.bootstrap, topic], env=python_env(),
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        reader = int(holder.stdout.readline())
+        assert _alive(reader)
+        os.kill(reader, signal.SIGINT)
+        os.kill(reader, signal.SIGTERM)
+        time.sleep(1)
+        assert _alive(reader)  # left to the trainer, which closes it
+        holder.kill()  # the trainer killed outright (SIGKILL, the OOM killer)
+        holder.wait()
+        deadline = time.time() + 10
+        while _alive(reader) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not _alive(reader)
+    finally:
+        if holder.poll() is None:
+            os.killpg(holder.pid, signal.SIGKILL)
+            holder.wait()
