@@ -141,3 +141,25 @@ def test_online_needs_kafka(tmp_path):
 def test_offset_info_timestamp_form_is_accepted(tmp_path):
     config = online_config(tmp_path, **{"kafka_train_input.offset_info": '{"timestamp": 1650765731}'})
     validate_pipeline_config(config, online=True)
+
+
+def test_samples_that_publish_updates_start_without_a_warning(caplog, monkeypatch):
+    """A W line must mean something to the operator (docs/operations.md), yet every start of the shipped samples
+    warned ``updates are published as model 'online', the last part of model_dir ...: set
+    incr_save_config.model_name``: each sample that publishes names its model."""
+    from easyonline.jobs.default_callbacks import default_callbacks  # pylint: disable=g-import-not-at-top
+    monkeypatch.setenv("KAFKA_PASSWORD", "secret")  # online_sasl_ssl.config's ${KAFKA_PASSWORD}
+    publishing = []
+    for name in sorted(os.listdir(SAMPLES)):
+        if not name.endswith(".config"):
+            continue
+        config = load_pipeline_config(os.path.join(SAMPLES, name))
+        if not config.train_config.HasField("incr_save_config"):
+            continue
+        publishing.append(name)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            default_callbacks(config)  # the trainer's callbacks, IncrementalPublish among them
+        assert not [r.getMessage() for r in caplog.records if r.levelno >= 30], (name, caplog.text)
+        assert config.train_config.incr_save_config.model_name, name
+    assert publishing == ["online.config", "online_multitask.config", "online_sasl_ssl.config"], publishing
