@@ -60,6 +60,8 @@ class TrainSummary:
     #: every task's window figures by task name (train/task_figures.py); ``auc``/``logloss`` are the primary
     #: task's when it is binary (None when it is a regression)
     tasks: TaskFigures = dataclasses.field(default_factory=dict)
+    #: False for a file input: no Kafka positions or offsets to print (they read "positions {1: 0}")
+    kafka_input: bool = True
 
     def lines(self) -> List[str]:
         fmt = lambda v: "-" if v is None else f"{v:.4f}"
@@ -73,12 +75,13 @@ class TrainSummary:
                 *figures,
                 f"rejected lines   {self.rejected}",
                 f"table keys       {sum(self.table_sizes.values())}",
-                f"positions        {self.positions}",
+                *([f"positions        {self.positions}"] if self.kafka_input else []),
                 f"checkpoint       {self.checkpoint}",
                 f"stopped because  {self.stop_reason}",
                 f"cpu seconds      {self.cpu_seconds:.1f}",
                 f"started from     {self.start or '-'}",
-                f"offsets skipped  {self.offsets_skipped} (positions out of range at the start or while reading)"]
+                *([f"offsets skipped  {self.offsets_skipped} (positions out of range at the start or while reading)"]
+                  if self.kafka_input else [])]
 
 
 def cpu_seconds() -> float:
@@ -349,7 +352,8 @@ class TrainingLoop:
         summary = TrainSummary(self.step, samples, seconds, samples / max(seconds, 1e-9), primary.get("auc"),
                                primary.get("logloss"), self.rejected, self.table_sizes(), self.positions,
                                self.last_checkpoint, stop_reason, cpu_seconds() - start_cpu,
-                               source.start_mode, self.offsets_skipped, tasks)
+                               source.start_mode, self.offsets_skipped, tasks,
+                               kafka_input=bool(stream_topic(self.config)))
         self.dispatch("on_train_end", summary)
         return summary
 
