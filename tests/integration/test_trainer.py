@@ -135,12 +135,12 @@ def test_config_error_exits_2_and_names_the_field(tmp_path, config_flag):
 
 
 def test_offline_then_online_through_fine_tune_checkpoint(broker, topic, tmp_path):
-    _write_csv(tmp_path / "train.csv", 20000)
+    _write_csv(tmp_path / "train.csv", 10000)  # (it beats scratch by ~0.24 AUC; 20000: ~0.30)
     offline = online_config(tmp_path / "offline", **FAST)
     offline.ClearField("kafka_train_input")
     offline.file_train_input.paths.append(str(tmp_path / "train.csv"))
     offline_summary = build_trainer(offline, online=False).run()
-    assert offline_summary.samples == 20000 and offline_summary.stop_reason == "input ended"
+    assert offline_summary.samples == 10000 and offline_summary.stop_reason == "input ended"
 
     _stream_to(broker, topic, 3000, start=20000)
     online = online_config(tmp_path / "online", broker.bootstrap, topic,
@@ -235,7 +235,7 @@ def test_checkpoint_restores_tables_and_optimizer_slots_exactly(tmp_path, sparse
 def test_status_lines_and_tensorboard_scalars_are_written(tmp_path, caplog):
     import logging
     import tensorflow as tf
-    _write_csv(tmp_path / "train.csv", 20000)
+    _write_csv(tmp_path / "train.csv", 5000)  # 20 steps: a line and scalars every 0.05 s of them
     config = online_config(tmp_path / "m", **dict(FAST, **{"train_config.log_step_count_secs": 0.05}))
     config.ClearField("kafka_train_input")
     config.file_train_input.paths.append(str(tmp_path / "train.csv"))
