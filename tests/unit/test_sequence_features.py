@@ -69,12 +69,13 @@ def _config(tags: str = "", model: str = MODEL, edit=None):
 _PARSERS = {}
 
 
-def _parser(**kwargs):
-    """The parser of ``_config(**kwargs)``, one per config for the module: a parser holds no state between
-    batches, and tracing its decode graph (thousands of ops for these features) is most of a parse test's time."""
-    key = tuple(sorted(kwargs.items()))
+def _parser(tags: str = "", model: str = MODEL, edit=None):
+    """The parser of ``_config(tags, model, edit)``, one per config text for the module: a parser holds no state
+    between batches, and tracing its decode graph (thousands of ops for these features) is most of a parse
+    test's time."""
+    key = (tags, model, edit)
     if key not in _PARSERS:
-        _PARSERS[key] = CsvParser(build_feature_specs(_config(**kwargs)))
+        _PARSERS[key] = CsvParser(build_feature_specs(_config(tags, model, edit)))
     return _PARSERS[key]
 
 
@@ -229,12 +230,12 @@ def _upsert(model, table, keys, rows):
 
 
 def test_tables_give_sequence_rows_in_order_with_zeros_past_each_length_and_weighted_means():
-    model, specs = _model(_config())
+    model, _ = _model(_config())
     a, b = _hash("a", "b")
     t, u = _hash("t", "u")
     _upsert(model, "item", [a, b], [[1, 2], [3, 4]])
     _upsert(model, "wtags", [t, u], [[1, 0], [0, 1]])
-    batch = CsvParser(specs).parse([b"1,a,x,b|a|zz,x|y|z,,t:1|u:3,", b"0,a,x,,,,t:2,"])
+    batch = _parser().parse([b"1,a,x,b|a|zz,x|y|z,,t:1|u:3,", b"0,a,x,,,,t:2,"])
     rows = model.tables(batch.features, training=False)
     np.testing.assert_allclose(rows["hist"].numpy(), [[[3, 4], [1, 2], [0, 0]], [[0, 0], [0, 0], [0, 0]]])
     np.testing.assert_allclose(rows["wtags"].numpy(), [[0.25, 0.75], [1, 0]])  # sum(w e) / sum(w)
@@ -301,9 +302,9 @@ def test_narrow_keys_are_padded_to_the_sequence_width():
 def test_every_sequence_model_builds_its_attentions_over_the_groups_sequence_input():
     for model_text in (MODEL, 'model_class: "DNN"', 'model_class: "MultiTower" multi_tower { towers { input: "all" '
                                                     'dnn { hidden_units: [4] } } }'):
-        model, specs = _model(_config(model=model_text))
+        model, _ = _model(_config(model=model_text))
         assert sorted(model.attentions) == ["din", "ints", "nums"]
-        batch = CsvParser(specs).parse([b"1,a,x,b|c,x|y,1;2,t:1,4|5", b"0,a,x,,,,,"])
+        batch = _parser(model=model_text).parse([b"1,a,x,b|c,x|y,1;2,t:1,4|5", b"0,a,x,,,,,"])
         assert batch.size == 2
         parts = model.sequence_input("din", model.embed(batch.features)[0])
         assert parts.keys.shape == (2, 4) and parts.sequence.shape == (2, 2, 4)
@@ -424,10 +425,10 @@ def test_a_bad_value_at_a_position_rejects_its_sample_alone():
 @pytest.mark.parametrize("combiner, first", [("mean", [2, 3]), ("sum", [4, 6])])
 def test_a_position_of_several_ids_is_their_combiner_of_rows(combiner, first):
     edit = (MULTI[0], MULTI[1].replace("}", f'combiner: "{combiner}" }}'))
-    model, specs = _model(_config(edit=edit))
+    model, _ = _model(_config(edit=edit))
     x, y, z = _hash("x", "y", "z")
     _upsert(model, "cate", [x, y, z], [[1, 2], [3, 4], [5, 6]])
-    batch = CsvParser(specs).parse([b"1,a,x,a|b,x;y|z,,,", b"0,a,x,,,,,"])
+    batch = _parser(edit=edit).parse([b"1,a,x,a|b,x;y|z,,,", b"0,a,x,,,,,"])
     rows = model.tables(batch.features, training=False)["hist_cate"].numpy()
     np.testing.assert_allclose(rows, [[first, [5, 6]], [[0, 0], [0, 0]]])
     assert model(batch.features).shape == (2,)  # the attention reads them as any sequence
