@@ -228,13 +228,17 @@ class DirectoryUpdateReader:
     reads every stream.
 
     A poll costs the same whatever the retention: once a full listing showed the reader at the head of the
-    stream the writer's LATEST_FILE names (nothing of another stream waiting), each poll reads that file
-    and then the files up to the sequence it names, by name; when it names what was read, the next
-    message's done-file (a writer from before LATEST_FILE may write on): an idle poll is two small reads
-    and no listing (a listing of 100,000 files took 0.3 s of CPU, or ~200 LIST calls on OSS). It lists the
-    directory again when LATEST_FILE names another stream (a new one), when a file it names is gone
-    (retention: the listing finds where the stream resumes), every ``relist_secs`` (a safety net: a stale
-    LATEST_FILE beside an older writer's new stream), and at every poll of a directory without LATEST_FILE.
+    stream the writer's LATEST_FILE names (nothing of another stream waiting, and LATEST_FILE not behind
+    that stream's files: a writer keeps it), each poll reads that file and then the files up to the
+    sequence it names, by name; when it names what was read, the next message's done-file: an idle poll is
+    two small reads and no listing (a listing of 100,000 files took 0.3 s of CPU, or ~200 LIST calls on
+    OSS). It lists the directory again when LATEST_FILE names another stream (a new one), when a file it
+    names is gone (retention, or numbers a restarted writer skipped: the listing finds where the stream
+    resumes), when that next done-file is there (LATEST_FILE is behind the files: a writer that does not
+    keep it, from before it, writes on, and may as well skip numbers or start a stream LATEST_FILE never
+    names), every ``relist_secs`` (a safety net: a stale LATEST_FILE beside an older writer's new stream or
+    skipped numbers, before any message found by name showed it stale), and at every poll of a directory
+    without LATEST_FILE or whose LATEST_FILE is behind its files (older writers: read as before).
     """
 
     def __init__(self, directory: str, start_sequence: int = 1, stream_id: Optional[int] = None,
@@ -296,20 +300,27 @@ class DirectoryUpdateReader:
             found: List[Tuple[Optional[int], int]] = []
             while len(found) < self.max_files and self._complete(key, start + len(found)):
                 found.append((key, start + len(found)))
+            if found:  # files past LATEST: a writer that does not keep it, which may also skip numbers or
+                self._head = None  # start another stream LATEST never names; the next poll lists (and decides)
             return found
         self._relist_at = time.time() + self.relist_secs
-        pending = self._listed_pending()
-        # at the head of LATEST_FILE's stream when only its files wait: the next polls need no listing
+        groups = list_update_files(self.directory)
+        self.listings += 1
+        pending = self._listed_pending(groups)
+        # at the head of LATEST_FILE's stream when only its files wait and LATEST_FILE, read again after the
+        # listing, names its newest listed message or a newer one: the next polls need no listing. One behind
+        # the listing is stale (a writer that does not keep it wrote on beside it, or, for a moment, a keeping
+        # writer between a message's done-file and LATEST_FILE): the directory is listed again at the next poll.
+        latest = read_latest(self.directory)
         self._head = None
-        if latest is not None and all(key == latest[0] for key, _ in pending) and \
+        if latest is not None and groups.get(latest[0], [0])[-1] <= latest[1] and \
+                all(key == latest[0] for key, _ in pending) and \
                 (latest[0] == self._own_key or latest[0] not in (self._ignored or set())):
             self._head = latest[0]
         return pending
 
-    def _listed_pending(self) -> List[Tuple[Optional[int], int]]:
-        """``_pending`` from a listing of the whole directory."""
-        self.listings += 1
-        groups = list_update_files(self.directory)
+    def _listed_pending(self, groups: Dict[Optional[int], List[int]]) -> List[Tuple[Optional[int], int]]:
+        """``_pending`` from ``groups``, a listing of the whole directory."""
         own = self._own(groups)
         if own != self._own_key:  # its stream's files got named by the stream (a writer upgraded): one stream
             self._next[self._own_key] = self.next_sequence

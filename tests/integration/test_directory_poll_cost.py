@@ -107,6 +107,69 @@ def test_a_directory_without_latest_is_listed_at_every_poll_as_before(tmp_path, 
     assert listed.calls == 3
 
 
+
+def _write_without_latest(updates, sequence, stream_id=STREAM):
+    """A message written as a writer from before LATEST writes it: its file and done-file, LATEST untouched."""
+    name = update_file_name(sequence, stream_id)
+    (updates / name).write_bytes(_message(sequence, stream_id))
+    (updates / (name + DONE_SUFFIX)).write_bytes(b"")
+
+
+def test_messages_past_a_stale_latest_are_read_at_once_with_skipped_numbers_and_new_streams(tmp_path, monkeypatch):
+    """LATEST left by a writer that keeps it, then messages by one that does not (a trainer from before LATEST
+    writing on beside it): the reader at the head finds the next one by name, takes LATEST for stale and lists
+    from then on, so numbers that writer skips (a restart above its reservation) and a stream it starts are
+    read at their next poll, not after relist_secs."""
+    updates = tmp_path / "updates"
+    sink = DirectorySink(str(updates))
+    sink.send([(1, _message(1)), (2, _message(2))], b"m")
+    listed = CountingListdir(monkeypatch)
+    reader = DirectoryUpdateReader(str(updates), stream_id=STREAM)
+    assert _sequences(reader.poll()) == [1, 2] and reader.poll() == [] and listed.calls == 1  # at the head
+
+    _write_without_latest(updates, 3)
+    assert _sequences(reader.poll()) == [3] and listed.calls == 1  # by name: the next done-file
+    _write_without_latest(updates, 5)  # 4 skipped: the listing finds 5
+    assert _sequences(reader.poll()) == [5] and listed.calls == 2
+    assert reader.poll() == [] and listed.calls == 3  # LATEST (2) is behind the files: listed at every poll
+    _write_without_latest(updates, 1, stream_id=99)  # a new stream, LATEST still naming stream 77
+    assert _sequences(reader.poll()) == [1] and listed.calls == 4
+
+    # the writer that keeps LATEST goes on: read without listing again
+    sink.send([(6, _message(6))], b"m")
+    assert _sequences(reader.poll()) == [6]
+    calls = listed.calls
+    sink.send([(7, _message(7))], b"m")
+    assert _sequences(reader.poll()) == [7] and reader.poll() == [] and listed.calls == calls
+
+
+def test_a_reader_starting_beside_a_stale_latest_lists_and_reads_past_skipped_numbers(tmp_path):
+    """A reader started when LATEST is already behind the files (a server started later, as from an export)
+    never polls by the stale LATEST: the message after a number the writer skipped is read at the next poll."""
+    updates = tmp_path / "updates"
+    DirectorySink(str(updates)).send([(1, _message(1))], b"m")
+    for sequence in (2, 3):
+        _write_without_latest(updates, sequence)
+    reader = DirectoryUpdateReader(str(updates), start_sequence=2, stream_id=STREAM)
+    assert _sequences(reader.poll()) == [2, 3] and reader.poll() == []
+    _write_without_latest(updates, 5)
+    assert _sequences(reader.poll()) == [5]
+
+
+def test_numbers_a_restarted_writer_skipped_are_listed_past(tmp_path, monkeypatch):
+    """A writer that keeps LATEST, restarted after a crash, goes on above its reservation: LATEST names a file
+    after missing ones; the reader lists once and goes on by name."""
+    updates = tmp_path / "updates"
+    sink = DirectorySink(str(updates))
+    sink.send([(1, _message(1))], b"m")
+    listed = CountingListdir(monkeypatch)
+    reader = DirectoryUpdateReader(str(updates), stream_id=STREAM)
+    assert _sequences(reader.poll()) == [1] and listed.calls == 1
+    sink.send([(10_001, _message(10_001)), (10_002, _message(10_002))], b"m")
+    assert _sequences(reader.poll() + reader.poll()) == [10_001, 10_002] and listed.calls == 2
+    sink.send([(10_003, _message(10_003))], b"m")
+    assert _sequences(reader.poll()) == [10_003] and reader.poll() == [] and listed.calls == 2
+
 @pytest.fixture
 def fake_oss():
     with FakeOss() as fake:

@@ -237,6 +237,10 @@ def served_from_files(tmp_path_factory):
     export(tmp_path / "m", tmp_path / "export", f"--embedding_export_dir={tmp_path / 'vectors'}")
     server = Server(tmp_path / "export", tmp_path / "serve.log", "--max_request_bytes=20000",
                     "--idle_timeout_secs=2", "--max_rows_per_request=20", "--grpc_port=0")
+    # caught up with the trainer's messages: the tests number theirs after the server's last_applied_sequence
+    # (read earlier, a test run first could write over messages not applied yet)
+    newest = max(s for _, s in _file_numbers(updates))
+    server.wait_for(lambda s: s["last_applied_sequence"] == newest)
     yield trainer, server, updates, read_parameter_ids(str(tmp_path / "m")), tmp_path
     server.stop()
 
