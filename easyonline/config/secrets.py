@@ -51,6 +51,9 @@ def redacted(config: pipeline_pb2.PipelineConfig) -> pipeline_pb2.PipelineConfig
             _redact_map(getattr(out, name).config)
     if out.train_config.HasField("incr_save_config") and out.train_config.incr_save_config.HasField("kafka"):
         _redact_map(out.train_config.incr_save_config.kafka.config)
+    incr = out.train_config.incr_save_config
+    if incr.signing_secret and not _REFERENCE.match(incr.signing_secret):  # a literal secret
+        incr.signing_secret = REDACTED
     if out.HasField("oss_config"):
         for field in _OSS_SECRET_FIELDS:
             value = getattr(out.oss_config, field)

@@ -16,6 +16,9 @@ PIPELINE_FILE = "pipeline.config"  # the config the model was trained with (secr
 SERVING_SIGNATURE = "serving_default"
 UPDATE_SIGNATURE = "incr_update_sig"
 UPDATE_MESSAGE_SIGNATURE = "incr_update_message_sig"  # the same, from serialized update messages
+# Which update signatures an export carries (export --update_signatures; incr_update.txt records it):
+SIGNED, UNSIGNED, NO_UPDATES = "signed", "unsigned", "none"
+UPDATE_SIGNATURES_KEY = "update_signatures"
 
 
 def newest_version(export_dir: str) -> str:

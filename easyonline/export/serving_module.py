@@ -29,7 +29,7 @@ sequence it applied before the call since the model was loaded (-1: none,
 as a reloaded export says): with no messages, a question that changes
 nothing, which tells a caller whether the server kept what it was sent.
 """
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from google.protobuf import descriptor_pb2
 
@@ -39,6 +39,7 @@ from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.features.signature import feature_signature
 from easyonline.protos import pipeline_pb2, update_pb2
 from easyonline.updates.param_ids import ParameterIds, dense_variables
+from easyonline.updates.signing import MAC_INPUT, verified_inputs, verified_messages
 
 tf = ensure_legacy_keras()
 
@@ -120,7 +121,10 @@ class ServingModule(tf.Module):
     Serving). Either way the module saves only the tables and the dense variables, not the Keras model.
     """
 
-    def __init__(self, model, specs: FeatureSpecs, ids: ParameterIds, tables: Optional[Dict[str, Any]] = None):
+    def __init__(self, model, specs: FeatureSpecs, ids: ParameterIds, tables: Optional[Dict[str, Any]] = None,
+                 update_key: Optional[Tuple[int, int]] = None):
+        """``update_key`` (updates/signing.py): also build ``incr_update_signed`` and
+        ``incr_update_messages_signed``, which apply nothing unless the MAC checks out under that key."""
         super().__init__(name="easyonline_serving")
         dense = dense_variables(model)
         self._scorer = _Hidden(model=model)
@@ -151,6 +155,14 @@ class ServingModule(tf.Module):
         # from a server that lost what it was sent, which TF Serving's API does not otherwise say.
         self.applied_sequence = tf.Variable(tf.constant(-1, tf.int64), trainable=False, name="applied_sequence")
         self.table_keys = tf.function(self._table_keys, input_signature=[], autograph=False)
+        self._key = _Hidden(value=update_key)
+        if update_key is not None:  # the signed forms, for the update signatures of a signed export
+            self.incr_update_signed = tf.function(
+                self._incr_update_signed, autograph=False,
+                input_signature=[{**update_input_specs(ids), MAC_INPUT: tf.TensorSpec([], tf.int64, name=MAC_INPUT)}])
+            self.incr_update_messages_signed = tf.function(
+                self._incr_update_messages_signed, autograph=False,
+                input_signature=[{"messages": tf.TensorSpec([None], tf.string, name="messages")}])
         # Parsed features in, for callers that parse with the config's parser (easyonline.predict).
         self.score_features = tf.function(self._score_features, input_signature=[feature_signature(specs)],
                                           autograph=False)
@@ -187,6 +199,15 @@ class ServingModule(tf.Module):
         with tf.control_dependencies(applied):
             return {"applied": tf.size(inputs["dense_ids"], tf.int64) + sum(
                 tf.size(inputs[f"table_{t}_keys"], tf.int64) for t, _ in self._params.tables)}
+
+    def _incr_update_signed(self, inputs):
+        with tf.control_dependencies([verified_inputs(inputs, self._key.value)]):  # nothing runs before it
+            return self._incr_update({name: tf.identity(value) for name, value in inputs.items() if name != MAC_INPUT})
+
+    def _incr_update_messages_signed(self, inputs):
+        _, check = verified_messages(inputs["messages"], self._key.value)
+        with tf.control_dependencies([check]):  # every message's MAC, before any is applied
+            return self._incr_update_messages({"messages": tf.identity(inputs["messages"])})
 
     def _table_keys(self):
         return {f"table_{table_id}": table.export()[0] for table_id, table in self._params.tables}

@@ -30,6 +30,13 @@ def define_flags() -> None:
                       "Serving (tensorflow/serving, tensorflow_model_server) loads it without "
                       "tensorflow_recommenders_addons; its signatures (serving_default, incr_update_sig, "
                       "incr_update_message_sig) are the same. See docs/serving.md, 'Stock TensorFlow Serving'.")
+    flags.DEFINE_enum("update_signatures", "", ["", "signed", "unsigned", "none"], "The update signatures "
+                      "(incr_update_sig, incr_update_message_sig) the export carries. signed: they apply an update only "
+                      "if its MAC was made with train_config.incr_save_config.signing_secret (checked in the graph, "
+                      "so stock TF Serving checks it too); none: prediction only (serving_default alone); unsigned: "
+                      "they apply whatever a caller of the server's ports sends (only where nobody else reaches "
+                      "them). Default: signed when the config has a signing secret, else none. See docs/serving.md, "
+                      "'Who may write to a served model'.")
 
 
 def main(argv) -> int:
@@ -46,7 +53,8 @@ def _export() -> int:
     config = config_from_flags(online=False)
     try:
         path = export_saved_model(config, FLAGS.export_dir, FLAGS.checkpoint_path or None,
-                                  FLAGS.embedding_export_dir or None, FLAGS.for_stock_serving)
+                                  FLAGS.embedding_export_dir or None, FLAGS.for_stock_serving,
+                                  FLAGS.update_signatures)
     except KafkaError as e:
         raise BrokerUnreachableError(f"cannot read the update stream to find where this export starts: {e}") from None
     print(path)

@@ -18,7 +18,9 @@ from easyonline.serve.grpc_api import start_grpc_server
 from easyonline.serve.http_api import ServingState, make_server
 from easyonline.serve.loaded_export import LoadedExport
 from easyonline.serve.status_log import broker_outage, status_line
+from easyonline.serve.tls import tls_from_flags
 from easyonline.serve.update_follower import UpdateFollower
+from easyonline.updates.signing import UpdateVerifier, server_secret
 from easyonline.utils.cli import run_command
 from easyonline.utils.logs import setup_logging
 
@@ -49,6 +51,16 @@ def define_flags() -> None:
     flags.DEFINE_float("status_secs", 10.0, "Seconds between status lines in the log (and, while the update broker "
                        "is unreachable, one line saying so).")
     define_update_kafka_config_flag()
+    flags.DEFINE_string("update_secret_file", "", "A file holding the trainer's update signing secret "
+                        "(train_config.incr_save_config.signing_secret). With it, only updates whose MAC that secret "
+                        "made are applied, from the stream and over gRPC. Default: the config's ${NAME}, when it "
+                        "names a variable set here. A server of a trainer that signs refuses to start without it.")
+    flags.DEFINE_boolean("allow_unsigned_updates", False, "With --follow_updates=false and no secret, apply updates "
+                         "over gRPC from any caller. Only where nobody but the feeder reaches the gRPC port.")
+    flags.DEFINE_string("tls_cert_file", "", "PEM certificate: serve HTTPS and gRPC over TLS (with --tls_key_file).")
+    flags.DEFINE_string("tls_key_file", "", "PEM private key of --tls_cert_file.")
+    flags.DEFINE_string("tls_client_ca_file", "", "PEM CA: with TLS on, every client must present a certificate "
+                        "this CA signed (mutual TLS), on the REST and the gRPC port.")
     flags.DEFINE_string("log_level", "INFO", "Python log level: DEBUG, INFO, WARNING, ERROR.")
 
 
@@ -81,8 +93,17 @@ def main(argv) -> int:
     except (FileNotFoundError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 3
+    try:
+        tls = tls_from_flags(FLAGS.tls_cert_file, FLAGS.tls_key_file, FLAGS.tls_client_ca_file)
+        secret = server_secret(export.config.train_config.incr_save_config, FLAGS.update_secret_file)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    verifier = UpdateVerifier(secret) if secret else None
+    if verifier is not None:
+        log.info("updates are applied only when signed with the trainer's secret")
     name = FLAGS.model_name or export.update_info.get("model_name") or "model"
-    follower = UpdateFollower(export, kafka_settings=kafka_settings)
+    follower = UpdateFollower(export, kafka_settings=kafka_settings, verifier=verifier)
     stopped = threading.Event()
     follower.on_fatal = stopped.set  # Kafka refused the reader: exits with the error's code (7)
     if FLAGS.follow_updates:
@@ -90,12 +111,15 @@ def main(argv) -> int:
     else:
         log.info("not following the update stream (--follow_updates=false): updates arrive over gRPC only")
     state = ServingState(export, follower, name, FLAGS.max_request_bytes, FLAGS.max_rows_per_request,
-                         follows_updates=FLAGS.follow_updates)
-    server = make_server(state, FLAGS.host, FLAGS.port, FLAGS.idle_timeout_secs, FLAGS.max_connections)
+                         follows_updates=FLAGS.follow_updates, verifier=verifier,
+                         allow_unsigned_updates=FLAGS.allow_unsigned_updates)
+    server = make_server(state, FLAGS.host, FLAGS.port, FLAGS.idle_timeout_secs, FLAGS.max_connections,
+                         tls.ssl_context() if tls else None)
     grpc_server = None
     if FLAGS.grpc_port >= 0:
         try:
-            grpc_server, grpc_port = start_grpc_server(state, FLAGS.host, FLAGS.grpc_port)
+            grpc_server, grpc_port = start_grpc_server(state, FLAGS.host, FLAGS.grpc_port,
+                                                       credentials=tls.grpc_credentials() if tls else None)
         except (OSError, RuntimeError) as e:
             print(f"error: --grpc_port {FLAGS.grpc_port}: {e}", file=sys.stderr)
             return 2
@@ -108,7 +132,8 @@ def main(argv) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     # Printed before answering (the socket already listens): whoever sees an answer can read this line.
-    print(f"serving {name} version {export.version} on http://{FLAGS.host}:{server.server_address[1]}", flush=True)
+    scheme = "https" if tls else "http"
+    print(f"serving {name} version {export.version} on {scheme}://{FLAGS.host}:{server.server_address[1]}", flush=True)
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
     while not stopped.wait(FLAGS.status_secs):

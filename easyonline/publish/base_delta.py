@@ -33,17 +33,16 @@ import re
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from easyonline.protos import pipeline_pb2
-from easyonline.embedding.change_tracker import ChangeLog
-from easyonline.updates.param_ids import (ParameterIds, dense_variables,
-                                          ensure_parameter_ids, read_parameter_ids)
-from easyonline.updates.replica import ParameterReplica
-from easyonline.publish.nonfinite import NonFiniteGuard
-from easyonline.publish.snapshot import TableRows, full_sync_pieces, take_snapshot
-from easyonline.updates.codec import StreamHeader, decode_update, encode_stream, encode_update
 from easyonline.core.callbacks import Callback, TrainerView
 from easyonline.core.daily_schedule import DailySchedule
 from easyonline.core.step_time_schedule import StepTimeSchedule
+from easyonline.embedding.change_tracker import ChangeLog
+from easyonline.protos import pipeline_pb2
+from easyonline.publish.nonfinite import NonFiniteGuard
+from easyonline.publish.snapshot import TableRows, full_sync_pieces, take_snapshot
+from easyonline.updates.codec import StreamHeader, decode_update, encode_stream, encode_update
+from easyonline.updates.param_ids import ParameterIds, dense_variables, ensure_parameter_ids, read_parameter_ids
+from easyonline.updates.replica import ParameterReplica
 from easyonline.updates.transport import default_model_name
 from easyonline.utils import fileio
 

@@ -21,6 +21,7 @@ from easyonline.embedding.change_tracker import ChangeLog
 from easyonline.protos import pipeline_pb2
 from easyonline.publish.publisher import PublishJob, UpdatePublisher
 from easyonline.updates.param_ids import dense_variables, ensure_parameter_ids
+from easyonline.updates.signing import signer
 from easyonline.updates.transport import UpdateSink, open_sink, stream_model_name
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class IncrementalPublish(Callback):
         self.tracker = trainer.changes.subscribe()
         self.publisher = UpdatePublisher(self.sink, self.model_name, ids, trainer.table_rows(),
                                          self.incr.max_message_bytes, self.model_dir, self.incr.max_pending_updates,
-                                         self.incr.full_sync_send_bytes)
+                                         self.incr.full_sync_send_bytes, signer(self.incr))
         self.publisher.lease = trainer.writer_lock  # nothing is sent once another trainer took model_dir over
         self.publisher.start(trainer.step)
         self._dense_schedule.mark(trainer.step)

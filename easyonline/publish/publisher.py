@@ -29,13 +29,14 @@ from typing import Deque, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from easyonline.updates.param_ids import ParameterIds
 from easyonline.core.errors import error_text
 from easyonline.core.lease import ModelDirLease
 from easyonline.publish.nonfinite import NonFiniteGuard
 from easyonline.publish.snapshot import TableRows, full_sync_pieces, take_snapshot
 from easyonline.publish.stream_position import StreamPosition
 from easyonline.updates.codec import StreamHeader, UpdateSnapshot, encode_stream, encode_update
+from easyonline.updates.param_ids import ParameterIds
+from easyonline.updates.signing import UpdateSigner
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +83,13 @@ class UpdatePublisher:
     """Owns the sender thread; the trainer calls ``has_room``/``offer``, ``take_full_sync`` and ``close``."""
 
     def __init__(self, sink, model_name: str, ids: ParameterIds, tables: TableRows, max_message_bytes: int,
-                 model_dir: str, max_pending: int = 4, full_sync_send_bytes: int = FULL_SYNC_SEND_BYTES):
+                 model_dir: str, max_pending: int = 4, full_sync_send_bytes: int = FULL_SYNC_SEND_BYTES,
+                 signer: Optional[UpdateSigner] = None):
+        """``signer``: appends each message's MAC before it is sent (updates/signing.py); None: unsigned."""
         if full_sync_send_bytes < 1:
             raise ValueError(f"full_sync_send_bytes={full_sync_send_bytes} must be positive")
         self.sink = sink
+        self.signer = signer
         self.lease: Optional[ModelDirLease] = None  # model_dir's lease: asked before every send (core/lease.py)
         self.position = StreamPosition(model_dir, sink.target)
         self._stream_step: Optional[int] = None  # the step of the stream's last message, None: unknown
@@ -251,6 +255,8 @@ class UpdatePublisher:
 
     def _send(self, numbered: List[Tuple[int, bytes]]) -> None:
         """Sends (sequence, message) pairs, retrying the same numbers until they are acknowledged."""
+        if self.signer is not None:
+            numbered = list(zip([n for n, _ in numbered], self.signer.sign([m for _, m in numbered])))
         backoff = 0.5
         while True:
             self._wait_for_lease()

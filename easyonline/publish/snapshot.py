@@ -33,8 +33,8 @@ import numpy as np
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.change_tracker import split_changes, unique_keys
 from easyonline.publish.nonfinite import NonFiniteGuard
-from easyonline.updates.param_ids import ParameterIds
 from easyonline.updates.codec import DeletesPiece, DensePiece, Piece, RowsPiece, UpdateSnapshot
+from easyonline.updates.param_ids import ParameterIds
 
 tf = ensure_legacy_keras()
 

@@ -19,16 +19,18 @@ gRPC itself.
 import concurrent.futures
 import contextlib
 import time
+from typing import Optional
 
 import grpc
+import numpy as np
 from google.protobuf.message import DecodeError
 from tensorflow_serving.apis import get_model_metadata_pb2, predict_pb2, prediction_service_pb2_grpc
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.export.layout import SERVING_SIGNATURE, UPDATE_MESSAGE_SIGNATURE
-from easyonline.protos import update_pb2
 from easyonline.serve.http_api import ServingState
 from easyonline.serve.request_limits import BadRequest, TooManyRows, check_tensor_inputs
+from easyonline.serve.update_admission import UpdateRefused, admit_messages, admit_tensors
 
 tf = ensure_legacy_keras()
 
@@ -109,20 +111,38 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                           f"signature {signature!r} applies updates, and this server follows the update stream "
                           "itself: a second writer would interleave with it out of order. Start it with "
                           "--follow_updates=false to apply updates over gRPC only")
-        with self._refusals(context):  # declared sizes first; the message itself is bounded by --max_request_bytes
-            check_tensor_inputs(request.inputs, self.state.max_request_bytes, signatures[signature].inputs)
+        state = self.state
         expected = signatures[signature].inputs
+        try:  # each value the request declares it holds: nothing built is larger than what was received
+            check_tensor_inputs(request.inputs, max(state.max_request_bytes // 4, 1), expected, exact=True,
+                                limit="--max_request_bytes / 4 values per input")
+        except BadRequest as e:
+            self._refuse_update(context, UpdateRefused("too_large", f"signature {signature!r}: {e}"))
         wrong = sorted(name for name, proto in request.inputs.items() if proto.dtype != expected[name].dtype)
         if wrong:
             self.state.count("bad_request")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"signature {signature!r}: input(s) {wrong} have "
                                                             "another dtype than the signature's (metadata lists them)")
+        headers: list = []
+        dropped: list = []
         try:
             inputs = {name: tf.make_ndarray(proto) for name, proto in request.inputs.items()}
-            headers = []
-            if signature == UPDATE_MESSAGE_SIGNATURE:  # what the messages are, for the status
-                headers = [update_pb2.UpdateMessage.FromString(m).header for m in inputs["messages"].reshape(-1)]
+            if signature == UPDATE_MESSAGE_SIGNATURE:  # (an empty batch applies nothing: no secret needed)
+                messages = list(inputs["messages"].reshape(-1))
+                if messages:
+                    kept, headers, dropped = admit_messages(messages, state.verifier, state.allow_unsigned_updates,
+                                                            state.follower.cursor, state.export.table_widths,
+                                                            state.export.dense_shapes)
+                    inputs["messages"] = np.array(kept, dtype=object)
+            else:
+                admit_tensors(inputs, state.verifier, state.allow_unsigned_updates,
+                              {name: tf.as_dtype(spec.dtype) for name, spec in expected.items()})
             outputs = self.state.export.run_update_signature(signature, inputs)
+            if dropped and not headers:  # only replays: the model holds them (TF Serving would say it applied them)
+                outputs.update(last_sequence=np.int64(dropped[-1].sequence),
+                               last_global_step=np.int64(dropped[-1].global_step))
+        except UpdateRefused as e:
+            self._refuse_update(context, e)
         except (TypeError, ValueError, DecodeError) as e:
             self.state.count("bad_request")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e) or type(e).__name__)
@@ -135,6 +155,15 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         for name, value in outputs.items():
             response.outputs[name].CopyFrom(tf.make_tensor_proto(value))
         return response
+
+    def _refuse_update(self, context, refused: UpdateRefused) -> None:
+        """Counts (requests and refused updates by reason), logs, and answers the refusal; nothing was applied."""
+        self.state.count("bad_request")
+        self.state.follower.refuse_external(refused.reason, f"over gRPC: {refused}")
+        code = grpc.StatusCode.PERMISSION_DENIED if refused.permission else grpc.StatusCode.INVALID_ARGUMENT
+        if refused.reason in ("gap", "other_stream", "implausible_sequence"):
+            code = grpc.StatusCode.FAILED_PRECONDITION  # the request may be fine, the server's state is not its start
+        context.abort(code, str(refused))
 
     def GetModelMetadata(self, request, context):  # pylint: disable=invalid-name
         self._check_spec(request.model_spec, context)
@@ -149,13 +178,16 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         return response
 
 
-def start_grpc_server(state: ServingState, host: str, port: int, threads: int = 8):
-    """Starts the PredictionService; returns (server, the port it listens on: ``port`` or, for 0, a free one)."""
+def start_grpc_server(state: ServingState, host: str, port: int, threads: int = 8,
+                      credentials: Optional[grpc.ServerCredentials] = None):
+    """Starts the PredictionService (over TLS with ``credentials``, serve/tls.py); returns (server, the port it
+    listens on: ``port`` or, for 0, a free one)."""
     # --max_request_bytes bounds a gRPC message as it does a REST body (gRPC answers RESOURCE_EXHAUSTED)
     server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="grpc"),
                          options=[("grpc.max_receive_message_length", state.max_request_bytes)])
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(state), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    bound = server.add_secure_port(f"{host}:{port}", credentials) if credentials is not None else \
+        server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot listen on {host}:{port} for gRPC")
     server.start()

@@ -25,6 +25,7 @@ import json
 import logging
 import re
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -39,6 +40,7 @@ from easyonline.export.layout import SERVING_SIGNATURE, UPDATE_MESSAGE_SIGNATURE
 from easyonline.serve.input_names import uneven_instance
 from easyonline.serve.loaded_export import LoadedExport
 from easyonline.serve.request_limits import BadRequest, TooManyRows, check_json_inputs
+from easyonline.updates.signing import UpdateVerifier
 from easyonline.serve.update_follower import UpdateFollower
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,9 @@ def request_inputs(body: dict) -> Tuple[Dict[str, list], bool]:
 
 
 # Every reason a message is refused for (update_follower.py), each with a counter even while 0.
-REFUSAL_REASONS = ("malformed", "gap", "other_stream", "implausible_sequence", "inconsistent", "failed", "retention")
+# unsigned, signature: updates/signing.py; too_large: an update over gRPC declaring more values than it holds.
+REFUSAL_REASONS = ("malformed", "gap", "other_stream", "implausible_sequence", "inconsistent", "failed", "retention",
+                   "unsigned", "signature", "too_large")
 
 # Predict latency buckets, seconds: TF Serving's figures are a few ms at batch 1.
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -78,9 +82,12 @@ class ServingState:
     """What the handlers share: the model, the follower, counters."""
 
     def __init__(self, export: LoadedExport, follower: UpdateFollower, model_name: str, max_request_bytes: int,
-                 max_rows_per_request: int = 10000, follows_updates: bool = True):
+                 max_rows_per_request: int = 10000, follows_updates: bool = True,
+                 verifier: Optional[UpdateVerifier] = None, allow_unsigned_updates: bool = False):
         """``follows_updates`` False: the server does not read the stream; the update signatures over gRPC
-        (grpc_api.py) are then how updates arrive."""
+        (grpc_api.py) are then how updates arrive, checked by update_admission.py: with ``verifier`` only
+        updates the trainer signed, without it none unless ``allow_unsigned_updates``."""
+        self.verifier, self.allow_unsigned_updates = verifier, allow_unsigned_updates
         self.export, self.follower, self.model_name = export, follower, model_name
         self.follows_updates = follows_updates
         self.max_request_bytes = max_request_bytes
@@ -324,10 +331,18 @@ class BoundedHTTPServer(ThreadingHTTPServer):
     # kernel caps it at net.core.somaxconn
     request_queue_size = 1024
 
-    def __init__(self, address, handler, state: ServingState, max_connections: int):
+    def __init__(self, address, handler, state: ServingState, max_connections: int,
+                 tls: Optional[ssl.SSLContext] = None):
         super().__init__(address, handler)
         self.state = state
         self._slots = threading.BoundedSemaphore(max_connections)
+        self._tls = tls
+
+    def get_request(self):
+        request, address = super().get_request()
+        if self._tls is not None:  # the handshake runs in the connection's thread (process_request_thread)
+            request = self._tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+        return request, address
 
     def process_request(self, request, client_address):
         if not self._slots.acquire(blocking=False):
@@ -345,6 +360,13 @@ class BoundedHTTPServer(ThreadingHTTPServer):
 
     def process_request_thread(self, request, client_address):
         try:
+            if self._tls is not None:
+                try:
+                    request.settimeout(self.RequestHandlerClass.timeout)
+                    request.do_handshake()
+                except (OSError, ssl.SSLError):  # no certificate, an untrusted one, a plain-text client, a stall
+                    self.shutdown_request(request)
+                    return
             super().process_request_thread(request, client_address)
         finally:
             self.state.connection_opened(-1)
@@ -357,7 +379,7 @@ class BoundedHTTPServer(ThreadingHTTPServer):
 
 
 def make_server(state: ServingState, host: str, port: int, idle_timeout_secs: float = 30.0,
-                max_connections: int = 1024) -> ThreadingHTTPServer:
-    """The HTTP server on ``host:port``; call ``serve_forever()``."""
+                max_connections: int = 1024, tls: Optional[ssl.SSLContext] = None) -> ThreadingHTTPServer:
+    """The HTTP server on ``host:port`` (HTTPS with ``tls``, serve/tls.py); call ``serve_forever()``."""
     handler = type("BoundHandler", (Handler,), {"state": state, "timeout": idle_timeout_secs})
-    return BoundedHTTPServer((host, port), handler, state, max_connections)
+    return BoundedHTTPServer((host, port), handler, state, max_connections, tls)

@@ -178,6 +178,16 @@ class LoadedExport:
                 raise ValueError(f"the update function refused the message: {e.message}") from None
 
 
+    @property
+    def table_widths(self) -> Dict[int, int]:
+        """Floats per row of each table, by table id."""
+        return dict(self._widths)
+
+    @property
+    def dense_shapes(self) -> Dict[int, List[int]]:
+        """The shape of each dense parameter, by id."""
+        return dict(self._dense_shapes)
+
     def run_update_signature(self, name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """Runs the update signature ``name`` (incr_update_sig, incr_update_message_sig) as TF Serving runs any
         signature: inputs and outputs by their names in the SignatureDef; under the lock every update and

@@ -7,6 +7,7 @@ process-wide), and is stopped with SIGTERM.
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -21,8 +22,11 @@ from easyonline.utils.net import free_port
 
 class ServingProcess:
     def __init__(self, export_dir: str, log_path: str, *flags: str, model_name: str = "",
-                 start_timeout: float = 120.0, env: Optional[Dict[str, str]] = None):
+                 start_timeout: float = 120.0, env: Optional[Dict[str, str]] = None,
+                 ssl_context: Optional[ssl.SSLContext] = None):
+        """``ssl_context``: the server runs with TLS (--tls_* flags): talk HTTPS with this client context."""
         self.port = free_port()
+        self._ssl = ssl_context
         self.model_name = model_name
         self._log = open(log_path, "ab")
         self._log_path = log_path
@@ -34,7 +38,7 @@ class ServingProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the server exited with {self.proc.returncode}: {self.log_tail()}")
             try:
-                with urllib.request.urlopen(self.url("/metrics"), timeout=5):
+                with self._open(self.url("/metrics"), timeout=5):
                     pass
             except OSError:
                 time.sleep(0.3)
@@ -50,10 +54,13 @@ class ServingProcess:
             return f.read()[-chars:]
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"{'https' if self._ssl else 'http'}://127.0.0.1:{self.port}{path}"
+
+    def _open(self, request, timeout: float):
+        return urllib.request.urlopen(request, timeout=timeout, context=self._ssl)
 
     def status(self, name: str = "") -> dict:
-        with urllib.request.urlopen(self.url(f"/v1/models/{name or self.model_name}"), timeout=10) as r:
+        with self._open(self.url(f"/v1/models/{name or self.model_name}"), timeout=10) as r:
             return json.loads(r.read())
 
     def post(self, body: bytes, name: str = "") -> Tuple[int, dict]:
@@ -61,7 +68,7 @@ class ServingProcess:
         request = urllib.request.Request(self.url(f"/v1/models/{name or self.model_name}:predict"), data=body,
                                          method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=30) as r:
+            with self._open(request, timeout=30) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())

@@ -58,11 +58,14 @@ def _declared_values(name: str, dims: Sequence[int], max_values: int) -> int:
     return product
 
 
-def check_tensor_inputs(inputs: Mapping, max_values: int, names: Collection[str],
-                        optional: Collection[str] = ()) -> int:
+def check_tensor_inputs(inputs: Mapping, max_values: int, names: Collection[str], exact: bool = False,
+                        limit: str = _LIMIT, optional: Collection[str] = ()) -> int:
     """Checks gRPC ``PredictRequest.inputs`` ({name: TensorProto}) before any is converted; returns the rows
-    (values of the longest input). Raises BadRequest or TooManyRows naming the input and the limit.
-    ``optional``: names that may be left out (inputs with a default_val)."""
+    (values of the longest input). Raises BadRequest or TooManyRows naming the input and ``limit``.
+
+    ``exact``: every tensor holds each value its shape declares (no single value that TensorFlow repeats), so
+    what is built is no larger than the request received (the update signatures' rule). ``optional``: names
+    that may be left out (inputs with a default_val)."""
     mismatch = name_mismatch(inputs, names, optional)
     if mismatch:
         raise BadRequest(mismatch)
@@ -85,10 +88,10 @@ def check_tensor_inputs(inputs: Mapping, max_values: int, names: Collection[str]
         if declared > max_values:
             if held > max_values:
                 raise TooManyRows(f"input {name!r} holds {held:,} values; the limit is {max_values:,} values per "
-                                  f"input, one a row ({_LIMIT})")
+                                  f"input ({limit})")
             raise BadRequest(f"input {name!r}: shape {shown} declares more values than the limit of {max_values:,} "
-                             f"per input ({_LIMIT}) and holds {held:,}")
-        if held != declared and not (held == 1 and not proto.tensor_content):  # one value fills the shape (TF's rule)
+                             f"per input ({limit}) and holds {held:,}")
+        if held != declared and not (held == 1 and not proto.tensor_content and not exact):  # one fills (TF's rule)
             raise BadRequest(f"input {name!r}: shape {dims} declares {declared:,} values but it holds {held:,}")
         rows = max(rows, declared)
     return rows

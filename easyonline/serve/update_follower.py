@@ -37,6 +37,7 @@ from easyonline.protos import pipeline_pb2, update_pb2
 from easyonline.updates.apply_rules import DUPLICATE, GAP, NEXT, OTHER_MODEL, OTHER_STREAM, StreamCursor
 from easyonline.updates.codec import MalformedUpdateError, decode_update
 from easyonline.updates.full_sync import FullSyncTracker, rows_to_remove, written_keys
+from easyonline.updates.signing import UpdateSignatureError, UpdateVerifier
 from easyonline.updates.transport import KAFKA, StreamLocation, kafka_security, open_reader
 from easyonline.serve.status_log import broker_outage
 
@@ -65,10 +66,13 @@ class UpdateTarget(Protocol):
 
 
 class UpdateFollower:
-    def __init__(self, export: UpdateTarget, poll_secs: float = 0.2, kafka_settings: Optional[Dict] = None):
+    def __init__(self, export: UpdateTarget, poll_secs: float = 0.2, kafka_settings: Optional[Dict] = None,
+                 verifier: Optional[UpdateVerifier] = None):
         """``kafka_settings``: consumer settings for a Kafka stream (SASL/SSL, fetch tuning), over the
-        SASL/SSL settings of the export's pipeline.config (its ``${NAME}`` references resolved here)."""
+        SASL/SSL settings of the export's pipeline.config (its ``${NAME}`` references resolved here).
+        ``verifier``: only messages whose MAC it verifies are applied (updates/signing.py); None: any."""
         self.export = export
+        self.verifier = verifier
         self._kafka_settings = kafka_settings or {}
         self.stale_since: Optional[float] = None  # when a message of the model was refused, until one applies
         self.removed_by_sync = 0
@@ -242,17 +246,32 @@ class UpdateFollower:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
 
+    def refuse_external(self, reason: str, detail: str) -> None:
+        """An update refused over gRPC before anything was applied (unsigned, forged, NaN, oversized, out of
+        order): counted and logged; what the server holds did not change, so it is neither stale nor behind."""
+        self.refused[reason] += 1
+        self._log_refusal(reason, detail, time.time())
+
     def _refuse(self, reason: str, detail: str) -> None:
         self.refused[reason] += 1
         now = time.time()
         if self.stale_since is None:
             self.stale_since = now
+        self._log_refusal(reason, detail, now)
+
+    def _log_refusal(self, reason: str, detail: str, now: float) -> None:
         if now >= self._next_log.get(reason, 0.0):
             log.error("refused an update message (%s): %s [%d so far]", reason, detail, self.refused[reason])
             self._next_log[reason] = now + 10
 
     def handle(self, data: bytes) -> bool:
         """Checks and applies one raw message; True if it was applied."""
+        if self.verifier is not None:  # before anything reads it; a forged message does not make us behind
+            try:
+                self.verifier.verify(data)
+            except UpdateSignatureError as e:
+                self._refuse(e.reason, str(e))
+                return False
         try:
             message = decode_update(data)
         except MalformedUpdateError as e:

@@ -249,8 +249,8 @@ class TfServingTarget:
                         "reloaded version %s (restarted); resending from the export's start position", self.target,
                         self.last_sequence, served.version or self.info.version)
             self._rewind_pending = True
-        elif verdict == served_state.OTHER_WRITER and served.held != pending:
-            self._conflict(served.held, self.last_sequence)
+        elif verdict == served_state.OTHER_WRITER and (served.held != pending or not reconnected):
+            self._conflict(served.held, self.last_sequence)  # (holding the batch not yet sent: someone else sent it)
             self.last_sequence = served.held
         elif verdict == served_state.OTHER_WRITER:  # the failed call was applied: it holds the batch
             self.last_sequence = served.held

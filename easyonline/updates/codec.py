@@ -158,7 +158,9 @@ def _finish(message: update_pb2.UpdateMessage, head: StreamHeader, sequence: int
     header.full_sync = head.full_sync
     header.full_sync_end = end
     header.stream_id = head.stream_id
-    data = message.SerializeToString()
+    # deterministic (map entries in key order): a reader that parses and re-serializes a message (the TF Serving
+    # follower) gets these bytes back, so a signature (updates/signing.py) made over them still verifies
+    data = message.SerializeToString(deterministic=True)
     if len(data) > max_bytes:  # the reserve is generous; this guards a too-long model name or positions map
         raise ValueError(f"update message of {len(data)} bytes exceeds max_message_bytes={max_bytes}")
     return data

@@ -138,7 +138,7 @@ def test_served_predictions_follow_training_and_match_the_trainer(broker, topic,
     try:
         assert _wait(lambda: count.samples >= 3000 and trainer.last_checkpoint, 120)
         export_dir = tmp_path / "export"
-        version = export(model_dir, export_dir)
+        version = export(model_dir, export_dir, "--update_signatures=unsigned")  # (a trainer without a secret)
         assets = os.path.join(version, "assets")
         assert sorted(os.listdir(assets)) == ["DENSE_UPDATE_VARIABLES", "dense_shapes.json", "embed_name_to_ids.txt",
                                               "incr_update.txt", "pipeline.config", "predictions.json"]
@@ -234,7 +234,8 @@ def served_from_files(tmp_path_factory):
     config.file_train_input.paths.append(str(data))
     trainer = build_trainer(config, online=False)
     trainer.run()
-    export(tmp_path / "m", tmp_path / "export", f"--embedding_export_dir={tmp_path / 'vectors'}")
+    export(tmp_path / "m", tmp_path / "export", f"--embedding_export_dir={tmp_path / 'vectors'}",
+           "--update_signatures=unsigned")  # the update signatures, unsigned: their mechanics are tested here
     server = Server(tmp_path / "export", tmp_path / "serve.log", "--max_request_bytes=20000",
                     "--idle_timeout_secs=2", "--max_rows_per_request=20", "--grpc_port=0")
     # caught up with the trainer's messages: the tests number theirs after the server's last_applied_sequence

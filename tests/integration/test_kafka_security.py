@@ -119,7 +119,8 @@ def test_trains_publishes_and_evaluates_over_sasl_ssl_with_the_least_acls(apache
     reader = KafkaUpdateReader(apache_kafka.sasl_bootstrap, updates, extra=apache_kafka.kafka_python_security("server"))
     records = reader.read_available()
     reader.close()
-    assert_replica_equals_trainer(replay(records, "model"), trainer, tmp_path / "model")
+    model_name = config.train_config.incr_save_config.model_name  # the sample names its model
+    assert_replica_equals_trainer(replay(records, model_name), trainer, tmp_path / "model")
 
     # the eval job reads the same topic as the trainer's user, with kafka-python
     evaluator = Evaluator(config, str(tmp_path / "eval"))
@@ -260,8 +261,12 @@ def test_serve_and_the_tfserving_follower_follow_the_stream_over_sasl_ssl_and_en
     apache_kafka.allow("server", "TOPIC", updates, ["READ"])
     stream = SyntheticCtrStream()
     produce(apache_kafka.bootstrap, topic, stream.chunks(0, 500), partitions=1)
+    # the trainer also signs its updates (production's setting): both servers verify them with the secret from
+    # their environment, the TF Serving-like one inside the export's update signature as well
+    monkeypatch.setenv("UPDATE_SECRET", "secret shared by trainer and servers")
     config = sasl_config(tmp_path / "m", apache_kafka, topic, updates, client="KAFKA_PYTHON", **{
-        "train_config.incr_save_config.sparse_save_steps": 1, "train_config.incr_save_config.dense_save_steps": 1})
+        "train_config.incr_save_config.sparse_save_steps": 1, "train_config.incr_save_config.dense_save_steps": 1,
+        "train_config.incr_save_config.signing_secret": "${UPDATE_SECRET}"})
     assert build_trainer(config, online=False).run().samples == 500
     # the export job (with the trainer's config, so its user) looks up where the stream after the checkpoint's
     # step starts: it needs READ on the update topic (refused without it: KafkaAccessError, exit code 7)
@@ -273,13 +278,14 @@ def test_serve_and_the_tfserving_follower_follow_the_stream_over_sasl_ssl_and_en
     last = next(c for c in trainer.callbacks if isinstance(c, IncrementalPublish)).publisher.last_acked.last_sequence
     lines = list(stream.lines(50000, 20))
     monkeypatch.setenv("SERVER_PASSWORD", "server-secret")  # (the server's environment: Server copies os.environ)
-    server = Server(tmp_path / "export", tmp_path / "serve.log", "--kafka_config=sasl_plain_username=server",
+    server = Server(tmp_path / "export", tmp_path / "serve.log", "--model_name=m", "--kafka_config=sasl_plain_username=server",
                     "--kafka_config=sasl_plain_password=${SERVER_PASSWORD}",
                     f"--kafka_config=ssl_cafile={apache_kafka.ca_file}")
     # beside it, a server as stock TF Serving runs (it does not read the stream) fed by tools.tfserving_follower,
     # which logs in as the server user through its own --kafka_config
     grpc_port = free_port()
-    fed = Server(tmp_path / "export", tmp_path / "fed.log", f"--grpc_port={grpc_port}", "--follow_updates=false")
+    fed = Server(tmp_path / "export", tmp_path / "fed.log", f"--grpc_port={grpc_port}", "--follow_updates=false",
+                 "--model_name=m")  # (the sample names its model online_sasl_ssl; the helpers say m)
     follower_log = tmp_path / "follower.log"
     follower = _follower(tmp_path / "export", grpc_port, follower_log, "--kafka_config=sasl_plain_username=server",
                          "--kafka_config=sasl_plain_password=${SERVER_PASSWORD}",

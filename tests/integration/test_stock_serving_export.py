@@ -21,8 +21,11 @@ from easyonline.tools.stream_producer import SyntheticCtrStream
 from easyonline.updates.codec import UpdateSnapshot, encode_update
 from easyonline.updates.param_ids import read_parameter_ids
 from easyonline.updates.readers import list_update_files, update_file_name
+from easyonline.updates.signing import UpdateSigner
 from tests.conftest import PYTHON, online_config, python_env
 from tests.integration.test_export_serve import Server, instances, trainer_probs
+
+SECRET_VAR, SECRET = "EASYONLINE_STOCK_TEST_SECRET", "stock test secret"
 
 # Reads one export version as a TensorFlow Serving user would: predicts through serving_default, applies the
 # published messages through incr_update_message_sig (first half) and incr_update_sig (through LoadedExport,
@@ -93,12 +96,15 @@ def _finished(proc, timeout=600):
 def exported(tmp_path_factory):
     """(trainer, tmp_path, normal version, stock version): both exported from checkpoint 2 of a 6-step run."""
     tmp_path = tmp_path_factory.mktemp("stock")
+    # the trainer signs its updates (a ${NAME} secret): the exports' update signatures check each MAC in the graph
+    os.environ[SECRET_VAR] = SECRET
     data = tmp_path / "train.csv"
     data.write_bytes(b"\n".join(SyntheticCtrStream().lines(0, 3000)) + b"\n")
     config = online_config(tmp_path / "m", **{
         "data_config.batch_size": 500, "train_config.save_checkpoints_secs": 0,
         "train_config.save_checkpoints_steps": 2, "train_config.keep_checkpoint_max": 5,
         "train_config.incr_save_config": {"sparse_save_steps": 1, "dense_save_steps": 1,
+                                          "signing_secret": "${" + SECRET_VAR + "}",
                                           "fs": {"incr_save_dir": str(tmp_path / "updates")}}})
     config.ClearField("kafka_train_input")
     config.file_train_input.paths.append(str(data))
@@ -107,7 +113,8 @@ def exported(tmp_path_factory):
     checkpoint = f"--checkpoint_path={tmp_path / 'm' / 'model.ckpt-2'}"
     normal = _export(tmp_path / "m", tmp_path / "export", checkpoint)
     stock = _export(tmp_path / "m", tmp_path / "stock", checkpoint, "--for_stock_serving")
-    return trainer, tmp_path, _finished(normal), _finished(stock)
+    yield trainer, tmp_path, _finished(normal), _finished(stock)
+    os.environ.pop(SECRET_VAR, None)
 
 
 def test_stock_export_predicts_and_updates_without_tfra_like_the_normal_one(exported):
@@ -131,7 +138,7 @@ def test_stock_export_predicts_and_updates_without_tfra_like_the_normal_one(expo
     snapshot = UpdateSnapshot(trainer.step + 1, time.time(), {}, deletes={table_id: gone})
     delete = encode_update(snapshot, info["model_name"], sequences[-1] + 1, 10**6, 1 << 20, {table_id: width},
                            stream)[0]
-    (tmp_path / "delete.pb").write_bytes(delete)
+    (tmp_path / "delete.pb").write_bytes(UpdateSigner(SECRET).sign([delete])[0])  # as the trainer would sign it
     readers = [subprocess.Popen([PYTHON, "-c", READER, version, str(tmp_path / "requests.json"),
                                  str(tmp_path / "messages.json"), str(tmp_path / "delete.pb")],
                                 env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -150,6 +157,7 @@ def test_stock_export_predicts_and_updates_without_tfra_like_the_normal_one(expo
     assert got["tfra_modules"] == [] and want["tfra_modules"]  # TFRA never loaded for the stock export
     assert got["unknown_ops"] == [] and not [op for op in got["ops"] if "TFRA" in op]
     assert "MutableHashTableOfTensorsV2" in got["ops"] and "LookupTableRemoveV2" in got["ops"]
+    assert "StringToHashBucketStrong" in got["ops"]  # the MAC check is in the graph, in core ops
     assert got["outputs"] == want["outputs"] == ["logits", "probs"]
     np.testing.assert_allclose(got["before"], at_export, atol=1e-5)
     np.testing.assert_allclose(got["session_before"], got["before"], atol=1e-6)

@@ -6,6 +6,7 @@ does not read the update stream itself; the follower, a process of its own, is t
 lost the production way, by SIGKILL at a moment the test does not choose within the stream: the server (a
 new one reloads the export and the follower resends), then the follower (a new one resends from the export).
 """
+import os
 import re
 import signal
 import subprocess
@@ -24,6 +25,11 @@ from tests.integration.test_export_serve import Count, Server, _wait, export, in
 
 # The export kind the server loads: () the normal one; ("--for_stock_serving",) the stock TF Serving kind.
 EXPORT_FLAGS: tuple = ("--for_stock_serving",)  # the export stock TF Serving loads
+# The trainer signs its updates, as in production: the export's update signatures check each MAC (the follower
+# forwards the trainer's messages unchanged) and the server verifies them with the secret from its environment.
+SECRET_VAR = "EASYONLINE_FOLLOWER_TEST_SECRET"
+SIGNED = "${" + SECRET_VAR + "}"
+os.environ.setdefault(SECRET_VAR, "the follower tests' update secret")  # exporters and servers inherit it
 
 
 def _stub(port: int):
@@ -87,7 +93,7 @@ def test_the_follower_keeps_a_grpc_server_fresh_through_restarts(broker, topic, 
     config = online_config(model_dir, broker.bootstrap, topic, **{
         "data_config.batch_size": 250, "data_config.batch_timeout_ms": 200, "train_config.save_checkpoints_steps": 4,
         "train_config.save_checkpoints_secs": 0, "train_config.log_step_count_secs": 2,
-        "train_config.incr_save_config": {"sparse_save_secs": 1, "dense_save_secs": 1,
+        "train_config.incr_save_config": {"sparse_save_secs": 1, "dense_save_secs": 1, "signing_secret": SIGNED,
                                           "kafka": {"server": broker.bootstrap, "topic": topic + "_updates"}}})
     count = Count()
     trainer = build_trainer(config, online=True, callbacks=[count])

@@ -31,7 +31,7 @@ from easyonline.updates.readers import DONE_SUFFIX, list_update_files, update_fi
 from easyonline.utils.net import free_port
 from tests.conftest import PYTHON, online_config, python_env
 from tests.integration.test_export_serve import Server, _wait
-from tests.integration.test_tfserving_follower import _stop
+from tests.integration.test_tfserving_follower import SIGNED, _stop
 
 
 class Stream:
@@ -136,7 +136,7 @@ def trained(tmp_path_factory):
     config = online_config(tmp_path / "m", **{
         "data_config.batch_size": 500, "train_config.save_checkpoints_secs": 0,
         "train_config.save_checkpoints_steps": 2, "train_config.keep_checkpoint_max": 5,
-        "train_config.incr_save_config": {"sparse_save_steps": 1, "dense_save_steps": 1,
+        "train_config.incr_save_config": {"sparse_save_steps": 1, "dense_save_steps": 1, "signing_secret": SIGNED,
                                           "fs": {"incr_save_dir": str(tmp_path / "updates")}}})
     config.ClearField("kafka_train_input")
     config.file_train_input.paths.append(str(data))
@@ -214,14 +214,16 @@ def test_a_dropped_connection_resends_nothing_a_restarted_server_everything_anot
         assert server.status()["applied_updates"] == last - start
         assert "holds none of the updates it acknowledged" in log_path.read_text()
 
-        # another writer sends the server an older message: the follower names it before its next batch
+        # another writer sends the server the next message before the follower does (the stand-in, like serve,
+        # drops an older one as a replay; TF Serving would apply that too): the follower names it before its
+        # next batch
         assert "another writer" not in log_path.read_text()
-        _predict_update(grpc_port, [stream.message(start)])
+        _predict_update(grpc_port, [stream.message(last)])
         stream.release(last)
         assert _wait(lambda: server.status()["last_applied_sequence"] == last, 60), _events(log_path)
         assert _wait(lambda: " conflicts=1" in log_path.read_text(), 30), _events(log_path)
         text = log_path.read_text()
-        assert f"holds sequence {start}, but this follower left it at {last - 1}: another writer" in text
+        assert f"holds sequence {last}, but this follower left it at {last - 1}: another writer" in text
         assert "several servers" in text and "one follower per server" in text
         assert _stop(follower) == 0
     finally:
