@@ -24,7 +24,7 @@ from easyonline.core.errors import (  # noqa: F401  (re-exported)
 COMMANDS = {"train": "easyonline.jobs.train_cli", "eval": "easyonline.jobs.eval_cli",
             "predict": "easyonline.jobs.predict_cli", "export": "easyonline.jobs.export_cli",
             "serve": "easyonline.jobs.serve_cli", "tools.tfserving_follower": "easyonline.tools.tfserving_follower",
-            "tools.read_updates": "easyonline.tools.read_updates"}
+            "tools.read_updates": "easyonline.tools.read_updates", "tools.demo": "easyonline.tools.demo"}
 EVERY = tuple(COMMANDS)
 KAFKA_READERS = ("train", "eval", "predict", "export", "serve", "tools.tfserving_follower")
 
@@ -37,10 +37,13 @@ class ExitCode(NamedTuple):
 
 EXIT_CODES = (
     ExitCode(0, "done, or a clean stop: SIGTERM or SIGINT, to the process or to its whole process group "
-             "(Ctrl-C); train also at the input's end, num_steps or the stop file", EVERY),
+             "(Ctrl-C); train also at the input's end, num_steps or the stop file; tools.demo whatever its AUC verdicts "
+             "say (they are printed, a NO with why)", EVERY),
     ExitCode(1, "a bug: an error nobody anticipated, printed with its Python traceback; please report it with "
              "the log", EVERY),
     ExitCode(1, "the stream has a sequence gap or a malformed message", ("tools.read_updates",)),
+    ExitCode(1, "the published updates did not rebuild the trained model exactly when replayed: a bug too (the "
+             "summary names the first differences)", ("tools.demo",)),
     ExitCode(BAD_CONFIG, "bad config or flags: the message names the field (also an unknown flag, a bad "
              "TF_CONFIG, a cluster with another number of ps than wrote the checkpoint, oss:// without "
              "credentials; serve: a trainer that signs its updates and no secret given, TLS files that do not "

@@ -73,7 +73,11 @@ def plot_panels(path: str, panels: Sequence[Panel], marker_at: int, marker_label
         for label, (x, y) in curves.items():
             axes.plot(x, y, label=label, linewidth=1.5)
         axes.axvline(marker_at, color="grey", linestyle=":", linewidth=1)
-        axes.text(marker_at, axes.get_ylim()[0], " " + marker_label, color="grey", va="bottom")
+        if marker_at > sum(axes.get_xlim()) / 2:  # (the label goes left of the line, to fit in the axes)
+            text, align = "\n".join(line + " " for line in marker_label.split("\n")), "right"
+        else:
+            text, align = "\n".join(" " + line for line in marker_label.split("\n")), "left"
+        axes.text(marker_at, axes.get_ylim()[0], text, color="grey", va="bottom", ha=align, multialignment=align)
         axes.set_ylabel(ylabel)
         axes.grid(alpha=0.3)
         axes.legend(loc="best")

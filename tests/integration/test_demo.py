@@ -28,6 +28,7 @@ def test_demo_trains_online_and_beats_the_frozen_model(tmp_path):
     assert values["at the end, online model"] > values["model frozen at the drift point"] + 0.1
     assert "replaying them rebuilds the trained model exactly:       yes" in out, out
     assert proc.returncode == 0, out
+    assert " W easyonline.demo]" not in proc.stderr, proc.stderr[-3000:]  # a stream that shows the recovery
     # Only our own log lines: no kafka-python connection chatter, no "... Cancelled" error at the end
     # (kafka-python logs the requests its own close cancels: 2.0 "Fetch to node", 3.0 "Metadata refresh").
     assert "conn.py" not in proc.stderr and "Cancelled" not in proc.stderr, proc.stderr[-3000:]
@@ -36,6 +37,25 @@ def test_demo_trains_online_and_beats_the_frozen_model(tmp_path):
     assert not foreign_lines(proc.stderr) and not foreign_lines(out), foreign_lines(proc.stderr + out)
     assert f"online vs frozen:                   {png}" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000
+
+
+def test_a_short_demo_exits_0_warns_that_it_is_short_and_says_why_it_did_not_recover():
+    """Issue 54, item 10: a new user's small run (before: exit 1, no word why). The verdicts are printed, not exit
+    codes: a stream too short to show the recovery is warned about at the start, its NO says why, and only
+    updates that do not replay exactly (a defect) fail the run."""
+    proc = subprocess.run([PYTHON, "-m", "easyonline.tools.demo", "--samples=12000", "--drift_at=6000",
+                           "--max_seconds=120", "--png=none"], env=python_env(), capture_output=True, text=True,
+                          timeout=300)
+    out = proc.stdout
+    assert "samples          12000" in out, proc.stderr[-3000:]
+    assert re.search(r"^\S+ \S+ W easyonline\.demo\] --samples 12000 --drift_at 6000: 6,000 samples before the "
+                     r"drift are too few to learn from and 6,000 after it too few for the online model to recover; "
+                     r".*--drift_at >= 60000 and --samples >= drift_at \+ 100000", proc.stderr, re.M), \
+        proc.stderr[-3000:]
+    assert "online model recovered to within 0.02 of pre-drift AUC:   NO\n    why: " in out, out
+    assert "too few samples after the drift for the online model to recover" in out, out
+    assert "replaying them rebuilds the trained model exactly:       yes" in out, out
+    assert proc.returncode == 0, out + proc.stderr[-3000:]
 
 
 @pytest.mark.scenario
