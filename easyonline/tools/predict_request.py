@@ -15,6 +15,8 @@ from typing import Dict, Iterable, List
 
 from absl import flags
 
+from easyonline.config import load_pipeline_config
+from easyonline.features.feature_spec import build_feature_specs
 from easyonline.utils.cli import run_command
 
 FLAGS = flags.FLAGS
@@ -30,10 +32,8 @@ def define_flags() -> None:
 
 def request_inputs(config) -> Dict[str, str]:
     """{input name: 'string' | 'int' | 'float'}: the inputs of the export's serving_default for ``config``."""
-    from easyonline.core.bootstrap import ensure_legacy_keras  # pylint: disable=g-import-not-at-top
-    tf = ensure_legacy_keras()
-    from easyonline.export.serving_module import raw_input_specs  # pylint: disable=g-import-not-at-top
-    from easyonline.features.feature_spec import build_feature_specs  # pylint: disable=g-import-not-at-top
+    # why: TensorFlow (the serving module's input specs) is imported only to build a request (--help is instant)
+    from easyonline.export.serving_module import raw_input_specs, tf  # pylint: disable=g-import-not-at-top
     specs = raw_input_specs(build_feature_specs(config))
     return {name: "string" if spec.dtype == tf.string else "int" if spec.dtype.is_integer else "float"
             for name, spec in specs.items()}
@@ -73,7 +73,6 @@ def main(argv) -> int:
     if not FLAGS.config:
         print("predict_request: --config is required", file=sys.stderr)
         return 2
-    from easyonline.config import load_pipeline_config  # pylint: disable=g-import-not-at-top
     config = load_pipeline_config(FLAGS.config)
     source = sys.stdin if FLAGS.input_csv == "-" else open(FLAGS.input_csv)
     lines = []

@@ -296,6 +296,7 @@ def test_the_rate_after_a_restart_counts_only_this_runs_samples(broker, topic, t
     config = online_config(tmp_path / "m", broker.bootstrap, topic, **FAST)
     assert build_trainer(config, online=False).run().samples == 4000  # caught up: a checkpoint at 4000
     config.train_config.log_step_count_secs = 0.2
+    caplog.clear()  # the first run's lines are not the restart's
     with caplog.at_level(logging.INFO, logger="easyonline.status"):
         summary = build_trainer(config, online=True, callbacks=[StopAfterSeconds(1.5)]).run()
     assert summary.samples == 0  # nothing new in the topic
