@@ -15,6 +15,7 @@ and a single PUT body larger than ``max_put_bytes`` (5 GB on OSS; tests set
 a small one) is refused with 400 EntityTooLarge. ``puts`` records the size of
 every PUT body (objects and parts), so a test can see how a file was sent.
 """
+import contextlib
 import threading
 import urllib.parse
 import uuid
@@ -23,6 +24,8 @@ from typing import Dict, List, Tuple
 from xml.sax.saxutils import escape
 
 from oss2.utils import Crc64
+
+from easyonline.utils import oss
 
 
 def _crc(data: bytes) -> str:
@@ -221,3 +224,14 @@ class FakeOss:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@contextlib.contextmanager
+def configured_fake_oss():
+    """A FakeOss that this process's oss:// paths reach (oss.configure), unconfigured again afterwards."""
+    with FakeOss() as fake:
+        oss.configure(fake.endpoint, "id", "secret")
+        try:
+            yield fake
+        finally:
+            oss.configure("", "", "")

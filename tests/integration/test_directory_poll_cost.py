@@ -17,8 +17,8 @@ import pytest
 from easyonline.updates.codec import UpdateSnapshot, encode_update
 from easyonline.updates.directory_sink import DirectorySink
 from easyonline.updates.readers import DONE_SUFFIX, LATEST_FILE, DirectoryUpdateReader, read_latest, update_file_name
-from easyonline.utils import fileio, oss
-from tests.fake_oss import FakeOss
+from easyonline.utils import fileio
+from tests.fake_oss import configured_fake_oss
 
 RETAINED = 20_000
 STREAM = 77
@@ -172,10 +172,8 @@ def test_numbers_a_restarted_writer_skipped_are_listed_past(tmp_path, monkeypatc
 
 @pytest.fixture
 def fake_oss():
-    with FakeOss() as fake:
-        oss.configure(fake.endpoint, "id", "secret")
+    with configured_fake_oss() as fake:
         yield fake
-        oss.configure("", "", "")
 
 
 def test_idle_polls_on_oss_issue_no_list_call_whatever_the_retention(fake_oss):

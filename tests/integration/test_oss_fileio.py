@@ -8,15 +8,13 @@ import pytest
 from easyonline.train.schedule_callbacks import StopFile
 from easyonline.core.stop_signal import STOP_SIGNAL_FILE
 from easyonline.utils import fileio, oss
-from tests.fake_oss import FakeOss
+from tests.fake_oss import configured_fake_oss
 
 
 @pytest.fixture
 def fake_oss():
-    with FakeOss() as fake:
-        oss.configure(fake.endpoint, "id", "secret")
+    with configured_fake_oss() as fake:
         yield fake
-        oss.configure("", "", "")
 
 
 def test_files_and_directories_on_oss(fake_oss):

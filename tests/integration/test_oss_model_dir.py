@@ -15,7 +15,7 @@ from easyonline.jobs.online_train import build_trainer
 from easyonline.tools.stream_producer import SyntheticCtrStream
 from easyonline.utils import fileio, oss
 from tests.conftest import PYTHON, online_config, python_env
-from tests.fake_oss import FakeOss
+from tests.fake_oss import FakeOss, configured_fake_oss
 
 MODEL_DIR = "oss://bkt/models/online"
 
@@ -23,10 +23,8 @@ MODEL_DIR = "oss://bkt/models/online"
 @pytest.fixture
 def fake_oss(tmp_path, monkeypatch):
     monkeypatch.setenv("EASYONLINE_CACHE_DIR", str(tmp_path / "cache"))
-    with FakeOss() as fake:
-        oss.configure(fake.endpoint, "id", "secret")
+    with configured_fake_oss() as fake:
         yield fake
-        oss.configure("", "", "")
 
 
 def _config(tmp_path, start, count, model_dir=MODEL_DIR, **edits):

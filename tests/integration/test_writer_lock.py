@@ -23,9 +23,9 @@ from easyonline.core.callbacks import Callback
 from easyonline.core.errors import ModelDirLockedError
 from easyonline.jobs.online_train import build_trainer
 from easyonline.tools.stream_producer import SyntheticCtrStream
-from easyonline.utils import fileio, oss
+from easyonline.utils import fileio
 from tests.conftest import ROOT, online_config
-from tests.fake_oss import FakeOss
+from tests.fake_oss import FakeOss, configured_fake_oss
 
 MODEL_DIR = "oss://bkt/models/m1"
 
@@ -34,10 +34,8 @@ MODEL_DIR = "oss://bkt/models/m1"
 def fake_oss(monkeypatch):
     monkeypatch.setattr(writer_lock, "REFRESH_SECS", 0.2)
     monkeypatch.setattr(writer_lock, "STALE_SECS", 2.0)
-    with FakeOss() as fake:
-        oss.configure(fake.endpoint, "id", "secret")
+    with configured_fake_oss() as fake:
         yield fake
-        oss.configure("", "", "")
 
 
 def _foreign_lease(refreshed: float) -> None:
@@ -175,33 +173,34 @@ def test_trainers_started_together_on_a_fresh_model_dir_exactly_one_wins(store, 
 @pytest.mark.parametrize("store", ["local", "oss"])
 def test_threads_of_one_process_racing_exactly_one_wins(store, tmp_path, monkeypatch):
     monkeypatch.setattr(writer_lock, "REFRESH_SECS", 0.2)
-    with FakeOss() as fake:
-        oss.configure(fake.endpoint, "id", "secret")
+    with configured_fake_oss():
+        for round_ in range(20):
+            model_dir = f"oss://bkt/threads/m{round_}" if store == "oss" else str(tmp_path / f"m{round_}")
+            outcome = _acquire_together([WriterLock(model_dir) for _ in range(4)])
+            winners = [o for o in outcome if isinstance(o, WriterLock)]
+            assert len(winners) == 1, (round_, outcome)
+            assert all("another trainer in this process holds" in o for o in outcome if isinstance(o, str))
+            winners[0].release()
+
+
+def _acquire_together(locks):
+    """Each lock's acquire() in a thread of its own, released together: the lock that won, or the loser's error."""
+    barrier, outcome = threading.Barrier(len(locks)), []
+
+    def take(lock):
+        barrier.wait()
         try:
-            for round_ in range(20):
-                model_dir = f"oss://bkt/threads/m{round_}" if store == "oss" else str(tmp_path / f"m{round_}")
-                locks = [WriterLock(model_dir) for _ in range(4)]
-                barrier, outcome = threading.Barrier(4), []
+            lock.acquire()
+            outcome.append(lock)
+        except ModelDirLockedError as e:
+            outcome.append(str(e))
 
-                def take(lock):
-                    barrier.wait()
-                    try:
-                        lock.acquire()
-                        outcome.append(lock)
-                    except ModelDirLockedError as e:
-                        outcome.append(str(e))
-
-                threads = [threading.Thread(target=take, args=(lock,)) for lock in locks]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
-                winners = [o for o in outcome if isinstance(o, WriterLock)]
-                assert len(winners) == 1, (round_, outcome)
-                assert all("another trainer in this process holds" in o for o in outcome if isinstance(o, str))
-                winners[0].release()
-        finally:
-            oss.configure("", "", "")
+    threads = [threading.Thread(target=take, args=(lock,)) for lock in locks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outcome
 
 
 def test_two_takers_of_a_stale_lease_exactly_one_takes_it(fake_oss):
@@ -212,21 +211,7 @@ def test_two_takers_of_a_stale_lease_exactly_one_takes_it(fake_oss):
     for round_ in range(6):
         fileio.write_text_atomic(fileio.join(MODEL_DIR, "TRAINER_LOCK"), json.dumps(
             {"token": f"crashed-{round_}", "host": socket.gethostname(), "pid": dead.pid}))
-        locks = [WriterLock(MODEL_DIR) for _ in range(2)]
-        outcome = []
-
-        def take(lock):
-            try:
-                lock.acquire()
-                outcome.append(lock)
-            except ModelDirLockedError as e:
-                outcome.append(str(e))
-
-        threads = [threading.Thread(target=take, args=(lock,)) for lock in locks]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        outcome = _acquire_together([WriterLock(MODEL_DIR) for _ in range(2)])
         winners = [o for o in outcome if isinstance(o, WriterLock)]
         assert len(winners) == 1, (round_, outcome)
         assert json.loads(fileio.read_text(fileio.join(MODEL_DIR, "TRAINER_LOCK")))["token"] == winners[0].token
