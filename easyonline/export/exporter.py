@@ -7,16 +7,19 @@ serving_module.py and updates/signing.py) and, in ``assets/``, the config, the p
 copied from model_dir (the ones the trainer publishes with) and
 ``incr_update.txt``: where the update stream is and from which position its
 messages are newer than this export, and whether the export is for stock
-TensorFlow Serving (core ops only; ``for_stock_serving``). TFRA's inference mode is
-process-global, so export from a process that does not train.
+TensorFlow Serving (core ops only; ``for_stock_serving``). TFRA's inference mode
+(lookups of unknown ids insert nothing) is process-global: the export holds it
+only while it runs and gives the process back in the mode it found, so a trainer
+built later in the same process still gets gradients for its tables.
 """
+import contextlib
 import json
 import logging
 import os
 import shutil
 import tempfile
 import time
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 from easyonline.checkpoint.checkpointer import latest_checkpoint
 from easyonline.checkpoint.restore import restore_model
@@ -110,7 +113,24 @@ def export_saved_model(config: pipeline_pb2.PipelineConfig, export_dir: str,
     path = latest_checkpoint(checkpoint_path or config.model_dir)
     if path is None:
         raise FileNotFoundError(f"no checkpoint at {checkpoint_path or config.model_dir}")
-    de.enable_inference_mode()  # process-global: lookups of unknown ids insert nothing
+    with inference_mode():
+        return _export_version(config, export_dir, path, embedding_export_dir, for_stock_serving, mode, key)
+
+
+@contextlib.contextmanager
+def inference_mode() -> Iterator[None]:
+    """TFRA's inference mode for the block, then the mode the process was in (it is process-global)."""
+    previous = de.ModelMode.CURRENT_SETTING
+    de.enable_inference_mode()
+    try:
+        yield
+    finally:
+        de.ModelMode.CURRENT_SETTING = previous
+
+
+def _export_version(config: pipeline_pb2.PipelineConfig, export_dir: str, path: str,
+                    embedding_export_dir: Optional[str], for_stock_serving: bool, mode: str,
+                    key: Optional[Tuple[int, int]]) -> str:
     log.info("restoring %s", path)
     restored = restore_model(config, path)
     model, specs, step = restored.model, restored.specs, restored.step

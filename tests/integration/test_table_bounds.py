@@ -77,6 +77,10 @@ def test_tables_stay_within_max_size_between_shrinks_in_checkpoints_exports_and_
     assert exported["checkpoint"] == summary.checkpoint
     assert len(exported["tables"]) == TEST_TABLES
     assert all(0 < table["rows"] <= MAX_SIZE for table in exported["tables"].values()), exported["tables"]
+    # TFRA's inference mode is process-global: the export gives it back, or a trainer built later in this
+    # process (the next test of this pytest worker) finds no gradients for its tables
+    from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=import-outside-toplevel
+    assert de.ModelMode.CURRENT_SETTING == de.ModelMode.TRAIN
 
     # a server that followed the update directory from its start: the trims reached it as deletes
     reader = DirectoryUpdateReader(str(updates))
