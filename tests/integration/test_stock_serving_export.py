@@ -24,6 +24,7 @@ from easyonline.updates.readers import list_update_files, update_file_name
 from easyonline.updates.signing import UpdateSigner
 from tests.conftest import PYTHON, online_config, python_env
 from tests.integration.test_export_serve import Server, instances, trainer_probs
+from tests.log_noise import foreign_lines
 
 SECRET_VAR, SECRET = "EASYONLINE_STOCK_TEST_SECRET", "stock test secret"
 
@@ -80,16 +81,40 @@ print(json.dumps(out))
 """
 
 
-def _export(model_dir, export_dir, *flags):
-    return subprocess.Popen([PYTHON, "-m", "easyonline.export", f"--config={model_dir}/pipeline.config",
-                             f"--export_dir={export_dir}", *flags], env=python_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+# Several exports of one model in one fresh process: what ``python -m easyonline.export`` runs
+# (export_saved_model on the loaded, validated config), once per export, so the exports share one TensorFlow
+# import (~5 s CPU each) instead of a process each. The CLI itself is tested by test_export_serve's export().
+EXPORTS = r"""
+import json, os, sys, time
+from easyonline.config import load_pipeline_config
+from easyonline.config.validate import validate_pipeline_config
+from easyonline.export.exporter import export_saved_model
+from easyonline.utils.logs import setup_logging
+setup_logging("INFO")
+version = "0"
+for export_dir, flags in json.loads(sys.argv[2]):
+    while int(time.time()) <= int(version):  # a later export, a later version (its name is the unix time)
+        time.sleep(0.1)
+    config = load_pipeline_config(sys.argv[1])  # afresh each time: the export edits it (apply_oss_config)
+    validate_pipeline_config(config, online=False)
+    path = export_saved_model(config, export_dir, flags.get("checkpoint_path"), None,
+                              flags.get("for_stock_serving", False), flags.get("update_signatures", ""))
+    version = os.path.basename(path)
+    print(path, flush=True)
+"""
 
 
-def _finished(proc, timeout=600):
-    out, err = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, err[-3000:]
-    return out.strip().splitlines()[-1]
+def export_in_one_process(model_dir, *exports):
+    """Each (export_dir, {checkpoint_path, for_stock_serving, update_signatures}) of ``model_dir``'s model,
+    exported in order by one process, as the export command's flags of those names would; their version paths."""
+    proc = subprocess.run([PYTHON, "-c", EXPORTS, f"{model_dir}/pipeline.config",
+                           json.dumps([(str(where), flags) for where, flags in exports])],
+                          env=python_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not foreign_lines(proc.stderr), proc.stderr[-3000:]  # no TensorFlow/TFRA noise in what export logs
+    versions = proc.stdout.strip().splitlines()[-len(exports):]
+    assert len(versions) == len(exports) and all(os.path.isdir(v) for v in versions), proc.stdout[-3000:]
+    return versions
 
 
 @pytest.fixture(scope="module")
@@ -110,10 +135,11 @@ def exported(tmp_path_factory):
     config.file_train_input.paths.append(str(data))
     trainer = build_trainer(config, online=False)
     trainer.run()
-    checkpoint = f"--checkpoint_path={tmp_path / 'm' / 'model.ckpt-2'}"
-    normal = _export(tmp_path / "m", tmp_path / "export", checkpoint)
-    stock = _export(tmp_path / "m", tmp_path / "stock", checkpoint, "--for_stock_serving")
-    yield trainer, tmp_path, _finished(normal), _finished(stock)
+    checkpoint = str(tmp_path / "m" / "model.ckpt-2")
+    normal, stock = export_in_one_process(tmp_path / "m", (tmp_path / "export", {"checkpoint_path": checkpoint}),
+                                          (tmp_path / "stock", {"checkpoint_path": checkpoint,
+                                                                "for_stock_serving": True}))
+    yield trainer, tmp_path, normal, stock
     os.environ.pop(SECRET_VAR, None)
 
 
