@@ -15,7 +15,6 @@ from google.protobuf import text_format
 
 from easyonline.config.easyrec_compat import normalize
 from easyonline.config.loader import parse_pipeline_config
-from easyonline.config.validate import validate_pipeline_config
 from easyonline.core.errors import ConfigError
 from easyonline.utils import fileio
 from easyonline.utils.cli import run_command
@@ -32,6 +31,8 @@ def convert(text_in: str, source: str = "<string>", validate: bool = True) -> Tu
     config = parse_pipeline_config(text_in, source)
     dropped = normalize(config)
     if validate:
+        # why: the validator loads TensorFlow (~5 s of CPU), which --help and --novalidate never need
+        from easyonline.config.validate import validate_pipeline_config  # pylint: disable=g-import-not-at-top
         validate_pipeline_config(config)
     header = "".join(f"# dropped (means nothing here): {item}\n" for item in dropped)
     return f"# converted from {source} by easyonline.tools.from_easyrec\n" + header + \
