@@ -36,6 +36,7 @@ from easyonline.train.optimizers import build_train_optimizer
 
 tf = ensure_legacy_keras()
 from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
+from tensorflow.python.autograph.core import ag_ctx  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,11 @@ class TrainGraph:
         self.graph = tf.Graph()
         spec = tf.train.ClusterSpec({role: tasks for role, tasks in cluster.cluster.items() if tasks})
         setter = v1.train.replica_device_setter(cluster=spec, worker_device=cluster.device)
-        with self.graph.as_default(), v1.device(setter):
+        # autograph off, as in the single process's steps (eager_engine.py: tf.function(autograph=False)):
+        # the model has no tensor-dependent Python control flow, and Keras converting the model's, the
+        # losses' and TFRA's code (~370 functions) was most of a trainer's start: ~20 s CPU per trainer
+        # of a small DNN, ~40 s per 2-ps 2-trainer test cluster
+        with self.graph.as_default(), v1.device(setter), ag_ctx.ControlStatusCtx(status=ag_ctx.Status.DISABLED):
             tasks = model_tasks(config, specs)
             self.state = ClusterState(cluster.num_trainers, [(task.name, task.kind) for task in tasks])
             self._feature_feeds: List = []  # (name, values placeholder, row_splits placeholder or None)
