@@ -21,7 +21,8 @@ from easyonline.scoring.checkpoint_model import CheckpointModel
 from easyonline.tools.stream_producer import SyntheticCtrStream
 from tests.conftest import PYTHON, online_config, python_env
 from tests.integration import test_multi_task_models as multi_task
-from tests.integration.test_export_serve import Server, _file_numbers, export, instances
+from tests.integration.test_export_serve import Server, _file_numbers, instances
+from tests.integration.test_stock_serving_export import export_in_one_process
 
 
 def trained_outputs(trainer, lines):
@@ -48,10 +49,10 @@ def grpc_outputs(server, rows):
     return {name: tf.make_ndarray(proto) for name, proto in response.outputs.items()}
 
 
-def train_publish_and_export_early(tmp_path, config, lines):
+def train_and_publish(tmp_path, config, lines):
     """``config`` trained on ``lines`` (six steps: batch size len(lines) / 6) from a file, publishing every 2
-    steps to a directory, with an export of its step-2 checkpoint: a server of it must replay steps 3-6 from
-    the updates. Returns (trainer, the export's version directory, the update directory)."""
+    steps to a directory; a server of an export of its step-2 checkpoint must replay steps 3-6 from the
+    updates. Returns (trainer, the update directory)."""
     data = tmp_path / "train.csv"
     data.write_bytes(b"\n".join(lines) + b"\n")
     updates = tmp_path / "updates"
@@ -66,8 +67,29 @@ def train_publish_and_export_early(tmp_path, config, lines):
     trainer = build_trainer(config, online=False)
     trainer.run()
     assert trainer.step == 6
-    version = export(tmp_path / "m", tmp_path / "export", f"--checkpoint_path={tmp_path / 'm' / 'model.ckpt-2'}")
-    return trainer, version, updates
+    return trainer, updates
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """{"regression": ..., "mmoe": ...}: (trainer, the export's version directory, the update directory, the
+    model's tmp dir) of each model (MMOE below), trained by train_and_publish, with the exports of their step-2
+    checkpoints into <tmp dir>/export made by one process (one TensorFlow import, not one per model)."""
+    models = {}
+    for name in ("regression", "mmoe"):
+        tmp_path = tmp_path_factory.mktemp(name)
+        if name == "regression":
+            config = online_config(tmp_path / "m", **{"model_config.loss_type": "L2_LOSS"})
+            lines = SyntheticCtrStream().lines(0, 3000)
+        else:
+            config = multi_task.config_for(MMOE, tmp_path / "m")
+            lines = multi_task.lines(0, 1200)
+        models[name] = (*train_and_publish(tmp_path, config, lines), tmp_path)
+    versions = export_in_one_process(None, *[
+        (tmp_path / "export", {"checkpoint_path": str(tmp_path / "m" / "model.ckpt-2")}, tmp_path / "m")
+        for _, _, tmp_path in models.values()])
+    return {name: (trainer, version, updates, tmp_path)
+            for (name, (trainer, updates, tmp_path)), version in zip(models.items(), versions)}
 
 
 def replayed(server, updates):
@@ -78,11 +100,8 @@ def replayed(server, updates):
 
 
 @pytest.fixture(scope="module")
-def regression_served(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("regression")
-    config = online_config(tmp_path / "m", **{"model_config.loss_type": "L2_LOSS"})
-    trainer, version, updates = train_publish_and_export_early(tmp_path, config,
-                                                               SyntheticCtrStream().lines(0, 3000))
+def regression_served(trained):
+    trainer, version, updates, tmp_path = trained["regression"]
     server = Server(tmp_path / "export", tmp_path / "serve.log", "--grpc_port=0")
     yield trainer, server, version, updates, tmp_path
     server.stop()
@@ -150,9 +169,9 @@ def mmoe_instances(lines):
              if n not in ("clk", "buy")} for line in lines]
 
 
-def test_an_mmoe_export_serves_every_towers_outputs_over_rest_and_grpc_equal_to_the_trained_model(tmp_path):
-    config = multi_task.config_for(MMOE, tmp_path / "m")
-    trainer, _, updates = train_publish_and_export_early(tmp_path, config, multi_task.lines(0, 1200))
+def test_an_mmoe_export_serves_every_towers_outputs_over_rest_and_grpc_equal_to_the_trained_model(trained):
+    trainer, _, updates, tmp_path = trained["mmoe"]
+    config = trainer.config
     assert trainer.model.wide_dim == 1 and trainer.model.deepfm_scales is not None
     lines = multi_task.lines(50000, 6)  # never trained on
     expected = trained_outputs(trainer, lines)

@@ -92,10 +92,10 @@ from easyonline.export.exporter import export_saved_model
 from easyonline.utils.logs import setup_logging
 setup_logging("INFO")
 version = "0"
-for export_dir, flags in json.loads(sys.argv[2]):
+for config_path, export_dir, flags in json.loads(sys.argv[1]):
     while int(time.time()) <= int(version):  # a later export, a later version (its name is the unix time)
         time.sleep(0.1)
-    config = load_pipeline_config(sys.argv[1])  # afresh each time: the export edits it (apply_oss_config)
+    config = load_pipeline_config(config_path)  # afresh each time: the export edits it (apply_oss_config)
     validate_pipeline_config(config, online=False)
     path = export_saved_model(config, export_dir, flags.get("checkpoint_path"), None,
                               flags.get("for_stock_serving", False), flags.get("update_signatures", ""))
@@ -105,10 +105,12 @@ for export_dir, flags in json.loads(sys.argv[2]):
 
 
 def export_in_one_process(model_dir, *exports):
-    """Each (export_dir, {checkpoint_path, for_stock_serving, update_signatures}) of ``model_dir``'s model,
-    exported in order by one process, as the export command's flags of those names would; their version paths."""
-    proc = subprocess.run([PYTHON, "-c", EXPORTS, f"{model_dir}/pipeline.config",
-                           json.dumps([(str(where), flags) for where, flags in exports])],
+    """Each (export_dir, {checkpoint_path, for_stock_serving, update_signatures}) of ``model_dir``'s model
+    (or, with a third item, of that model_dir's), exported in order by one process, as the export command's
+    flags of those names would; their version paths."""
+    jobs = [(f"{export[2] if len(export) > 2 else model_dir}/pipeline.config", str(export[0]), export[1])
+            for export in exports]
+    proc = subprocess.run([PYTHON, "-c", EXPORTS, json.dumps(jobs)],
                           env=python_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not foreign_lines(proc.stderr), proc.stderr[-3000:]  # no TensorFlow/TFRA noise in what export logs
