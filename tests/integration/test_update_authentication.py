@@ -30,7 +30,8 @@ from easyonline.tools.tls_certs import make_server_certificate
 from easyonline.updates.signing import UpdateSigner, UpdateVerifier
 from easyonline.jobs.online_train import build_trainer
 from tests.conftest import PYTHON, online_config, python_env
-from tests.integration.test_export_serve import Server, _file_numbers, export, instances, trainer_probs
+from tests.integration.test_export_serve import Server, _file_numbers, instances, trainer_probs
+from tests.integration.test_stock_serving_export import export_in_one_process
 
 SECRET_VAR = "EASYONLINE_TEST_UPDATE_SECRET"
 SECRET = "the trainer's own secret"
@@ -61,9 +62,10 @@ def signed(tmp_path_factory):
     names = {int(n[28:40]): n for n in os.listdir(updates) if n.endswith(".pb")}
     messages = [(updates / names[sequence]).read_bytes() for _, sequence in numbers]
     # the normal export from step 1's checkpoint: the messages after it are still to apply
-    exports = {"normal": export(tmp_path / "m", tmp_path / "export", f"--checkpoint_path={tmp_path}/m/model.ckpt-1"),
-               "stock": export(tmp_path / "m", tmp_path / "stock", "--for_stock_serving"),
-               "prediction_only": export(tmp_path / "m", tmp_path / "plain", "--update_signatures=none")}
+    # (the three exports in one process: one TensorFlow import, not three)
+    exports = dict(zip(("normal", "stock", "prediction_only"), export_in_one_process(
+        tmp_path / "m", (tmp_path / "export", {"checkpoint_path": f"{tmp_path}/m/model.ckpt-1"}),
+        (tmp_path / "stock", {"for_stock_serving": True}), (tmp_path / "plain", {"update_signatures": "none"}))))
     yield trainer, messages, exports, tmp_path
     if old is None:
         os.environ.pop(SECRET_VAR, None)
