@@ -31,6 +31,7 @@ from easyonline.updates.readers import DONE_SUFFIX, list_update_files, update_fi
 from easyonline.utils.net import free_port
 from tests.conftest import PYTHON, online_config, python_env
 from tests.integration.test_export_serve import Server, _wait
+from tests.integration.test_stock_serving_export import export_in_one_process
 from tests.integration.test_tfserving_follower import SIGNED, _stop
 
 
@@ -141,13 +142,10 @@ def trained(tmp_path_factory):
     config.ClearField("kafka_train_input")
     config.file_train_input.paths.append(str(data))
     build_trainer(config, online=False).run()
-    versions = []
-    for step, where in ((2, "export"), (4, "later")):
-        proc = subprocess.run([PYTHON, "-m", "easyonline.export", f"--config={tmp_path / 'm'}/pipeline.config",
-                               f"--export_dir={tmp_path / where}", f"--checkpoint_path={tmp_path / 'm'}/model.ckpt-{step}",
-                               "--for_stock_serving"], env=python_env(), capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        versions.append(proc.stdout.strip().splitlines()[-1])
+    # both versions exported by one process (one TensorFlow import), the later one with the later version name
+    versions = export_in_one_process(tmp_path / "m", *[
+        (tmp_path / where, {"checkpoint_path": f"{tmp_path / 'm'}/model.ckpt-{step}", "for_stock_serving": True})
+        for step, where in ((2, "export"), (4, "later"))])
     return tmp_path, Stream(tmp_path / "updates"), versions[0], versions[1]
 
 
