@@ -25,7 +25,8 @@ from easyonline.updates.readers import KafkaUpdateReader
 from tests.integration.test_export_serve import Server, export
 from tests.integration.test_incremental_updates import _replay
 from tests.integration.test_multi_task_models import auc
-from tests.integration.test_serve_tasks import replayed, trained_outputs, train_publish_and_export_early
+from tests.integration.test_serve_tasks import replayed, train_and_publish, trained_outputs
+from tests.integration.test_stock_serving_export import export_in_one_process
 from tests.integration.test_transactional_topics import write_transactions
 
 FIELDS = (("clk", "INT32"), ("user", "STRING"), ("item", "STRING"), ("cate", "STRING"), ("price", "FLOAT"),
@@ -95,18 +96,53 @@ def _train_to_the_end(config, samples: int, server: str, updates: str):
     return trainer, records
 
 
-@pytest.mark.parametrize("model", [DIN, 'model_class: "MultiTower" multi_tower { towers { input: "user" dnn { '
-                                   'hidden_units: [8] } } towers { input: "item" dnn { hidden_units: [8] } } }'])
-def test_a_sequence_model_trains_through_the_broker_learns_the_history_and_its_updates_replay_exactly(
-        broker, topic, tmp_path, model):
+MULTI_TOWER = ('model_class: "MultiTower" multi_tower { towers { input: "user" dnn { hidden_units: [8] } } '
+               'towers { input: "item" dnn { hidden_units: [8] } } }')
+SAMPLES = 8000  # DIN's AUC passes 0.75 after about 5,000 (25 steps): the assertion needs this size
+
+
+@pytest.fixture(scope="module")
+def din_with_bad_lines(broker, tmp_path_factory):
+    """DIN trained to the end of a topic of SAMPLES good lines with a bad one after every 50th (a tag weight
+    that is no number, or a history whose categories are one short, in turn), publishing updates and
+    dead-lettering the bad lines: one run (one trainer to build and trace) shared by the learning test and the
+    bad-input test. (trainer, its summary, its update records, its model_dir, the bad lines' counts by kind)."""
+    tmp_path = tmp_path_factory.mktemp("din")
+    lines, injected = [], collections.Counter()
+    for i, line in enumerate(din_lines(0, SAMPLES)):
+        lines.append(line)
+        if i % 50 == 49:
+            kind = (BAD_TAG_WEIGHT, BAD_SEQUENCE)[(i // 50) % 2]
+            lines.append(_bad(din_lines(50000 + i, 1)[0], kind))
+            injected[kind] += 1
+    topic = "din_with_bad_lines"
     broker.create_topic(topic, 2)
-    samples = 8000
-    produce(broker.bootstrap, topic, [din_lines(0, samples)], partitions=2)
-    updates = topic + "_updates"
-    config = din_config(tmp_path / "model", model, broker.bootstrap, topic, updates)
-    trainer, records = _train_to_the_end(config, samples, broker.bootstrap, updates)
+    produce(broker.bootstrap, topic, [lines], partitions=2)
+    config = din_config(tmp_path / "model", DIN, broker.bootstrap, topic, topic + "_updates")
+    config.data_config.dead_letter_topic = topic + "_dead"
+    trainer = build_trainer(config, online=False, source=KafkaInput(config.kafka_train_input, 200, 200))
+    summary = trainer.run()
+    reader = KafkaUpdateReader(broker.bootstrap, topic + "_updates")
+    records = reader.read_available()
+    reader.close()
+    return trainer, summary, records, tmp_path / "model", dict(injected)
+
+
+@pytest.mark.parametrize("model", [DIN, MULTI_TOWER], ids=["din", "multi_tower"])
+def test_a_sequence_model_trains_through_the_broker_learns_the_history_and_its_updates_replay_exactly(
+        broker, topic, tmp_path, model, request):
+    if model == DIN:  # DIN's run is shared with the bad-input test: its bad lines train nothing
+        trainer, summary, records, model_dir, _ = request.getfixturevalue("din_with_bad_lines")
+        assert summary.samples == SAMPLES
+    else:
+        broker.create_topic(topic, 2)
+        produce(broker.bootstrap, topic, [din_lines(0, SAMPLES)], partitions=2)
+        updates = topic + "_updates"
+        model_dir = tmp_path / "model"
+        config = din_config(model_dir, model, broker.bootstrap, topic, updates)
+        trainer, records = _train_to_the_end(config, SAMPLES, broker.bootstrap, updates)
     replica = _replay(records, "model")
-    ids = read_parameter_ids(str(tmp_path / "model"))
+    ids = read_parameter_ids(str(model_dir))
     assert differences_from_model(replica, trainer.model, ids) == []
     # the attention's weights are dense parameters like any other: published and replayed
     assert any(name.startswith("attentions/din/") for name in ids.dense), sorted(ids.dense)
@@ -120,9 +156,43 @@ def test_a_sequence_model_trains_through_the_broker_learns_the_history_and_its_u
     assert auc(labels, outputs["probs"].numpy()) > 0.75  # the category-in-history signal (no id alone holds it)
 
 
-def test_din_exports_and_serves_over_rest_what_the_trainer_scores_after_replaying_updates(tmp_path):
-    config = din_config(tmp_path / "m")
-    trainer, _, updates = train_publish_and_export_early(tmp_path, config, din_lines(0, 1200))
+BST_GROUPS = """
+  feature_groups { group_name: "user" feature_names: ["user", "tags", "price"] }
+  feature_groups { group_name: "item" feature_names: ["item", "cate"] }
+  feature_groups { group_name: "bst"
+    sequence_features { seq_att_map { key: ["item", "cate"] hist_seq: ["hist_item", "hist_cate"] } } }
+"""
+BST = ('model_class: "MultiTowerBST" multi_tower_bst { towers { input: "user" dnn { hidden_units: [8] } } '
+       'towers { input: "item" dnn { hidden_units: [8] } } bst_towers { input: "bst" seq_len: 6 multi_head_size: 2 } '
+       'final_dnn { hidden_units: [16] } l2_regularization: 1e-6 }')
+
+
+@pytest.fixture(scope="module")
+def din_and_bst_exported(broker, tmp_path_factory):
+    """The module's two exported models, trained, then exported by one process (one TensorFlow import, not one
+    per export). DIN: trained from a file for six steps publishing every 2 to a directory, its step-2
+    checkpoint exported (a server of it must replay steps 3-6). MultiTowerBST: trained to the end of a stream
+    written as production writes it (librdkafka's transactional producer, zstd-compressed, every fourth
+    transaction aborted: its samples must not train), its last checkpoint exported. Each into <its dir>/export.
+    {"din": (trainer, its update directory, its dir), "bst": (trainer, its update records, its dir)}."""
+    din_dir = tmp_path_factory.mktemp("din_export")
+    din, updates = train_and_publish(din_dir, din_config(din_dir / "m"), din_lines(0, 1200))
+    bst_dir = tmp_path_factory.mktemp("bst")
+    topic = "din_module_bst"
+    broker.create_topic(topic, 2)
+    committed = write_transactions(broker.bootstrap, topic, din_lines(0, 4000), 250, 2, codec="zstd",
+                                   send_before_abort=False)
+    assert len(committed) == 3000
+    config = din_config(bst_dir / "m", BST, broker.bootstrap, topic, topic + "_updates", groups=BST_GROUPS)
+    bst, records = _train_to_the_end(config, len(committed), broker.bootstrap, topic + "_updates")
+    export_in_one_process(None, (din_dir / "export", {"checkpoint_path": str(din_dir / "m" / "model.ckpt-2")},
+                                 din_dir / "m"),
+                          (bst_dir / "export", {}, bst_dir / "m"))
+    return {"din": (din, updates, din_dir), "bst": (bst, records, bst_dir)}
+
+
+def test_din_exports_and_serves_over_rest_what_the_trainer_scores_after_replaying_updates(din_and_bst_exported):
+    trainer, updates, tmp_path = din_and_bst_exported["din"]
     lines = din_lines(70000, 8) + [b"0,u1,i3,c3,1.0,,,", b"1,u2,i4,c4,2.0,i4|i16|i9|i1|i2|i3|i5,c4|c4|c9|c1|c2|c3|c5,t1:2"]
     expected = trained_outputs(trainer, lines)
     server = Server(tmp_path / "export", tmp_path / "serve.log")
@@ -138,28 +208,10 @@ def test_din_exports_and_serves_over_rest_what_the_trainer_scores_after_replayin
         assert server.stop() == 0
 
 
-BST_GROUPS = """
-  feature_groups { group_name: "user" feature_names: ["user", "tags", "price"] }
-  feature_groups { group_name: "item" feature_names: ["item", "cate"] }
-  feature_groups { group_name: "bst"
-    sequence_features { seq_att_map { key: ["item", "cate"] hist_seq: ["hist_item", "hist_cate"] } } }
-"""
-BST = ('model_class: "MultiTowerBST" multi_tower_bst { towers { input: "user" dnn { hidden_units: [8] } } '
-       'towers { input: "item" dnn { hidden_units: [8] } } bst_towers { input: "bst" seq_len: 6 multi_head_size: 2 } '
-       'final_dnn { hidden_units: [16] } l2_regularization: 1e-6 }')
-
-
 def test_a_bst_trains_through_the_broker_replays_its_updates_exactly_and_its_export_serves_what_it_scores(
-        broker, topic, tmp_path):
-    """The stream is written as production writes it: librdkafka's transactional producer, zstd-compressed,
-    every fourth transaction aborted (its samples must not train)."""
-    broker.create_topic(topic, 2)
-    committed = write_transactions(broker.bootstrap, topic, din_lines(0, 4000), 250, 2, codec="zstd", send_before_abort=False)
-    samples = len(committed)
-    assert samples == 3000
-    updates = topic + "_updates"
-    config = din_config(tmp_path / "m", BST, broker.bootstrap, topic, updates, groups=BST_GROUPS)
-    trainer, records = _train_to_the_end(config, samples, broker.bootstrap, updates)
+        din_and_bst_exported):
+    """Trained on a transactional stream, every fourth transaction aborted (din_and_bst_exported)."""
+    trainer, records, tmp_path = din_and_bst_exported["bst"]
     ids = read_parameter_ids(str(tmp_path / "m"))
     assert differences_from_model(_replay(records, "m"), trainer.model, ids) == []
     # the transformer's weights are dense parameters like any other: published and replayed
@@ -168,14 +220,15 @@ def test_a_bst_trains_through_the_broker_replays_its_updates_exactly_and_its_exp
     outputs = trainer.model.task_outputs(trainer.model(parsed.features, training=False))
     assert auc(parsed.labels.numpy(), outputs["probs"].numpy()) > 0.7  # the category-in-history signal
     # an empty history (the target alone), and one longer than seq_len - 1 (cut)
-    export_serves_what_it_scores(trainer, tmp_path)
+    export_serves_what_it_scores(trainer, tmp_path, exported=True)
 
 
-def export_serves_what_it_scores(trainer, tmp_path) -> None:
-    """Exports the trainer's model_dir (``tmp_path / "m"``) and serves it over REST: what it serves for
-    samples of the stream, an empty history and one longer than the sequence_length (5) is what the trainer
-    scores."""
-    export(tmp_path / "m", tmp_path / "export")
+def export_serves_what_it_scores(trainer, tmp_path, exported: bool = False) -> None:
+    """Exports the trainer's model_dir (``tmp_path / "m"``) to ``tmp_path / "export"`` (unless ``exported``:
+    the caller wrote it there) and serves it over REST: what it serves for samples of the stream, an empty
+    history and one longer than the sequence_length (5) is what the trainer scores."""
+    if not exported:
+        export(tmp_path / "m", tmp_path / "export")
     lines = din_lines(70000, 6) + [b"0,u1,i3,c3,1.0,,,", b"1,u2,i4,c4,2.0,i4|i16|i9|i1|i2|i3|i5,c4|c4|c9|c1|c2|c3|c5,t1:2"]
     expected = trained_outputs(trainer, lines)
     assert np.all(np.isfinite(expected["probs"]))
@@ -242,30 +295,17 @@ def _bad(line: bytes, kind: str) -> bytes:
     return b",".join(fields)
 
 
-def test_bad_sequences_and_tag_weights_are_counted_dead_lettered_and_nothing_else_lost(broker, topic, tmp_path):
-    good = din_lines(0, 3000)
-    lines, injected = [], collections.Counter()
-    for i, line in enumerate(good):
-        lines.append(line)
-        if i % 50 == 49:
-            kind = (BAD_TAG_WEIGHT, BAD_SEQUENCE)[(i // 50) % 2]
-            lines.append(_bad(din_lines(50000 + i, 1)[0], kind))
-            injected[kind] += 1
-    broker.create_topic(topic, 2)
-    produce(broker.bootstrap, topic, [lines], partitions=2)
-    config = din_config(tmp_path / "m", server=broker.bootstrap, topic=topic)
-    config.data_config.dead_letter_topic = topic + "_dead"
-    trainer = build_trainer(config, online=False, source=KafkaInput(config.kafka_train_input, 200, 200))
-    summary = trainer.run()
-    assert summary.samples == 3000 and summary.rejected == 60
-    assert {k: v for k, v in trainer.bad_input.counts.items() if v} == dict(injected) == {BAD_TAG_WEIGHT: 30,
-                                                                                          BAD_SEQUENCE: 30}
-    consumer = KafkaConsumer(topic + "_dead", bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
-                             consumer_timeout_ms=30000)
+def test_bad_sequences_and_tag_weights_are_counted_dead_lettered_and_nothing_else_lost(broker, din_with_bad_lines):
+    trainer, summary, _, _, injected = din_with_bad_lines
+    assert summary.samples == SAMPLES and summary.rejected == 160
+    assert {k: v for k, v in trainer.bad_input.counts.items() if v} == injected == {BAD_TAG_WEIGHT: 80,
+                                                                                    BAD_SEQUENCE: 80}
+    consumer = KafkaConsumer("din_with_bad_lines_dead", bootstrap_servers=broker.bootstrap,
+                             auto_offset_reset="earliest", consumer_timeout_ms=30000)
     dead = collections.Counter()
     for record in consumer:
         dead[dict(record.headers)["kind"].decode()] += 1
-        if sum(dead.values()) >= 60:
+        if sum(dead.values()) >= 160:
             break
     consumer.close()
-    assert dict(dead) == dict(injected)
+    assert dict(dead) == injected
