@@ -26,7 +26,7 @@ from tests.integration.test_incremental_updates import _replay
 from tests.integration.test_multi_task_models import auc
 from tests.integration.test_positioned_sequence_exports import READER
 from tests.integration.test_serve_tasks import trained_outputs
-from tests.integration.test_stock_serving_export import _export, _finished
+from tests.integration.test_stock_serving_export import export_in_one_process
 from tests.integration.test_transactional_topics import write_transactions
 
 GROUPS = """
@@ -82,8 +82,14 @@ CL4SREC = """model_class: "RankModel"
   }"""
 
 
+# Under CI [bst] is a scenario (conftest.py): [cl4srec] runs the same BST encoder (the same settings; gelu is
+# hidden_act's default) as a block of a RankModel backbone through every step of this test in CI (it trains
+# through the broker, its updates replay exactly, it learns the history, its export serves what it scores, its
+# stock export too), [din] runs the user group's MLP block and top_mlp, and test_din_cluster's [bst_backbone]
+# trains this very config on the ps cluster, its published updates equal to its checkpoint.
 @pytest.mark.parametrize("model,layer", [(DIN, "block_layers/seq/0/hidden/"),
-                                         (BST, "block_layers/seq/0/layers_/0/query/"),
+                                         pytest.param(BST, "block_layers/seq/0/layers_/0/query/",
+                                                      marks=pytest.mark.scenario),
                                          (CL4SREC, "block_layers/enc/0/layers_/0/query/")],
                          ids=["din", "bst", "cl4srec"])
 def test_a_backbone_model_trains_through_the_broker_replays_exactly_learns_the_history_and_serves_what_it_scores(
@@ -105,11 +111,15 @@ def test_a_backbone_model_trains_through_the_broker_replays_exactly_learns_the_h
     assert set(parsed.features["hist_item"].flat_values.numpy().tolist()) <= known
     outputs = trainer.model.task_outputs(trainer.model(parsed.features, training=False))
     assert auc(parsed.labels.numpy(), outputs["probs"].numpy()) > 0.75  # the category-in-history signal
-    export_serves_what_it_scores(trainer, tmp_path)
-    if model != CL4SREC:  # (the stock export once, of the graph with the most to leave out: its training views)
+    if model != CL4SREC:
+        export_serves_what_it_scores(trainer, tmp_path)
         return
+    # the stock export once, of the graph with the most to leave out (its training views); one process writes
+    # it and the served export (one TensorFlow import, not two)
+    _, stock = export_in_one_process(tmp_path / "m", (tmp_path / "export", {}),
+                                     (tmp_path / "stock", {"for_stock_serving": True}))
+    export_serves_what_it_scores(trainer, tmp_path, exported=True)
     # the export for stock TensorFlow Serving, read in a fresh process without TFRA, scores the same
-    stock = _finished(_export(tmp_path / "m", tmp_path / "stock", "--for_stock_serving"))
     lines = din_lines(80000, 8) + [b"0,u1,i3,c3,1.0,,,"]
     want = trained_outputs(trainer, lines)["probs"]
     rows = tmp_path / "rows.json"
