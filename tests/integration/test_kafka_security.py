@@ -260,21 +260,20 @@ def test_serve_and_the_tfserving_follower_follow_the_stream_over_sasl_ssl_and_en
     grant_trainer(apache_kafka, topic, updates)
     apache_kafka.allow("server", "TOPIC", updates, ["READ"])
     stream = SyntheticCtrStream()
-    produce(apache_kafka.bootstrap, topic, stream.chunks(0, 500), partitions=1)
+    produce(apache_kafka.bootstrap, topic, stream.chunks(0, 1000), partitions=1)
     # the trainer also signs its updates (production's setting): both servers verify them with the secret from
     # their environment, the TF Serving-like one inside the export's update signature as well
     monkeypatch.setenv("UPDATE_SECRET", "secret shared by trainer and servers")
     config = sasl_config(tmp_path / "m", apache_kafka, topic, updates, client="KAFKA_PYTHON", **{
         "train_config.incr_save_config.sparse_save_steps": 1, "train_config.incr_save_config.dense_save_steps": 1,
-        "train_config.incr_save_config.signing_secret": "${UPDATE_SECRET}"})
-    assert build_trainer(config, online=False).run().samples == 500
-    # the export job (with the trainer's config, so its user) looks up where the stream after the checkpoint's
-    # step starts: it needs READ on the update topic (refused without it: KafkaAccessError, exit code 7)
+        "train_config.incr_save_config.signing_secret": "${UPDATE_SECRET}", "train_config.save_checkpoints_steps": 2})
+    trainer = build_trainer(config, online=False)  # 4 steps, a checkpoint at step 2
+    assert trainer.run().samples == 1000 and trainer.step == 4
+    # the export of step 2 (one trainer run, not a run and a restart: a model build less): the export job (with
+    # the trainer's config, so its user) looks up where the stream after the checkpoint's step starts, mid-stream
+    # (steps 3-4 follow it): it needs READ on the update topic (refused without it: KafkaAccessError, exit code 7)
     apache_kafka.allow("trainer", "TOPIC", updates, ["READ"])
-    export(tmp_path / "m", tmp_path / "export")
-    produce(apache_kafka.bootstrap, topic, stream.chunks(500, 500), partitions=1)
-    trainer = build_trainer(config, online=False)  # a restart: continues the stream the export follows
-    assert trainer.run().samples == 500
+    export(tmp_path / "m", tmp_path / "export", f"--checkpoint_path={tmp_path / 'm' / 'model.ckpt-2'}")
     last = next(c for c in trainer.callbacks if isinstance(c, IncrementalPublish)).publisher.last_acked.last_sequence
     lines = list(stream.lines(50000, 20))
     monkeypatch.setenv("SERVER_PASSWORD", "server-secret")  # (the server's environment: Server copies os.environ)
