@@ -14,7 +14,7 @@ from easyonline.config import parse_pipeline_config
 from easyonline.config.validate import validate_pipeline_config
 from easyonline.jobs.online_train import build_trainer
 from tests.conftest import PYTHON, python_env
-from tests.integration.test_stock_serving_export import _export, _finished
+from tests.integration.test_stock_serving_export import export_in_one_process
 from tests.unit.test_sequence_features import CONFIG, MODEL, MULTI, RAW
 
 # Scores rows of input strings through an export's serving_default; prints the probabilities and whether TFRA
@@ -62,8 +62,9 @@ def test_both_exports_score_positioned_sequences_as_the_trainer(tmp_path):
     validate_pipeline_config(config)
     trainer = build_trainer(config, online=False)
     assert trainer.run().samples == 600
-    normal = _export(tmp_path / "m", tmp_path / "export")
-    stock = _export(tmp_path / "m", tmp_path / "stock", "--for_stock_serving")
+    # both export kinds, made by one process (one TensorFlow import) as the export command makes each
+    normal, stock = export_in_one_process(tmp_path / "m", (tmp_path / "export", {}),
+                                          (tmp_path / "stock", {"for_stock_serving": True}))
     lines = _lines(12, seed=2)
     batch = trainer.parser.parse([line.encode() for line in lines])
     assert batch.size == 12 and not batch.rejected
@@ -72,7 +73,7 @@ def test_both_exports_score_positioned_sequences_as_the_trainer(tmp_path):
     assert want.std() > 0  # (scores that differ: a wrong pooling could not match them by chance)
     rows = tmp_path / "rows.json"
     rows.write_text(json.dumps([dict(zip(FIELDS[1:], line.split(",")[1:])) for line in lines]))
-    for version, stock_kind in ((_finished(normal), False), (_finished(stock), True)):
+    for version, stock_kind in ((normal, False), (stock, True)):
         out = subprocess.run([PYTHON, "-c", READER, version, str(rows)], env=python_env(), capture_output=True,
                              text=True, timeout=300, check=True).stdout.strip().splitlines()[-1]
         got = json.loads(out)
