@@ -22,6 +22,7 @@ from easyonline.updates.model_diff import differences_from_model
 from easyonline.updates.param_ids import read_parameter_ids
 from tests.conftest import PYTHON, python_env
 from tests.integration.test_din import FIELDS, _train_to_the_end, din_config, din_lines, export_serves_what_it_scores
+from tests.integration.test_export_serve import export
 from tests.integration.test_incremental_updates import _replay
 from tests.integration.test_multi_task_models import auc
 from tests.integration.test_positioned_sequence_exports import READER
@@ -82,6 +83,35 @@ CL4SREC = """model_class: "RankModel"
   }"""
 
 
+def _trained(broker, topic: str, tmp_path, model: str):
+    """``model`` trained into ``tmp_path / "m"`` to the end of ``topic``, written as production writes it
+    (librdkafka's transactional producer, zstd-compressed, every fourth transaction aborted: 7500 of 10000
+    samples committed), publishing updates; (trainer, its update records)."""
+    broker.create_topic(topic, 2)
+    committed = write_transactions(broker.bootstrap, topic, din_lines(0, 10000), 250, 2, codec="zstd", send_before_abort=False)
+    samples = len(committed)
+    assert samples == 7500
+    updates = topic + "_updates"
+    config = din_config(tmp_path / "m", model, broker.bootstrap, topic, updates, groups=GROUPS)
+    return _train_to_the_end(config, samples, broker.bootstrap, updates)
+
+
+@pytest.fixture(scope="module")
+def trained_in_ci(broker, tmp_path_factory):
+    """[din]'s and [cl4srec]'s models, each trained (_trained) in a directory of its own, and their exports
+    (each one's served export in <its dir>/export, cl4srec's stock export) written by one process: one
+    TensorFlow import, not two. The stock export once, of the graph with the most to leave out (its training
+    views). {"din" | "cl4srec": (trainer, its update records, its dir, its stock export's version or None)}."""
+    models = {}
+    for name, model in (("din", DIN), ("cl4srec", CL4SREC)):
+        tmp_path = tmp_path_factory.mktemp(name)
+        models[name] = (*_trained(broker, f"backbone_{name}", tmp_path, model), tmp_path)
+    din, cl4srec = models["din"][2], models["cl4srec"][2]
+    *_, stock = export_in_one_process(None, (din / "export", {}, din / "m"), (cl4srec / "export", {}, cl4srec / "m"),
+                                      (cl4srec / "stock", {"for_stock_serving": True}, cl4srec / "m"))
+    return {"din": (*models["din"], None), "cl4srec": (*models["cl4srec"], stock)}
+
+
 # Under CI [bst] is a scenario (conftest.py): [cl4srec] runs the same BST encoder (the same settings; gelu is
 # hidden_act's default) as a block of a RankModel backbone through every step of this test in CI (it trains
 # through the broker, its updates replay exactly, it learns the history, its export serves what it scores, its
@@ -93,14 +123,14 @@ CL4SREC = """model_class: "RankModel"
                                          (CL4SREC, "block_layers/enc/0/layers_/0/query/")],
                          ids=["din", "bst", "cl4srec"])
 def test_a_backbone_model_trains_through_the_broker_replays_exactly_learns_the_history_and_serves_what_it_scores(
-        broker, topic, tmp_path, model, layer):
-    broker.create_topic(topic, 2)
-    committed = write_transactions(broker.bootstrap, topic, din_lines(0, 10000), 250, 2, codec="zstd", send_before_abort=False)
-    samples = len(committed)
-    assert samples == 7500
-    updates = topic + "_updates"
-    config = din_config(tmp_path / "m", model, broker.bootstrap, topic, updates, groups=GROUPS)
-    trainer, records = _train_to_the_end(config, samples, broker.bootstrap, updates)
+        broker, topic, tmp_path, model, layer, request):
+    if model == BST:  # (the scenario: trained and exported on its own)
+        trainer, records = _trained(broker, topic, tmp_path, model)
+        export(tmp_path / "m", tmp_path / "export")
+        stock = None
+    else:
+        trainer, records, tmp_path, stock = request.getfixturevalue("trained_in_ci")["din" if model == DIN else
+                                                                                      "cl4srec"]
     ids = read_parameter_ids(str(tmp_path / "m"))
     assert differences_from_model(_replay(records, "m"), trainer.model, ids) == []
     # the block's layer is dense parameters like any other: published and replayed
@@ -111,14 +141,9 @@ def test_a_backbone_model_trains_through_the_broker_replays_exactly_learns_the_h
     assert set(parsed.features["hist_item"].flat_values.numpy().tolist()) <= known
     outputs = trainer.model.task_outputs(trainer.model(parsed.features, training=False))
     assert auc(parsed.labels.numpy(), outputs["probs"].numpy()) > 0.75  # the category-in-history signal
-    if model != CL4SREC:
-        export_serves_what_it_scores(trainer, tmp_path)
-        return
-    # the stock export once, of the graph with the most to leave out (its training views); one process writes
-    # it and the served export (one TensorFlow import, not two)
-    _, stock = export_in_one_process(tmp_path / "m", (tmp_path / "export", {}),
-                                     (tmp_path / "stock", {"for_stock_serving": True}))
     export_serves_what_it_scores(trainer, tmp_path, exported=True)
+    if stock is None:
+        return
     # the export for stock TensorFlow Serving, read in a fresh process without TFRA, scores the same
     lines = din_lines(80000, 8) + [b"0,u1,i3,c3,1.0,,,"]
     want = trained_outputs(trainer, lines)["probs"]
