@@ -65,9 +65,6 @@ class ClusterConfig:
     def address(self) -> str:
         return self.cluster[self.task_type][self.task_index]
 
-    def to_tf_config(self) -> str:
-        return json.dumps({"cluster": self.cluster, "task": {"type": self.task_type, "index": self.task_index}})
-
 
 def parse_tf_config(text: str) -> Optional[ClusterConfig]:
     """The ClusterConfig in ``text`` (None if empty); a ConfigError on ``TF_CONFIG`` names what is wrong."""

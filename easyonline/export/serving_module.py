@@ -168,11 +168,6 @@ class ServingModule(tf.Module):
                                           autograph=False)
 
     @staticmethod
-    def build_variables(model, specs: FeatureSpecs, empty_inputs) -> None:
-        """Creates the model's dense variables (a call on an empty batch) so a checkpoint can fill them."""
-        model(ServingModule.features_of(specs, empty_inputs), training=False)
-
-    @staticmethod
     def features_of(specs: FeatureSpecs, inputs):
         """Model features from raw inputs, exactly as the trainer's parser makes them (a weighted tag value the
         parser would reject is dropped here: serving scores every request; a bad vector raw feature is refused

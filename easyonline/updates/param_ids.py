@@ -46,9 +46,6 @@ class ParameterIds:
     def dense_names(self) -> Dict[int, str]:
         return {i: name for name, i in self.dense.items()}
 
-    def table_names(self) -> Dict[int, str]:
-        return {i: name for name, (i, _) in self.tables.items()}
-
     def to_files(self) -> Dict[str, str]:
         lines = [f"{name}\t{i}\t{width}\n" for name, (i, width) in sorted(self.tables.items(), key=lambda kv: kv[1][0])]
         return {DENSE_IDS_FILE: json.dumps(self.dense, indent=1, sort_keys=True) + "\n", TABLE_IDS_FILE: "".join(lines)}

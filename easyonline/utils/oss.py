@@ -16,7 +16,7 @@ import logging
 import os
 import tempfile
 import threading
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 from easyonline.core.errors import OssConfigError
 
@@ -225,8 +225,3 @@ def upload_tree(local_dir: str, path: str, last: str = "") -> None:
             files.append((os.path.relpath(local, local_dir).replace(os.sep, "/"), local))
     for relative, local in sorted(files, key=lambda f: (f[0] == last, f[0])):
         upload_file(local, path.rstrip("/") + "/" + relative)
-
-
-def endpoint_for_display() -> Optional[str]:
-    """The endpoint (never the credentials), for messages."""
-    return _setting("endpoint", "OSS_ENDPOINT") or None
