@@ -5,18 +5,14 @@ the first name is also the field of ``model_config`` that holds its
 settings (``model_config { model_class: "DeepFM" deepfm { dnn {...} } }``),
 unless ``settings_field`` names another (EasyRec's RankModel: ``model_params``).
 This module loads no TensorFlow; asking for the registered models imports
-the model modules (which do), so the registry is complete whoever asks first.
+every module of the ``easyonline.models`` package (they do), so the registry
+is complete whoever asks first, and a new model is one module in that folder:
+no list to keep.
 """
 import dataclasses
 import importlib
+import pkgutil
 from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
-
-# The modules whose classes register themselves; a new model adds its module here.
-MODEL_MODULES = ("easyonline.models.deepfm", "easyonline.models.wide_and_deep", "easyonline.models.dnn",
-                 "easyonline.models.mmoe", "easyonline.models.dbmtl", "easyonline.models.esmm",
-                 "easyonline.models.multi_tower", "easyonline.models.dcn", "easyonline.models.din",
-                 "easyonline.models.multi_tower_din", "easyonline.models.multi_tower_bst",
-                 "easyonline.models.rank_model", "easyonline.models.multi_task_model")
 
 T = TypeVar("T")
 
@@ -54,8 +50,14 @@ def register(*names: str, settings_field: str = "") -> Callable[[Type[T]], Type[
     return decorate
 
 
+def model_modules() -> List[str]:
+    """Every module of the ``easyonline.models`` package (not its sub-packages: backbone blocks are no models)."""
+    package = importlib.import_module(__package__)
+    return sorted(f"{__package__}.{info.name}" for info in pkgutil.iter_modules(package.__path__) if not info.ispkg)
+
+
 def _load_models() -> None:
-    for module in MODEL_MODULES:
+    for module in model_modules():
         importlib.import_module(module)  # the classes register themselves (and load TensorFlow)
 
 

@@ -81,6 +81,21 @@ def test_registry_names_and_unknown_names():
     assert registry.lookup("Deepfm") is None and registry.lookup("") is None  # case as written
 
 
+def test_a_model_module_in_the_models_folder_registers_itself_without_a_list(tmp_path, monkeypatch):
+    """A new model is one module in models/: the registry imports every module of the package (no list)."""
+    import easyonline.models  # pylint: disable=import-outside-toplevel
+    (tmp_path / "toy_model_for_registry_test.py").write_text(
+        "from easyonline.models.registry import register\n\n\n"
+        "@register('toy_model_for_registry_test', settings_field='deepfm')\n"
+        "class ToyModel:\n    pass\n")
+    monkeypatch.setattr(easyonline.models, "__path__", [*easyonline.models.__path__, str(tmp_path)])
+    monkeypatch.setattr(registry, "_ENTRIES", dict(registry._ENTRIES))  # pylint: disable=protected-access
+    assert "easyonline.models.toy_model_for_registry_test" in registry.model_modules()
+    entry = registry.lookup("toy_model_for_registry_test")
+    assert entry is not None and entry.model_class.__name__ == "ToyModel" and entry.config_field == "deepfm"
+    assert "easyonline.models.backbone" not in registry.model_modules()  # blocks are no models
+
+
 def test_registry_refuses_a_taken_name_for_another_class():
     registry.lookup("deepfm")  # the real models are registered first
 
