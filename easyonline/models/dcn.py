@@ -9,7 +9,8 @@ towers the group ``all``.
 """
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
-from easyonline.models.ranking_model import RankingModel, check_group
+from easyonline.models.ranking_model import RankingModel
+from easyonline.models.settings_checks import check_group
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 

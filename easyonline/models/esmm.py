@@ -20,7 +20,8 @@ conversion value * click. Outputs: ``probs_<ctr>``, ``probs_<cvr>``,
 """
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
-from easyonline.models.ranking_model import RankingModel, check_group
+from easyonline.models.ranking_model import RankingModel
+from easyonline.models.settings_checks import check_group
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks.from_config import BINARY_LOSSES, tower_task

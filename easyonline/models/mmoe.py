@@ -14,7 +14,8 @@ the dot products of two ids' embeddings only slowly, from few samples.
 """
 from easyonline.core.errors import ConfigError
 from easyonline.models.layers import ExpertMixture
-from easyonline.models.ranking_model import RankingModel, check_deepfm_terms, check_group, one_or_all
+from easyonline.models.ranking_model import RankingModel, one_or_all
+from easyonline.models.settings_checks import check_deepfm_terms, check_group
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 

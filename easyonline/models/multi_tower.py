@@ -9,7 +9,8 @@ outputs are concatenated and ``final_dnn`` (not set: no layers) plus a
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.models.layers import BatchNorm
-from easyonline.models.ranking_model import RankingModel, check_group
+from easyonline.models.ranking_model import RankingModel
+from easyonline.models.settings_checks import check_group
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 

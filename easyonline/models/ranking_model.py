@@ -34,11 +34,11 @@ classmethod ``validate_settings`` and give their tasks through
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.core.errors import ConfigError
 from easyonline.embedding.dynamic_tables import DynamicTables
 from easyonline.features.label_kinds import towers_in
-from easyonline.features.feature_spec import FeatureSpecs, RawFeature, SequenceGroup, is_id_feature, sequence_groups
+from easyonline.features.feature_spec import FeatureSpecs, RawFeature, SequenceGroup, sequence_groups
 from easyonline.features.multi_value_ops import sequence_lengths
+from easyonline.models.feature_groups import columns_of, group_columns, grouped_features
 from easyonline.models.layers import MLP, FMInteraction, TargetAttention, normalizes
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import RankingTask, Tasks
@@ -106,7 +106,7 @@ class RankingModel(tf.keras.Model):
         self.tasks = tasks or Tasks([RankingTask(label_name=specs.label_names[0] if specs.label_names else "label")])
         self.wide_dim = self.first_order_dim(model_config)
         self.tables = DynamicTables(specs, extra_dims=self.wide_dim, seed=seed, name="tables")
-        self._deep_ids, self._wide_ids, self._deep_dense, self._wide_dense = _grouped(specs, model_config)
+        self._deep_ids, self._wide_ids, self._deep_dense, self._wide_dense = grouped_features(specs, model_config)
         self._embedding_l2 = model_config.embedding_regularization
         hidden = list(dnn.hidden_units) or list(DEFAULT_HIDDEN_UNITS)
         self.dropout_ratio = dnn.dropout_ratio
@@ -117,7 +117,7 @@ class RankingModel(tf.keras.Model):
         self.dense_linear: Any = tf.keras.layers.Dense(1, use_bias=False, name="dense_linear") \
             if specs.raw_features else None
         self.bias = self.add_weight(name="bias", shape=(), initializer="zeros") if self.global_bias else None
-        self._groups = _group_columns(specs, model_config, self._deep_ids)
+        self._groups = group_columns(specs, model_config, self._deep_ids)
         self._seed = seed
         self._built_mlps = 0
         groups = sequence_groups(model_config, [f.name for f in specs.id_features if f.sequence])
@@ -202,7 +202,7 @@ class RankingModel(tf.keras.Model):
 
     def deep_hidden(self, embeddings, dense, training):
         """The DNN's last hidden layer [B, units] over the deep features and every target attention's output."""
-        dense = _columns(dense, self._deep_dense)
+        dense = columns_of(dense, self._deep_dense)
         inputs = list(embeddings) + ([dense] if dense is not None else [])
         inputs += [attention(*self.sequence_input(name, embeddings), training=training)
                    for name, attention in self.attentions.items()]
@@ -216,7 +216,7 @@ class RankingModel(tf.keras.Model):
         batch = tf.shape(dense if first_order is None else first_order)[0]
         parts = [tf.zeros([batch, self.wide_dim]) if first_order is None
                  else tf.reshape(tf.reduce_sum(first_order, axis=1), [-1, self.wide_dim])]
-        dense = _columns(dense, self._wide_dense)
+        dense = columns_of(dense, self._wide_dense)
         if dense is not None:
             parts.append(self.dense_linear(dense))
         return tf.concat(parts, axis=1)
@@ -225,7 +225,7 @@ class RankingModel(tf.keras.Model):
         linear = 0.0
         if first_order is not None:
             linear = tf.reduce_sum(tf.reshape(first_order, [tf.shape(first_order)[0], -1]), axis=1)
-        dense = _columns(dense, self._wide_dense)
+        dense = columns_of(dense, self._wide_dense)
         if dense is not None:
             linear += tf.squeeze(self.dense_linear(dense), axis=1)
         return linear
@@ -383,75 +383,3 @@ def _scaled(value: tf.Tensor, feature: RawFeature) -> tf.Tensor:
     if feature.max_val > feature.min_val:
         return (value - feature.min_val) / (feature.max_val - feature.min_val)
     return value
-
-
-def _grouped(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig):
-    """Indices of the id features, and columns of the dense part, that feed the deep and the wide part (None: all
-    dense columns)."""
-    id_names = [f.name for f in specs.id_features]
-    dense_names = [f.name for f in specs.raw_features]
-    groups = model_config.feature_groups
-    if not groups:  # (every feature but sequences: those are read by a group's sequence_features only)
-        everything = {i for i, f in enumerate(specs.id_features) if not f.sequence}
-        return everything, everything, None, None
-    deep = {n for g in groups if g.wide_deep != pipeline_pb2.FeatureGroup.WIDE for n in g.feature_names}
-    wide = {n for g in groups if g.wide_deep != pipeline_pb2.FeatureGroup.DEEP for n in g.feature_names}
-    # (a backbone's groups may list sequences: read by its layers, never embedded as one vector)
-    plain = [(i, n) for i, n in enumerate(id_names) if not specs.id_features[i].sequence]
-    return ({i for i, n in plain if n in deep}, {i for i, n in plain if n in wide},
-            specs.dense_columns([n for n in dense_names if n in deep]),
-            specs.dense_columns([n for n in dense_names if n in wide]))
-
-
-def _group_columns(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, deep_ids) -> Dict[str, tuple]:
-    """{group name: (positions in ``embed``'s embeddings list, raw feature columns (None: all))}, in each group's
-    feature order; ``all`` is every deep feature unless a group has that name. A WIDE group's ids are not
-    embedded for the deep part: the validator keeps towers off such groups (``check_group``)."""
-    ordered = sorted(deep_ids)
-    position = {specs.id_features[i].name: k for k, i in enumerate(ordered)}
-    groups: Dict[str, tuple] = {"all": (list(range(len(ordered))), None)}
-    deep_dense = _grouped(specs, model_config)[2]
-    if deep_dense is not None:
-        groups["all"] = (list(range(len(ordered))), deep_dense)
-    for group in model_config.feature_groups:
-        if group.group_name:
-            groups[group.group_name] = ([position[n] for n in group.feature_names if n in position],
-                                        specs.dense_columns(list(group.feature_names)))
-    return groups
-
-
-def check_group(config: pipeline_pb2.PipelineConfig, group: str, path: str) -> None:
-    """ConfigError at ``path`` unless ``group`` names a feature group that feeds the deep part (or is ``all``
-    without such a group: every deep feature)."""
-    groups = {g.group_name: g for g in config.model_config.feature_groups}
-    if group not in groups:
-        if group == "all":
-            return
-        raise ConfigError(path, f"{group!r} is not a model_config.feature_groups group_name "
-                          f"(groups: {sorted(n for n in groups if n)}; 'all' is every feature when no group has that name)")
-    if groups[group].wide_deep == pipeline_pb2.FeatureGroup.WIDE:
-        raise ConfigError(path, f"feature group {group!r} is WIDE (first-order weights only): a tower needs DEEP "
-                          "or WIDE_AND_DEEP features")
-
-
-def check_deepfm_terms(config: pipeline_pb2.PipelineConfig, path: str, towers: Sequence[Any] = ()) -> None:
-    """ConfigError at ``path`` (a ``deepfm_terms`` that is set) unless the id features have one embedding_dim
-    (the FM term takes dot products of every pair of them), as DeepFM's, and every tower has one logit (a
-    JRC_LOSS tower's two logits would both get the same term, which its softmax cancels)."""
-    two_logits = [t.tower_name for t in towers if t.num_class != 1]
-    if two_logits:
-        raise ConfigError(path, f"towers {two_logits} have num_class 2 (JRC_LOSS): the DeepFM terms add to a "
-                          "single logit; turn deepfm_terms off or give those towers num_class 1")
-    dims = sorted({f.embedding_dim for f in config.feature_configs if is_id_feature(f)})
-    if len(dims) > 1:
-        raise ConfigError(path, f"the FM term takes dot products of every pair of id features' embeddings: they "
-                          f"need one embedding_dim, got {dims}")
-
-
-def _columns(dense: Optional[tf.Tensor], columns: Optional[List[int]]) -> Optional[tf.Tensor]:
-    """``dense`` restricted to ``columns`` (None: all; none left: None)."""
-    if dense is None or columns is None:
-        return dense
-    if not columns:
-        return None
-    return tf.gather(dense, columns, axis=1)
