@@ -1,2 +1,2 @@
 """EasyRec's backbone: blocks over feature groups and their layers (graph.py, bst_encoder.py); the model is
-models/rank_model.py."""
+models/backbone_rank_model.py."""

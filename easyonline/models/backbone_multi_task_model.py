@@ -12,7 +12,7 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.models.backbone.graph import BlockGraph, BlockInputs
 from easyonline.models.dbmtl import BayesTowers, check_relations
-from easyonline.models.rank_model import RankModel
+from easyonline.models.backbone_rank_model import RankModel
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
