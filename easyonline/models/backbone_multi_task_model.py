@@ -11,9 +11,10 @@ from typing import List
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.models.backbone.graph import BlockGraph, BlockInputs
-from easyonline.models.dbmtl import BayesTowers, check_relations
+from easyonline.models.dbmtl import check_relations
 from easyonline.models.backbone_rank_model import RankModel
 from easyonline.models.registry import register
+from easyonline.models.task_towers import TaskTowers
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()
@@ -42,7 +43,7 @@ def _list_length(node: BlockInputs) -> int:
 
 
 @register("multi_task_model", "MultiTaskModel", settings_field="model_params")
-class MultiTaskModel(BayesTowers, RankModel):
+class MultiTaskModel(TaskTowers, RankModel):
     reads_task_towers = True
 
     @classmethod

@@ -9,17 +9,15 @@ logit. A tower names only towers before it. ``call`` returns {tower name:
 logits [B]}. ``deepfm_terms`` (not EasyRec's) adds to each task's logit
 DeepFM's terms, as MMoE's.
 """
-from typing import Dict, Sequence, Set
+from typing import Sequence, Set
 
-from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.models.layers import ExpertMixture
-from easyonline.models.ranking_model import RankingModel, one_or_all
+from easyonline.models.ranking_model import RankingModel
 from easyonline.models.settings_checks import check_deepfm_terms, check_group
 from easyonline.models.registry import register
+from easyonline.models.task_towers import TaskTowers
 from easyonline.protos import pipeline_pb2
-
-tf = ensure_legacy_keras()
 
 
 def check_relations(towers: Sequence[pipeline_pb2.BayesTaskTower], path: str) -> None:
@@ -34,35 +32,8 @@ def check_relations(towers: Sequence[pipeline_pb2.BayesTaskTower], path: str) ->
         earlier.add(tower.tower_name)
 
 
-class BayesTowers:
-    """DBMTL's task towers, for a RankingModel that gives each tower its input (DBMTL; EasyRec's MultiTaskModel
-    over a backbone): per tower (``BayesTaskTower``, in order) its ``dnn``, its ``relation_dnn`` over [its dnn
-    output, the relation_dnn outputs of the towers it names], and its logit."""
-
-    def build_bayes_towers(self, towers: Sequence[pipeline_pb2.BayesTaskTower], l2: float) -> None:
-        self.tower_names = [t.tower_name for t in towers]
-        self.relations = [list(t.relation_tower_names) for t in towers]
-        self.towers = [self.mlp(t.dnn, l2, f"{t.tower_name}_dnn") for t in towers]  # type: ignore[attr-defined]
-        self.relation_dnns = [self.mlp(t.relation_dnn, l2, f"{t.tower_name}_relation_dnn")  # type: ignore[attr-defined]
-                              for t in towers]
-        self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit", t.num_class)  # type: ignore[attr-defined]
-                             for t in towers]
-
-    def bayes_logits(self, inputs: Sequence[tf.Tensor], training) -> Dict[str, tf.Tensor]:
-        """{tower name: logits} of the towers, each over its input (``inputs``, in tower order)."""
-        relation: Dict[str, tf.Tensor] = {}
-        logits: Dict[str, tf.Tensor] = {}
-        for name, x, tower, relations, relation_dnn, logit in zip(
-                self.tower_names, inputs, self.towers, self.relations, self.relation_dnns, self.tower_logits):
-            parts = [tower(x, training=training)] + [relation[r] for r in relations]
-            relation[name] = relation_dnn(tf.concat(parts, axis=1) if len(parts) > 1 else parts[0],
-                                          training=training)
-            logits[name] = one_or_all(logit(relation[name]))
-        return logits
-
-
 @register("dbmtl", "DBMTL")
-class DBMTL(BayesTowers, RankingModel):
+class DBMTL(TaskTowers, RankingModel):
     global_bias = False
 
     @classmethod

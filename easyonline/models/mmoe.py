@@ -9,19 +9,20 @@ name). ``expert_dnn`` x ``num_expert`` experts, or EasyRec's deprecated
 
 ``deepfm_terms`` (not EasyRec's) adds to each task's logit DeepFM's
 first-order and FM terms, shared by the tasks, each task with its own scale
-(``RankingModel.deepfm_term_logits``): DNN experts learn an id's bias and
+(task_towers.py): DNN experts learn an id's bias and
 the dot products of two ids' embeddings only slowly, from few samples.
 """
 from easyonline.core.errors import ConfigError
 from easyonline.models.layers import ExpertMixture
-from easyonline.models.ranking_model import RankingModel, one_or_all
+from easyonline.models.ranking_model import RankingModel
 from easyonline.models.settings_checks import check_deepfm_terms, check_group
 from easyonline.models.registry import register
+from easyonline.models.task_towers import TaskTowers
 from easyonline.protos import pipeline_pb2
 
 
 @register("mmoe", "MMoE")
-class MMoE(RankingModel):
+class MMoE(TaskTowers, RankingModel):
     global_bias = False
 
     @classmethod
@@ -47,9 +48,7 @@ class MMoE(RankingModel):
             else [expert.dnn for expert in settings.experts]
         self.mixture = ExpertMixture([self.mlp(d, l2, f"expert_{i}") for i, d in enumerate(expert_dnns)],
                                      len(settings.task_towers), l2, seed=seed + 300, name="mmoe")
-        self.tower_names = [t.tower_name for t in settings.task_towers]
-        self.towers = [self.mlp(t.dnn, l2, f"{t.tower_name}_dnn") for t in settings.task_towers]
-        self.tower_logits = [self.logit_layer(l2, f"{t.tower_name}_logit", t.num_class) for t in settings.task_towers]
+        self.build_task_towers(settings.task_towers, l2)
         if settings.deepfm_terms:
             self.build_deepfm_terms(len(self.tower_names))
 
@@ -59,6 +58,5 @@ class MMoE(RankingModel):
 
     def logits_from(self, embeddings, first_order, dense, training):
         inputs = self.mixture(self.group_input("all", embeddings, dense, training), training=training)
-        logits = {name: one_or_all(logit(tower(x, training=training)))
-                  for name, x, tower, logit in zip(self.tower_names, inputs, self.towers, self.tower_logits)}
+        logits = self.task_tower_logits(inputs, training)
         return self.with_deepfm_terms(logits, embeddings, first_order, dense)

@@ -3,7 +3,7 @@
 A subclass registers its names (``@register("deepfm", "DeepFM")``, see
 registry.py), says whether it needs a first-order weight per id
 (``uses_first_order``; a multi-task model's ``deepfm_terms`` asks for one,
-see ``deepfm_term_logits``) and whether every id feature must share one
+see task_towers.py) and whether every id feature must share one
 embedding dim (``one_embedding_dim``, checked by the validator), and
 implements ``logits_from(embeddings, first_order, dense, training)``.
 
@@ -39,7 +39,7 @@ from easyonline.features.label_kinds import towers_in
 from easyonline.features.feature_spec import FeatureSpecs, RawFeature, SequenceGroup, sequence_groups
 from easyonline.features.multi_value_ops import sequence_lengths
 from easyonline.models.feature_groups import columns_of, group_columns, grouped_features
-from easyonline.models.layers import MLP, FMInteraction, TargetAttention, normalizes
+from easyonline.models.layers import MLP, TargetAttention, normalizes
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import RankingTask, Tasks
 from easyonline.tasks.from_config import tasks_from_towers
@@ -133,8 +133,6 @@ class RankingModel(tf.keras.Model):
         # EasyRec's final_dnn, when a model has one: build_final_dnn
         self.final_dnn: Optional[MLP] = None
         self.final_logit: Any = None
-        # each task's scales of DeepFM's terms, with a multi-task model's deepfm_terms: build_deepfm_terms
-        self.deepfm_scales: Any = None
 
     def attention_defaults(self, model_config: pipeline_pb2.ModelConfig) -> Tuple[pipeline_pb2.DNN, str]:
         """(attention DNN, normalizer) of the sequence groups without seq_dnn: EasyRec's [128, 64, 32, 1] and
@@ -229,28 +227,6 @@ class RankingModel(tf.keras.Model):
         if dense is not None:
             linear += tf.squeeze(self.dense_linear(dense), axis=1)
         return linear
-
-    def build_deepfm_terms(self, tasks: int) -> None:
-        """A multi-task model's ``deepfm_terms`` (its ``first_order_dim`` is then 1): the FM layer, and each
-        task's scale of the first-order and of the FM term, both 1 at the start (see ``deepfm_term_logits``)."""
-        self.fm = FMInteraction(name="fm")
-        self.deepfm_scales = self.add_weight(name="deepfm_term_scales", shape=(2, tasks), initializer="ones")
-
-    def with_deepfm_terms(self, logits: Dict[str, tf.Tensor], embeddings, first_order, dense) -> Dict[str, tf.Tensor]:
-        """A multi-task model's logits by task name (in ``tower_names`` order) plus each task's DeepFM terms,
-        when ``build_deepfm_terms`` was called; else ``logits`` as they are."""
-        if self.deepfm_scales is None:
-            return logits
-        terms = self.deepfm_term_logits(embeddings, first_order, dense)
-        return {name: logits[name] + terms[:, t] for t, name in enumerate(self.tower_names)}
-
-    def deepfm_term_logits(self, embeddings, first_order, dense) -> tf.Tensor:
-        """[B, tasks]: column t is task t's share of DeepFM's first-order term (``linear_part``: the wide ids'
-        weights and the wide raw features' linear part) and FM term (over the deep ids' embeddings), both
-        shared by the tasks: what an id's ratings teach about its bias serves every task."""
-        fm = self.fm(tf.stack(embeddings, axis=1))
-        terms = tf.stack([self.linear_part(first_order, dense) + tf.zeros_like(fm), fm], axis=1)  # [B, 2]
-        return tf.matmul(terms, self.deepfm_scales)
 
     def build_final_dnn(self, final: pipeline_pb2.DNN, model_config: pipeline_pb2.ModelConfig, seed: int) -> None:
         """EasyRec's final_dnn: the parts' vectors concatenated, a DNN, then the logit (see ``final_logits``)."""
