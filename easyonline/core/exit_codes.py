@@ -24,9 +24,11 @@ from easyonline.core.errors import (  # noqa: F401  (re-exported)
 COMMANDS = {"train": "easyonline.jobs.train_cli", "eval": "easyonline.jobs.eval_cli",
             "predict": "easyonline.jobs.predict_cli", "export": "easyonline.jobs.export_cli",
             "serve": "easyonline.jobs.serve_cli", "tools.tfserving_follower": "easyonline.tools.tfserving_follower",
-            "tools.read_updates": "easyonline.tools.read_updates", "tools.demo": "easyonline.tools.demo"}
+            "tools.read_updates": "easyonline.tools.read_updates", "tools.demo": "easyonline.tools.demo",
+            "tools.movielens_sequences": "easyonline.tools.movielens_sequences"}
 EVERY = tuple(COMMANDS)
-KAFKA_READERS = ("train", "eval", "predict", "export", "serve", "tools.tfserving_follower")
+KAFKA_READERS = ("train", "eval", "predict", "export", "serve", "tools.tfserving_follower",
+                 "tools.movielens_sequences")
 
 
 class ExitCode(NamedTuple):
@@ -52,6 +54,8 @@ EXIT_CODES = (
              "checkpoint, an export, the update stream", KAFKA_READERS),
     ExitCode(BAD_INPUT, "more of the input was malformed than data_config.max_bad_fraction allows",
              ("train", "eval", "predict")),
+    ExitCode(BAD_INPUT, "a line of the ratings is malformed or earlier than the one before it (the message names "
+             "it)", ("tools.movielens_sequences",)),
     ExitCode(BAD_INPUT, "the TF Serving server is unreachable, or lacks the model or its update signature",
              ("tools.tfserving_follower",)),
     ExitCode(CLUSTER_FAILURE, "a parameter-server cluster lost a ps: restart it (training resumes from the last "

@@ -1,5 +1,9 @@
-"""Judging harness: EasyRec's multi-task and ranking samples (MultiTower, DBMTL, MMoE, ESMM, DCN, DIN, BST) given a
-Kafka input.
+"""Runs EasyRec configs end to end here: each given a Kafka input, loaded, trained, exported, served and replayed.
+
+A user coming from EasyRec can check their configs (``--configs DIR``); the project judges EasyRec's own
+multi-task and ranking samples (MultiTower, DBMTL, MMoE, ESMM, DCN, DIN, BST) with it (``--mirror``). Installed,
+not a bench script, because the tests run its parts (a config's generated stream, its Kafka input, the replay
+check) as a user's check would, and tools/bench/ scripts are leaves no test imports.
 
 For each config, as a user coming from EasyRec would run it: its file inputs
 (``train_input_path``, ``eval_input_path``) are replaced by a
@@ -26,12 +30,12 @@ A config that does not load reports the ConfigError (the field and why): that
 is docs/easyrec.md's table. Prints a table and JSON (``--json FILE`` writes it
 too); exits 1 unless every family run (all, without ``--only``) has at least one sample passing every step.
 
-    .venv/bin/python tools/bench/easyrec_samples.py [--configs DIR | --mirror EASYREC_GIT_DIR] [--samples 3000]
+    python -m easyonline.tools.easyrec_samples [--configs DIR | --mirror EASYREC_GIT_DIR] [--samples 3000]
 
 Without ``--configs``, the families' ``samples/model_config`` files are
 taken from the EasyRec git directory (``git show``) into a temporary
-directory; nothing of EasyRec is kept. tests/integration/test_easyrec_multitask.py
-runs these functions on small configs of its own.
+directory; nothing of EasyRec is kept. tests/integration/test_easyrec_multitask.py,
+test_easyrec_vector_raw.py and test_easyrec_losses.py run these functions on small configs of their own.
 """
 import argparse
 import dataclasses
@@ -42,22 +46,34 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
+from easyonline.config import load_pipeline_config
+from easyonline.config.validate import validate_pipeline_config
+from easyonline.core.errors import ConfigError
+from easyonline.export.exporter import export_saved_model
+from easyonline.features import build_feature_specs
+from easyonline.features.feature_spec import is_raw_sequence
+from easyonline.jobs.online_train import build_trainer
+from easyonline.models.builder import model_tasks as tasks_of
+from easyonline.protos import pipeline_pb2
+from easyonline.serve.process import ServingProcess
+from easyonline.tasks.output_names import prediction_names
+from easyonline.tools.local_broker import LocalBroker
+from easyonline.tools.stream_producer import produce
+from easyonline.updates.model_diff import differences_from_model
+from easyonline.updates.param_ids import read_parameter_ids
+from easyonline.updates.readers import KafkaUpdateReader
+from easyonline.updates.replica import replay
+from easyonline.utils.logs import setup_logging
 
-import easyonline  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS first)
-from easyonline.config import load_pipeline_config  # noqa: E402
-from easyonline.config.validate import validate_pipeline_config  # noqa: E402
-from easyonline.core.errors import ConfigError  # noqa: E402
-from easyonline.features import build_feature_specs  # noqa: E402
-from easyonline.features.feature_spec import is_raw_sequence  # noqa: E402
-from easyonline.protos import pipeline_pb2  # noqa: E402
+# the directory holding the package: the children (export, serve) find it on PYTHONPATH from a checkout too
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 FAMILIES = ("multi_tower", "dbmtl", "mmoe", "esmm", "dcn", "din", "bst")
 STEPS = ("loaded", "trained", "exported", "served", "replay_equal")
@@ -138,13 +154,11 @@ def load_sample(path: str, server: str, topic: str, model_dir: str, updates_topi
 
 def model_tasks(config: pipeline_pb2.PipelineConfig):
     """The config's tasks (models/builder.py), each with its label and kind."""
-    from easyonline.models.builder import model_tasks as tasks_of  # pylint: disable=g-import-not-at-top
     return tasks_of(config, build_feature_specs(config))
 
 
 def expected_outputs(config: pipeline_pb2.PipelineConfig) -> List[str]:
     """Each task's prediction output the export serves (``probs_ctr``, ``y_price``; ``probs`` for one task)."""
-    from easyonline.tasks.output_names import prediction_names  # pylint: disable=g-import-not-at-top
     return prediction_names(model_tasks(config))
 
 
@@ -306,7 +320,7 @@ def export_models(model_dirs: Sequence[str], export_dirs: Sequence[str]) -> List
     (TFRA's inference mode is process-wide; one TensorFlow start for all): per model the version directory
     written, or ``error: ...``."""
     pairs = [f"{m}={e}" for m, e in zip(model_dirs, export_dirs)]
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--export", *pairs], env=python_env(),
+    proc = subprocess.run([sys.executable, "-m", "easyonline.tools.easyrec_samples", "--export", *pairs], env=python_env(),
                           capture_output=True, text=True, timeout=300 * max(len(pairs), 3), check=False)
     answers = [line.split(" ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("EXPORTED ")]
     if len(answers) != len(pairs):
@@ -316,7 +330,6 @@ def export_models(model_dirs: Sequence[str], export_dirs: Sequence[str]) -> List
 
 def _export_each(pairs: Sequence[str]) -> None:
     """The child of export_models: prints ``EXPORTED <version dir>`` or ``EXPORTED error: ...`` per pair."""
-    from easyonline.export.exporter import export_saved_model  # pylint: disable=g-import-not-at-top
     for pair in pairs:
         model_dir, export_dir = pair.split("=", 1)
         try:
@@ -331,8 +344,6 @@ def serve_and_predict(jobs: Sequence[tuple], parallel: int = 2) -> List[object]:
     """For each (export dir, log path, rows): the REST predictions of the rows by ``python -m easyonline.serve``
     on that export, or the exception; each server in its own process, at most ``parallel`` at once (21 servers
     starting together on two cores did not answer within 120 s); each may take 300 s to start on a loaded machine."""
-    import threading  # pylint: disable=g-import-not-at-top
-    from easyonline.serve.process import ServingProcess  # pylint: disable=g-import-not-at-top
     answers: List[object] = [None] * len(jobs)
     slots = threading.Semaphore(max(1, parallel))
 
@@ -379,10 +390,6 @@ def check_outputs(predictions: List[dict], expected: Sequence[str], count: int) 
 def replay_differences(server: str, updates_topic: str, trainer, model_dir: str) -> tuple:
     """(messages read, what differs between the trainer's model and the topic's updates replayed into a fresh
     replica: empty when equal bit for bit)."""
-    from easyonline.updates.model_diff import differences_from_model  # pylint: disable=g-import-not-at-top
-    from easyonline.updates.param_ids import read_parameter_ids  # pylint: disable=g-import-not-at-top
-    from easyonline.updates.readers import KafkaUpdateReader  # pylint: disable=g-import-not-at-top
-    from easyonline.updates.replica import replay  # pylint: disable=g-import-not-at-top
     reader = KafkaUpdateReader(server, updates_topic)
     try:
         records = reader.read_available()
@@ -439,8 +446,6 @@ class SampleRun:
 
 
 def _load_and_train(run: SampleRun, broker, samples: int, predict_rows: int, seed: int) -> None:
-    from easyonline.jobs.online_train import build_trainer  # pylint: disable=g-import-not-at-top
-    from easyonline.tools.stream_producer import produce  # pylint: disable=g-import-not-at-top
     os.makedirs(run.work_dir, exist_ok=True)
     config = None
 
@@ -533,8 +538,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.export is not None:
         _export_each(args.export)
         return 0
-    from easyonline.tools.local_broker import LocalBroker  # pylint: disable=g-import-not-at-top
-    from easyonline.utils.logs import setup_logging  # pylint: disable=g-import-not-at-top
     setup_logging()
     with tempfile.TemporaryDirectory(prefix="easyrec_samples_") as tmp:
         if args.configs:

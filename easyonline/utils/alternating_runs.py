@@ -1,10 +1,13 @@
 """Ratios of a measured setting to a baseline, on a machine whose speed drifts.
 
-This machine's speed drifts by 10-20% over minutes, more than most costs a
-benchmark looks for. So runs alternate, baseline, test, baseline, test, ...,
-baseline, and each test run is compared with the mean of the two baseline
-runs on either side of it; the figure reported is the median of those
-ratios, which one disturbed run does not move.
+A shared machine's speed drifts by 10-20% over minutes (this project's 2-core
+one does), more than most costs a benchmark looks for. So runs alternate,
+baseline, test, baseline, test, ..., baseline, and each test run is compared
+with the mean of the two baseline runs on either side of it; the figure
+reported is the median of those ratios, which one disturbed run does not
+move. Installed (the benches in tools/bench/ import only the package) so that
+every throughput bench, and a user timing a setting of their own, measures
+the same way.
 """
 from typing import Callable, List, Tuple
 

@@ -1,6 +1,16 @@
-"""Child processes that never outlive the tool that started them (a broker, a cluster's tasks)."""
+"""Child processes that never outlive the tool that started them (a broker, a cluster's tasks), and what one spent.
+"""
 import ctypes
+import os
 import signal
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process (Linux /proc): what a broker or a reader process cost a
+    run (the throughput benches count them)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def die_with_parent(signum: int = signal.SIGTERM) -> None:

@@ -59,7 +59,7 @@ BST = backbone('class_name: "BST" bst { hidden_size: 8 num_attention_heads: 2 nu
 # cl4srec_on_taobao's form: one BST encoder (a package) reads the sequence for the score and two augmented
 # views of it (another package) for a contrastive loss (AuxiliaryLoss) that joins the loss in training. (The
 # encoder gives every position here; the sample's gives the target's alone, which learns this stream's
-# signal more slowly: tools/bench/easyrec_samples.py runs the sample itself.)
+# signal more slowly: python -m easyonline.tools.easyrec_samples runs the sample itself.)
 CL4SREC = """model_class: "RankModel"
   backbone {
     blocks { name: "seq_input" inputs { feature_group_name: "sequence" }

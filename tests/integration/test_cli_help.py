@@ -15,7 +15,8 @@ COMMANDS = {"train": "easyonline.jobs.train_cli", "export": "easyonline.jobs.exp
             "tools.local_broker": "easyonline.tools.local_broker",
             "tools.apache_kafka": "easyonline.tools.apache_kafka",
             "tools.local_cluster": "easyonline.tools.local_cluster",
-            "tools.stream_producer": "easyonline.tools.stream_producer", "tools.from_easyrec": "easyonline.tools.from_easyrec"}
+            "tools.stream_producer": "easyonline.tools.stream_producer", "tools.from_easyrec": "easyonline.tools.from_easyrec",
+            "tools.movielens_sequences": "easyonline.tools.movielens_sequences"}
 
 
 # Prints {verb: [flags its module defines, its description's first line]}: every module imported in one

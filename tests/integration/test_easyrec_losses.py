@@ -28,7 +28,7 @@ from tests.conftest import python_env
 from tests.integration.test_cluster import _summary
 from tests.integration.test_easyrec_multitask import dbmtl_with_jrc_and_dice, mmoe_with_tower_losses, with_model_losses
 from tests.integration.test_multi_task_models import file_config
-from tools.bench.easyrec_samples import with_kafka_input
+from easyonline.tools.easyrec_samples import with_kafka_input
 
 SAMPLES = {"multi_tower_losses": with_model_losses, "mmoe_multi_loss": mmoe_with_tower_losses,
            "dbmtl_multi_loss": dbmtl_with_jrc_and_dice}

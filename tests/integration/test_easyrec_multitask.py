@@ -3,7 +3,7 @@ harness's own functions.
 
 The configs are written here in the shape of EasyRec's taobao samples (file inputs, ``feature_config {
 features }``, ``input_type: CSVInput``, two 0/1 labels, id, tag and raw features, EasyRec's model messages),
-not copied. tools/bench/easyrec_samples.run_samples gives each a Kafka input as a user would, trains a
+not copied. easyonline/tools/easyrec_samples.py's run_samples gives each a Kafka input as a user would, trains a
 stream generated from its input_fields through the real local broker with publishing, exports them, serves
 each over REST and replays the published updates; every step must pass for every family. The MultiTower,
 MMoE and DBMTL samples are the ones with several losses (model-level F1 + pairwise; a tower of
@@ -11,7 +11,7 @@ classification + pairwise; JRC over sessions with dice), so one harness run cove
 """
 import pytest
 
-from tools.bench.easyrec_samples import STEPS, run_samples
+from easyonline.tools.easyrec_samples import STEPS, run_samples
 
 FIELDS = (("clk", "INT32"), ("buy", "INT32"), ("user_id", "STRING"), ("age_level", "INT64"), ("item_id", "STRING"),
           ("cate_id", "STRING"), ("tags", "STRING"), ("price", "DOUBLE"))
@@ -193,7 +193,7 @@ SAMPLES = {"multi_tower": with_model_losses, "dcn": lambda: easyrec_sample("dcn"
 # Under CI the families with a cheaper end-to-end test of their own are scenarios (conftest.py): MultiTower and
 # DCN (test_multi_task_models.py), MMoE (test_serve_tasks.py, test_multi_task_production.py), ESMM
 # (test_multi_task_models.py, test_multi_task_arrays.py). DBMTL's JRC, dice and sequence groups and the
-# MultiTaskModel backbone run everywhere; tools/bench/easyrec_samples.py runs the harness on every family.
+# MultiTaskModel backbone run everywhere; python -m easyonline.tools.easyrec_samples runs the harness on every family.
 CI_SCENARIOS = ("multi_tower", "dcn", "mmoe", "esmm")
 
 

@@ -18,8 +18,8 @@ from easyonline.core.rejections import rejection_kind
 from easyonline.jobs.online_train import build_trainer
 from easyonline.serve.process import ServingProcess
 from easyonline.tools.stream_producer import produce
-from tools.bench.easyrec_samples import (STEPS, SampleGenerator, load_sample, python_env, replay_differences,
-                                         run_samples)
+from easyonline.tools.easyrec_samples import (STEPS, SampleGenerator, load_sample, python_env, replay_differences,
+                                              run_samples)
 
 SAMPLE = """train_input_path: "data/test/embed_data.csv"
 eval_input_path: "data/test/embed_data.csv"

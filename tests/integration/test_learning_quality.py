@@ -13,15 +13,16 @@ import numpy as np
 from easyonline.config import apply_edit_config_json, load_pipeline_config
 from easyonline.inputs import KafkaInput
 from easyonline.jobs.online_train import build_trainer
+from easyonline.movielens.sequences import config_lengths, config_sequences, sequence_lines
 from easyonline.updates.model_diff import differences_from_model
 from easyonline.updates.param_ids import read_parameter_ids
 from easyonline.updates.readers import KafkaUpdateReader
 from tests.conftest import PYTHON, ROOT, python_env
+from tests.helpers.movielens_files import movielens_files
 from tests.integration.test_export_serve import Server, export
 from tests.integration.test_incremental_updates import _replay
 from tests.integration.test_serve_tasks import trained_outputs
 from tests.integration.test_transactional_topics import write_transactions
-from tools.bench.sequence_quality import config_lengths, config_sequences, sequence_lines
 
 GENRES = ["Action", "Comedy", "Drama", "Horror", "Romance", "Sci-Fi"]
 
@@ -100,29 +101,10 @@ def test_the_multitask_config_trains_both_tasks_and_the_bench_reports_them(tmp_p
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def _movielens_files(directory, count: int, seed: int = 13) -> None:
-    """MovieLens-shaped ``u.item`` (19 genre flags) and ``u.data`` (user, movie, rating, time; ties in time as
-    MovieLens has them), ratings from the user's bias, the movie's quality and the user's taste per genre."""
-    rng = np.random.default_rng(seed)
-    users, movies, genres = 40, 60, 19
-    flags = rng.random((movies, genres)) < 0.15
-    with open(directory / "u.item", "w", encoding="latin-1") as f:
-        for m in range(movies):
-            f.write(f"{m + 1}|Movie {m}|01-Jan-1995||http://x|" + "|".join(str(int(x)) for x in flags[m]) + "\n")
-    bias, quality, taste = rng.normal(0, 0.6, users), rng.normal(0, 0.8, movies), rng.normal(0, 0.8, (users, genres))
-    with open(directory / "u.data", "w") as f:
-        for i in range(count):
-            user, movie = int(rng.integers(users)), int(rng.integers(movies))
-            liked_genres = taste[user, flags[movie]]
-            mean = 3.5 + bias[user] + quality[movie] + (liked_genres.mean() if len(liked_genres) else 0.0)
-            rating = int(np.clip(np.rint(mean + rng.normal(0, 0.5)), 1, 5))
-            f.write(f"{user + 1}\t{movie + 1}\t{rating}\t{880000000 + i // 3}\n")
-
-
 def test_the_sequence_config_trains_with_the_histories_and_the_bench_reports_it(tmp_path):
     """samples/movielens_din.config loads and trains 800 generated ratings, each with the movie's earlier raters,
     through the broker (the bench: tools/bench/sequence_quality.py, without its single-task run)."""
-    _movielens_files(tmp_path, 800)
+    movielens_files(tmp_path, 800)
     png = tmp_path / "sequence.png"
     proc = subprocess.run([PYTHON, "tools/bench/sequence_quality.py", f"--data={tmp_path}", f"--png={png}",
                            "--window=200", "--skip_single"], cwd=ROOT, env=python_env(), capture_output=True,
@@ -147,7 +129,7 @@ def test_the_sequence_sample_trains_replays_exactly_exports_and_serves_what_it_s
     committed sample trains and no aborted one, its published updates replay into an equal model, and the
     export serves over REST what the trainer scores (an empty history and full ones)."""
     sample = f"{ROOT}/samples/movielens_din.config"
-    _movielens_files(tmp_path, 800)
+    movielens_files(tmp_path, 800)
     names = config_sequences(sample)
     lines = sequence_lines(str(tmp_path), config_lengths(sample, names), names)
     broker.create_topic(topic, 1)

@@ -6,7 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from tools.bench.history_signals import history_statistics, main, stacked_auc
+from tests.helpers.bench_scripts import bench_script
+
+BENCH = bench_script("history_signals")
+history_statistics, main, stacked_auc = BENCH["history_statistics"], BENCH["main"], BENCH["stacked_auc"]
 
 # At time 7 user u rates b and c in the same second (MovieLens users do): neither sees the other.
 RATINGS = [

@@ -1,12 +1,14 @@
-"""The multi-task bench's own arithmetic, by hand: the per-item running-mean baseline, the single-task lines,
-and the windowed RMSE it plots (tools/bench/multitask_quality.py, easyonline/scoring/auc_curves.py)."""
+"""The multi-task bench's arithmetic, by hand: the per-item running-mean baseline, the single-task lines,
+and the windowed RMSE it plots (tools/bench/multitask_quality.py's, from easyonline/scoring/prequential.py,
+easyonline/movielens/ratings.py and easyonline/scoring/auc_curves.py)."""
 import math
 
 import numpy as np
 import pytest
 
 from easyonline.scoring.auc_curves import rmse, windowed_rmse
-from tools.bench.multitask_quality import halves, item_mean_baseline, mean_halves, single_task_lines
+from easyonline.movielens.ratings import single_task_lines
+from easyonline.scoring.prequential import halves, item_mean_baseline, mean_halves
 
 
 def test_the_baseline_predicts_each_items_mean_so_far_and_the_global_mean_for_a_new_item():

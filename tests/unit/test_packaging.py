@@ -18,7 +18,8 @@ VERBS = {"train": "easyonline.jobs.train_cli", "export": "easyonline.jobs.export
          "local-cluster": "easyonline.tools.local_cluster", "broker": "easyonline.tools.local_broker",
          "apache-kafka": "easyonline.tools.apache_kafka",
          "produce": "easyonline.tools.stream_producer", "read-updates": "easyonline.tools.read_updates",
-         "from-easyrec": "easyonline.tools.from_easyrec"}
+         "from-easyrec": "easyonline.tools.from_easyrec",
+         "movielens-sequences": "easyonline.tools.movielens_sequences"}
 
 
 @pytest.fixture(scope="module")

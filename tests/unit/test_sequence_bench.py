@@ -1,12 +1,15 @@
-"""The sequence bench's histories, by hand (tools/bench/sequence_quality.py): each sample's liked movies are the
-user's likes strictly before its time, likes only, the most recent first, at most ``length``; the other
-sequences the same way, of the user's or the movie's events."""
+"""The sequences' histories, by hand (easyonline/movielens/sequences.py, which tools/bench/sequence_quality.py and
+``python -m easyonline.tools.movielens_sequences`` use): each sample's liked movies are the user's likes strictly
+before its time, likes only, the most recent first, at most ``length``; the other sequences the same way, of the
+user's or the movie's events. And the bench's own saved scores."""
 import numpy as np
 import pytest
 
-from tools.bench.sequence_quality import (NEIGHBOURS, SEQUENCES, config_lengths, config_sequences, histories,
-                                          liked_histories, neighbours, past_events, save_scores, sequence_lines,
-                                          similarity_bucket, with_deviations, without_history)
+from easyonline.core.errors import ConfigError
+from easyonline.movielens.sequences import (NEIGHBOURS, SEQUENCES, config_lengths, config_sequences, histories,
+                                            liked_histories, neighbours, past_events, sequence_lines,
+                                            similarity_bucket, with_deviations, without_history)
+from tests.helpers.bench_scripts import bench_script
 
 
 def test_a_history_holds_the_users_earlier_likes_only_most_recent_first():
@@ -136,7 +139,7 @@ def test_the_lines_carry_every_sequence_the_config_reads_in_its_order(tmp_path):
     assert config_sequences(str(config)) == ["movie_raters", "rated_movies"]
     config.write_text(f'data_config {{ input_fields {{ input_name: "label" input_type: INT32 }} {fields} '
                       'input_fields { input_name: "watched" input_type: STRING } }')
-    with pytest.raises(SystemExit, match="watched"):
+    with pytest.raises(ConfigError, match="watched"):
         config_sequences(str(config))
 
 
@@ -154,6 +157,7 @@ def test_the_stream_carries_as_many_events_of_each_sequence_as_the_feature_readi
 
 
 def test_saved_scores_keep_the_stream_order_one_row_a_seed(tmp_path):
+    save_scores = bench_script("sequence_quality")["save_scores"]
     labels = np.array([1.0, 0.0, 1.0])
     runs = [{"sequence_scores": np.array([0.9, 0.2, 0.6]), "single_scores": np.array([0.8, 0.3, 0.5])},
             {"sequence_scores": np.array([0.7, 0.1, 0.4]), "single_scores": np.array([0.6, 0.2, 0.3])}]

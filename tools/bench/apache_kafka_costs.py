@@ -7,12 +7,13 @@
    as production brokers run, where the tests' take 256 MB and the JIT's
    first tier for a quicker start), runs rotating memory, tansu, Kafka, ...,
    memory, each broker run compared with the memory runs on either side
-   (tools/bench/alternating_runs.py).
+   (easyonline/utils/alternating_runs.py), each timed as online_throughput.py
+   times its runs (easyonline/tools/throughput.py).
 2. Freshness (sample produced -> served prediction changed) p50/p99 and the
    publishing cost (a trained batch -> the acknowledgement of the update
-   carrying it), from tools/bench/serving_freshness.py, on tansu and on the
-   three-broker cluster (update topic: replication 3, min.insync.replicas 2,
-   acks=all), one after the other.
+   carrying it): tools/bench/serving_freshness.py run as a script, on tansu
+   and on the three-broker cluster (update topic: replication 3,
+   min.insync.replicas 2, acks=all), one after the other.
 
 Prints JSON and a table; asserts every run trained every sample and every
 fresh id became visible.
@@ -23,19 +24,31 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import easyonline  # noqa: E402,F401
+from easyonline.config import load_pipeline_config  # noqa: E402
 from easyonline.tools.apache_kafka import ApacheKafka  # noqa: E402
 from easyonline.tools.local_broker import LocalBroker  # noqa: E402
+from easyonline.tools.sample_configs import sample_config  # noqa: E402
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa: E402
+from easyonline.tools.throughput import from_broker, from_memory, throughput_config  # noqa: E402
+from easyonline.utils.alternating_runs import neighbour_ratios  # noqa: E402
 from easyonline.utils.logs import setup_logging  # noqa: E402
-from tools.bench import serving_freshness  # noqa: E402
-from tools.bench.alternating_runs import neighbour_ratios  # noqa: E402
-from tools.bench.online_throughput import BATCH_SIZE, from_broker, from_memory  # noqa: E402
+
+BATCH_SIZE = 1024  # samples/online.config's
+FRESHNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serving_freshness.py")
+
+
+def config_for(work: str, name: str, server: str = "", topic: str = ""):
+    """samples/online.config for one timed run into a fresh directory (as online_throughput.py's runs)."""
+    return throughput_config(load_pipeline_config(sample_config("online.config")),
+                             os.path.join(work, f"{name}_{time.time()}"), server, topic, "CONFLUENT_KAFKA")
 
 
 def throughput(samples: int, rounds: int) -> dict:
@@ -47,14 +60,14 @@ def throughput(samples: int, rounds: int) -> dict:
         for broker in brokers.values():
             broker.create_topic("bench", 2)
             produce(broker.bootstrap, "bench", [lines], partitions=2)
-        memory = [from_memory(work, lines, BATCH_SIZE)]
+        memory = [from_memory(config_for(work, "memory"), lines, BATCH_SIZE)]
         rates = {name: [] for name in brokers}
         for _ in range(rounds):
             for name, broker in brokers.items():
-                rate, _, summary, _ = from_broker(work, broker, "bench")
+                rate, _, summary, _ = from_broker(config_for(work, "broker", broker.bootstrap, "bench"))
                 assert summary.samples == samples, (name, summary.samples, samples)
                 rates[name].append(rate)
-            memory.append(from_memory(work, lines, BATCH_SIZE))
+            memory.append(from_memory(config_for(work, "memory"), lines, BATCH_SIZE))
         started_secs = kafka.started_secs
     result = {"samples": samples, "memory_runs": [round(r) for r in memory],
               "memory_samples_per_sec": round(statistics.median(memory)),
@@ -71,8 +84,12 @@ def throughput(samples: int, rounds: int) -> dict:
 def freshness(ids: int) -> dict:
     out = {}
     for broker in ("local", "apache_kafka"):
-        args = serving_freshness.parse_args([f"--ids={ids}", "--latency_requests=150", f"--broker={broker}"])
-        result = serving_freshness.measure(args)
+        proc = subprocess.run([sys.executable, FRESHNESS, f"--ids={ids}", "--latency_requests=150",
+                               f"--broker={broker}"], capture_output=True, text=True, check=False)
+        printed = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        if proc.returncode != 0 or not printed:
+            raise SystemExit(f"serving_freshness.py --broker={broker} exited {proc.returncode}: {proc.stderr[-2000:]}")
+        result = json.loads(printed[0])
         assert result["never_changed"] == 0, (broker, result)
         out[broker] = {"freshness_secs": result["freshness_secs"],
                        "publish_ack_secs": result["stages_secs"].get("trained -> published (acked)"),

@@ -39,6 +39,8 @@ import numpy as np
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, ROOT)
 
+from easyonline.utils.child_process import process_cpu_seconds  # noqa: E402
+
 
 def summary_of(output: str) -> dict:
     text = output.split("training summary", 1)[1]
@@ -48,13 +50,6 @@ def summary_of(output: str) -> dict:
     cpu = re.search(r"cpu seconds\s+([\d.]+)", text)
     return {"samples": samples, "samples_per_sec": rate, "auc": float(auc.group(1)) if auc else None,
             "cpu_seconds": float(cpu.group(1)) if cpu else 0.0}
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a running process (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_per_sample(samples: int, trainer_outputs: list, ps_outputs: list, broker_seconds: float) -> dict:

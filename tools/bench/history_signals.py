@@ -37,8 +37,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from easyonline.scoring.auc_curves import exact_auc as auc  # noqa: E402
-from tools.bench.learning_quality import movielens_timed_ratings  # noqa: E402
-from tools.bench.sequence_quality import Event  # noqa: E402
+from easyonline.movielens.ratings import read_movielens  # noqa: E402
+from easyonline.movielens.sequences import Event  # noqa: E402
 
 LAST = (1, 3, 5, 10)  # the user's last ratings the user_last* statistics average
 NEIGHBOURS = 200  # the user's last ratings item_knn compares the movie with
@@ -188,7 +188,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seed_index", type=int, default=0, help="which of the file's seeds (0: the first)")
     args = parser.parse_args(argv)
     saved = np.load(args.scores)
-    events = [r[:4] for r in movielens_timed_ratings(args.data)]
+    events = [(r[0], r[1], r[2], r[3]) for r in read_movielens(args.data)]
     labels = np.array([float(e[3] >= LIKED) for e in events])
     if not np.array_equal(saved["labels"], labels):
         raise SystemExit(f"{args.scores}: its labels are not those of {args.data}'s stream")

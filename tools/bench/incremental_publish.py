@@ -2,7 +2,7 @@
 
 DeepFM from samples/online.config, trained from the local broker. Runs
 alternate off / on / off / ... / off on fresh models over the same samples
-(tools/bench/alternating_runs.py: each "on" run against the "off" runs on
+(easyonline/utils/alternating_runs.py: each "on" run against the "off" runs on
 either side of it, the median of those ratios); "on" publishes to a second
 topic on the same broker with sparse_save_secs=1 (--sparse_save_secs) and
 dense_save_secs=10. Reports the ratio on/off (target >= 0.95), bytes
@@ -28,8 +28,10 @@ from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa
 from easyonline.core.callbacks import Callback  # noqa: E402
 from easyonline.jobs.online_train import build_trainer  # noqa: E402
 from easyonline.utils.logs import setup_logging  # noqa: E402
-from tools.bench.alternating_runs import alternate  # noqa: E402
-from tools.bench.online_throughput import Timer, config_for  # noqa: E402
+from easyonline.config import load_pipeline_config  # noqa: E402
+from easyonline.tools.sample_configs import sample_config  # noqa: E402
+from easyonline.tools.throughput import Timer, throughput_config  # noqa: E402
+from easyonline.utils.alternating_runs import alternate  # noqa: E402
 
 
 class PublishDelays(Callback):
@@ -59,7 +61,8 @@ class PublishDelays(Callback):
 
 
 def run_once(work, broker, topic, publish, index, sparse_save_secs=1.0, caught_up_secs=0.0):
-    config = config_for(os.path.join(work, f"run_{index}"), broker.bootstrap, topic)
+    config = throughput_config(load_pipeline_config(sample_config("online.config")),
+                               os.path.join(work, f"run_{index}"), broker.bootstrap, topic, "CONFLUENT_KAFKA")
     delays = PublishDelays()
     config.train_config.ClearField("incr_save_config")  # the sample config publishes; "off" must not
     if publish:

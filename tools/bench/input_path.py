@@ -35,7 +35,7 @@ from easyonline.inputs.reader_process import KafkaReaderProcess  # noqa: E402
 from easyonline.protos import pipeline_pb2  # noqa: E402
 from easyonline.tools.local_broker import LocalBroker  # noqa: E402
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa: E402
-from tools.bench.cluster_throughput import process_cpu_seconds  # noqa: E402
+from easyonline.utils.child_process import process_cpu_seconds  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 BATCH_SIZE = 1024

@@ -31,55 +31,20 @@ import sys
 import tempfile
 import time
 import zlib
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import easyonline  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS first)
-from easyonline.config import apply_edit_config_json, load_pipeline_config  # noqa: E402
 from easyonline.core.callbacks import Callback  # noqa: E402
-from easyonline.jobs.online_train import build_trainer  # noqa: E402
+from easyonline.movielens.ratings import read_movielens, single_task_line  # noqa: E402
 from easyonline.scoring.auc_curves import exact_auc as auc, plot_auc_curves, windowed_auc  # noqa: E402
 from easyonline.scoring.checkpoint_model import CheckpointModel  # noqa: E402
-from easyonline.tools.local_broker import LocalBroker  # noqa: E402
-from easyonline.tools.stream_producer import produce  # noqa: E402
+from easyonline.tools.prequential import train_online  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
-          "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]
-
-
-def movielens_ratings(directory: str) -> List[Tuple[str, str, int, str, int, int]]:
-    """u.data + u.item as time-ordered (user, movie, rating, genres joined by ``|``, hour, weekday in UTC)."""
-    return [rating[1:] for rating in movielens_timed_ratings(directory)]
-
-
-def movielens_timed_ratings(directory: str) -> List[Tuple[int, str, str, int, str, int, int]]:
-    """As ``movielens_ratings``, each led by its Unix time: (time, user, movie, rating, genres, hour, weekday)."""
-    genres = {}
-    with open(os.path.join(directory, "u.item"), encoding="latin-1") as f:
-        for line in f:
-            fields = line.rstrip("\n").split("|")
-            genres[fields[0]] = "|".join(g for g, flag in zip(GENRES, fields[5:]) if flag == "1")
-    ratings = []
-    with open(os.path.join(directory, "u.data")) as f:
-        for line in f:
-            user, movie, rating, stamp = line.split()
-            ratings.append((int(stamp), user, movie, int(rating)))
-    ratings.sort(key=lambda r: r[0])  # stable: equal times keep the file's order
-    out = []
-    for stamp, user, movie, rating in ratings:
-        t = time.gmtime(stamp)
-        out.append((stamp, user, movie, rating, genres[movie], t.tm_hour, t.tm_wday))
-    return out
-
-
-def movielens_lines(directory: str) -> List[bytes]:
-    """u.data + u.item as time-ordered ``label,user,movie,genres,hour,weekday`` lines (label: rating >= 4)."""
-    return [f"{int(rating >= 4)},{user},{movie},{genres},{hour},{weekday}".encode()
-            for user, movie, rating, genres, hour, weekday in movielens_ratings(directory)]
 
 
 def read_stream(directory: str) -> List[bytes]:
@@ -88,7 +53,7 @@ def read_stream(directory: str) -> List[bytes]:
         with open(path, "rb") as f:
             return [line for line in f.read().splitlines() if line]
     if os.path.exists(os.path.join(directory, "u.data")):
-        return movielens_lines(directory)
+        return [single_task_line(rating) for rating in read_movielens(directory)]
     raise SystemExit(f"{directory} holds neither stream.csv nor MovieLens's u.data and u.item")
 
 
@@ -152,25 +117,6 @@ class Recorder(Callback):
             trainer.stop("the whole stream was trained")
 
 
-def train_online(config_path: str, lines: List[bytes], work: str, edits: Dict,
-                 recorder: Optional[Callback] = None) -> Callback:
-    """Streams ``lines`` through a local broker (one partition) and trains ``config_path`` on them online,
-    with ``recorder`` as a callback (default: a ``Recorder``, which stops the trainer at the stream's end)."""
-    with LocalBroker(log_path=os.path.join(work, "broker.log")) as broker:
-        broker.create_topic("stream", 1)
-        produce(broker.bootstrap, "stream", [lines], partitions=1)
-        config = load_pipeline_config(config_path)
-        apply_edit_config_json(config, dict({
-            "model_dir": os.path.join(work, "model"), "kafka_train_input.server": broker.bootstrap,
-            "kafka_train_input.topic": "stream", "kafka_train_input.group": "learning_quality",
-            "train_config.save_checkpoints_secs": 0, "train_config.save_checkpoints_steps": 0}, **edits))
-        config.train_config.ClearField("incr_save_config")
-        if recorder is None:
-            recorder = Recorder(len(lines) // 2, len(lines), os.path.join(work, "frozen"))
-        build_trainer(config, online=True, callbacks=[recorder]).run()
-    return recorder
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="directory with stream.csv, or MovieLens's u.data and u.item")
@@ -184,8 +130,8 @@ def main() -> int:
     n = len(lines)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="learning_quality_") as work:
-        recorder = train_online(args.config, lines, work, json.loads(args.edit_config_json))
-        assert isinstance(recorder, Recorder)
+        recorder = Recorder(n // 2, n, os.path.join(work, "frozen"))
+        train_online(args.config, lines, work, json.loads(args.edit_config_json), recorder)
     train_secs = time.time() - started
     labels, scores = np.concatenate(recorder.labels), np.concatenate(recorder.scores)
     frozen = np.concatenate(recorder.frozen_scores)

@@ -35,19 +35,21 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from easyonline.config import load_pipeline_config  # noqa: E402
-from easyonline.core.callbacks import Callback  # noqa: E402
 from easyonline.scoring.auc_curves import exact_auc as auc  # noqa: E402
 from easyonline.scoring.auc_curves import plot_panels, rmse, windowed_auc, windowed_rmse  # noqa: E402
-from tools.bench.learning_quality import ROOT, movielens_ratings, train_online  # noqa: E402
+from easyonline.movielens.ratings import multitask_line, read_movielens, single_task_lines  # noqa: E402
+from easyonline.scoring.prequential import halves, item_mean_baseline, mean_halves  # noqa: E402
+from easyonline.tools.prequential import train_prequential as train  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
 LIKED, RATING = "liked", "rating"  # the multi-task config's task (tower) names
 
@@ -59,105 +61,8 @@ def multitask_lines(directory: str) -> List[bytes]:
         with open(path, "rb") as f:
             return [line for line in f.read().splitlines() if line]
     if os.path.exists(os.path.join(directory, "u.data")):
-        return [f"{int(rating >= 4)},{rating},{user},{movie},{genres},{hour},{weekday}".encode()
-                for user, movie, rating, genres, hour, weekday in movielens_ratings(directory)]
+        return [multitask_line(rating) for rating in read_movielens(directory)]
     raise SystemExit(f"{directory} holds neither stream.csv nor MovieLens's u.data and u.item")
-
-
-def single_task_lines(lines: List[bytes]) -> List[bytes]:
-    """The same samples as the single-task config reads them: the rating column dropped."""
-    out = []
-    for line in lines:
-        liked, _, rest = line.split(b",", 2)
-        out.append(liked + b"," + rest)
-    return out
-
-
-def item_mean_baseline(items: List[str], ratings: np.ndarray, prior: float = 3.0) -> np.ndarray:
-    """Online per-item running mean: each rating predicted by its item's mean rating so far (the mean of
-    every rating so far for an unseen item; ``prior`` before any), then learned."""
-    sums: Dict[str, float] = {}
-    counts: Dict[str, int] = {}
-    total, seen = 0.0, 0
-    predictions = np.empty(len(items))
-    for i, (item, rating) in enumerate(zip(items, ratings)):
-        count = counts.get(item, 0)
-        predictions[i] = sums[item] / count if count else (total / seen if seen else prior)
-        sums[item] = sums.get(item, 0.0) + rating
-        counts[item] = count + 1
-        total += rating
-        seen += 1
-    return predictions
-
-
-class _RecordingMetrics:
-    """A task's metrics: records every (labels, predictions) the trainer adds, then passes them on."""
-
-    def __init__(self, inner, labels: List[np.ndarray], predictions: List[np.ndarray]):
-        self._inner, self._labels, self._predictions = inner, labels, predictions
-
-    def update(self, labels, predictions) -> None:
-        self._labels.append(np.asarray(labels, np.float64).reshape(-1))
-        self._predictions.append(np.asarray(predictions, np.float64).reshape(-1))
-        self._inner.update(labels, predictions)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-
-class TaskRecorder(Callback):
-    """Keeps every task's pre-update predictions and labels, by task name (what the trainer hands the task's
-    metrics after scoring a batch, before training on it); stops the trainer after ``total`` samples."""
-
-    def __init__(self, total: int):
-        self.total = total
-        self.labels: Dict[str, List[np.ndarray]] = {}
-        self.predictions: Dict[str, List[np.ndarray]] = {}
-        self.seen = 0
-        self.first_batch: Optional[Tuple[float, int]] = None  # when the first batch ended, its samples
-        self.last_batch_at = 0.0
-
-    def on_train_begin(self, trainer) -> None:
-        for task in trainer.model.tasks:
-            self.labels[task.name], self.predictions[task.name] = [], []
-            task.metrics = _RecordingMetrics(task.metrics, self.labels[task.name], self.predictions[task.name])
-
-    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs) -> None:
-        self.seen += len(np.asarray(probs).reshape(-1))
-        self.last_batch_at = time.perf_counter()
-        if self.first_batch is None:
-            self.first_batch = (self.last_batch_at, self.seen)
-        if self.seen >= self.total:
-            trainer.stop("the whole stream was trained")
-
-    def samples_per_sec(self) -> float:
-        """Training throughput from the end of the first batch (the model built, the graph traced) to the last."""
-        if self.first_batch is None or self.last_batch_at <= self.first_batch[0]:
-            return float("nan")
-        return (self.seen - self.first_batch[1]) / (self.last_batch_at - self.first_batch[0])
-
-    def task(self, name: str):
-        """(labels, predictions) of task ``name`` over the whole stream."""
-        if name not in self.labels:
-            raise SystemExit(f"the model has no task {name!r}; its tasks: {sorted(self.labels)}")
-        return np.concatenate(self.labels[name]), np.concatenate(self.predictions[name])
-
-
-def train(config: str, lines: List[bytes], edits: Dict) -> TaskRecorder:
-    with tempfile.TemporaryDirectory(prefix="multitask_quality_") as work:
-        recorder = TaskRecorder(len(lines))
-        train_online(config, lines, work, edits, recorder)
-    return recorder
-
-
-def halves(metric, labels: np.ndarray, predictions: np.ndarray, half: int) -> Dict[str, float]:
-    """``metric`` over the whole stream, its first half (for choosing settings) and its second (judged)."""
-    return {"overall": metric(labels, predictions), "first_half": metric(labels[:half], predictions[:half]),
-            "second_half": metric(labels[half:], predictions[half:])}
-
-
-def mean_halves(runs: List[Dict[str, float]]) -> Dict[str, float]:
-    return {key: float(np.mean([run[key] for run in runs])) for key in runs[0]}
 
 
 def run_seed(args, lines: List[bytes], liked: np.ndarray, ratings: np.ndarray, seed: Optional[int]) -> Dict:
@@ -193,7 +98,7 @@ def run_seed(args, lines: List[bytes], liked: np.ndarray, ratings: np.ndarray, s
 def comparison_arguments(parser: argparse.ArgumentParser, sample_config: str, plot: str) -> None:
     """The flags of a bench comparing ``--config`` (default samples/<sample_config>) with the single-task
     samples/movielens.config in one run: config overrides, --skip_single, --seeds, --png (``plot``),
-    --window, --assert_targets (sequence_quality.py takes them too)."""
+    --window, --assert_targets (sequence_quality.py has a copy: bench scripts import no other)."""
     parser.add_argument("--config", default=os.path.join(ROOT, "samples", sample_config))
     parser.add_argument("--single_config", default=os.path.join(ROOT, "samples", "movielens.config"))
     parser.add_argument("--edit_config_json", default="{}", help="overrides of --config, as for easyonline.train")

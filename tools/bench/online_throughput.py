@@ -39,56 +39,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import easyonline  # noqa: E402,F401
 from easyonline.config import load_pipeline_config  # noqa: E402
-from easyonline.config.validate import validate_pipeline_config  # noqa: E402
 from easyonline.tools.local_broker import LocalBroker  # noqa: E402
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa: E402
-from easyonline.core.callbacks import Callback  # noqa: E402
-from easyonline.jobs.online_train import build_trainer  # noqa: E402
 from easyonline.utils.logs import setup_logging  # noqa: E402
-from easyonline.features.csv_parser import ParsedBatch  # noqa: E402
-from easyonline.features.vector_csv import VectorCsvParser  # noqa: E402
-from easyonline.inputs.raw_batch import RawBatch  # noqa: E402
 from easyonline.inputs.reader_process import KafkaReaderProcess  # noqa: E402
-from tools.bench.alternating_runs import alternate, neighbour_ratios  # noqa: E402
+from easyonline.tools import throughput  # noqa: E402
+from easyonline.tools.throughput import throughput_config  # noqa: E402
+from easyonline.utils.alternating_runs import alternate, neighbour_ratios  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-WARMUP_BATCHES = 5
 BATCH_SIZE = 1024  # samples/online.config's
-
-
-class Timer(Callback):
-    """Times batches after the warm-up ones (the first includes tracing the step)."""
-
-    def __init__(self):
-        self.batches = 0
-        self.samples = 0
-        self.start = self.end = None
-        self.wait_start = self.wait_end = 0.0
-        self.cpu_start = self.cpu_end = 0.0  # this process's CPU (every thread; not the reader process's)
-
-    def waited_share(self) -> float:
-        """Share of the timed window the trainer spent waiting for its next batch."""
-        return (self.wait_end - self.wait_start) / (self.end - self.start)
-
-    def cpu_us_per_sample(self) -> float:
-        """The trainer process's CPU per sample over the timed window: what a slower machine's speed, or
-        other processes on this one, move far less than the wall-clock rate."""
-        return 1e6 * (self.cpu_end - self.cpu_start) / self.samples
-
-    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
-        self.batches += 1
-        if self.batches == WARMUP_BATCHES:
-            self.start = time.perf_counter()
-            self.cpu_start = time.process_time()
-            self.wait_start = getattr(trainer, "input_wait_seconds", 0.0)
-        elif self.batches > WARMUP_BATCHES:
-            self.samples += parsed_batch.size
-            self.end = time.perf_counter()
-            self.cpu_end = time.process_time()
-            self.wait_end = getattr(trainer, "input_wait_seconds", 0.0)
-
-    def rate(self):
-        return self.samples / (self.end - self.start)
 
 
 EDITS = {}  # train_config fields set from the command line (thread counts)
@@ -140,46 +100,24 @@ def config_for(model_dir, server="", topic=""):
         add_sequence(config)
     for field, value in EDITS.items():
         setattr(config.train_config, field, value)
-    config.model_dir = model_dir
-    config.train_config.log_step_count_secs = 5
-    config.train_config.save_checkpoints_secs = 0
     # Publishing has its own benchmark (incremental_publish.py); the memory baseline does not publish.
-    config.train_config.ClearField("incr_save_config")
-    if server:
-        config.kafka_train_input.server, config.kafka_train_input.topic = server, topic
-        config.kafka_train_input.client = config.kafka_train_input.Client.Value(CLIENT[0])
-    validate_pipeline_config(config, online=False)
-    return config
+    return throughput_config(config, model_dir, server, topic, CLIENT[0])
 
 
 def from_memory(work, lines, batch_size, matrices: bool = True):
     """Samples/s of the training step alone; ``matrices``: the step the broker runs use, else the
     per-feature step."""
-    trainer = build_trainer(config_for(os.path.join(work, f"memory_{time.time()}")), online=False)
-    if matrices:
-        parser = VectorCsvParser(trainer.specs)
-        batches = [ParsedBatch.from_vectors(parser.parse(lines[i:i + batch_size]))
-                   for i in range(0, len(lines), batch_size)]
-    else:
-        batches = [trainer.parser.parse(lines[i:i + batch_size]) for i in range(0, len(lines), batch_size)]
-    timer = Timer()
-    for parsed in batches:
-        # what the loop does per batch: the arrays' step when the batch has arrays, every task's metrics
-        probs = trainer.engine.train_and_count(RawBatch([], {}), parsed)
-        timer.on_batch_end(trainer, None, parsed, probs)
-    return timer.rate()
+    return throughput.from_memory(config_for(os.path.join(work, f"memory_{time.time()}")), lines, batch_size,
+                                  matrices)
 
 
 def from_broker(work, broker, topic, arrays: bool = True):
     """Samples/s from the broker; ``arrays`` False: the reader process leaves parsing to CsvParser."""
-    timer = Timer()
     config = config_for(os.path.join(work, f"broker_{time.time()}"), broker.bootstrap, topic)
     data = config.data_config
     source = None if arrays else KafkaReaderProcess(config.kafka_train_input, data.batch_size,
                                                     data.batch_timeout_ms, max_message_bytes=data.max_message_bytes)
-    trainer = build_trainer(config, online=False, source=source, callbacks=[timer])
-    summary = trainer.run()
-    return timer.rate(), timer.waited_share(), summary, timer.cpu_us_per_sample()
+    return throughput.from_broker(config, source)
 
 
 def main() -> None:

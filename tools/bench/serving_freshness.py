@@ -54,7 +54,9 @@ from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa
 from easyonline.core.callbacks import Callback  # noqa: E402
 from easyonline.jobs.online_train import build_trainer  # noqa: E402
 from easyonline.utils.logs import setup_logging  # noqa: E402
-from tools.bench.online_throughput import config_for  # noqa: E402
+from easyonline.config import load_pipeline_config  # noqa: E402
+from easyonline.tools.sample_configs import sample_config  # noqa: E402
+from easyonline.tools.throughput import throughput_config  # noqa: E402
 
 STAGES = ("produced -> trained", "trained -> published (acked)", "published -> applied by serving",
           "applied -> visible in predict")
@@ -171,7 +173,8 @@ def measure(args: argparse.Namespace) -> dict:
     with start_broker(args.broker) as broker:
         broker.create_topic("samples", 2)
         produce(broker.bootstrap, "samples", stream.chunks(0, args.warmup_samples), partitions=2)
-        config = config_for(os.path.join(work, "model"), broker.bootstrap, "samples")
+        config = throughput_config(load_pipeline_config(sample_config("online.config")), os.path.join(work, "model"),
+                                   broker.bootstrap, "samples", "CONFLUENT_KAFKA")
         config.data_config.batch_size = 512
         config.data_config.batch_timeout_ms = 100
         config.train_config.save_checkpoints_steps = 20

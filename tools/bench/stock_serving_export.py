@@ -131,16 +131,17 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000, help="embedding rows in all tables together")
     parser.add_argument("--requests", type=int, default=300, help="timed predicts per batch size")
     parser.add_argument("--work_dir", default="", help="default: a temporary directory, removed after")
+    parser.add_argument("--build_checkpoint", default="", help=argparse.SUPPRESS)  # the child below: its model_dir
     args = parser.parse_args()
+    if args.build_checkpoint:
+        print(build_checkpoint(args.build_checkpoint, args.rows))
+        return
     work = args.work_dir or tempfile.mkdtemp(prefix="stock-export-bench-")
     model_dir = os.path.join(work, "m")
     # (built in a child: this process then holds no table while the loaders measure memory)
     start = time.perf_counter()
-    built = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                            "from tools.bench.stock_serving_export import build_checkpoint; "
-                            "print(build_checkpoint(sys.argv[2], int(sys.argv[3])))",
-                            os.path.abspath(ROOT), model_dir, str(args.rows)],
-                           capture_output=True, text=True, env=_env())
+    built = subprocess.run([sys.executable, os.path.abspath(__file__), f"--build_checkpoint={model_dir}",
+                            f"--rows={args.rows}"], capture_output=True, text=True, env=_env())
     if built.returncode:
         raise RuntimeError(built.stderr[-3000:])
     per_table = int(built.stdout.strip().splitlines()[-1])

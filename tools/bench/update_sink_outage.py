@@ -46,8 +46,18 @@ from easyonline.core.stop_signal import STOP_SIGNAL_FILE  # noqa: E402
 from easyonline.serve.process import ServingProcess  # noqa: E402
 from easyonline.tools.local_broker import LocalBroker  # noqa: E402
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa: E402
-from tools.bench.online_throughput import config_for  # noqa: E402
-from tools.bench.serving_freshness import instance  # noqa: E402
+from easyonline.config import load_pipeline_config  # noqa: E402
+from easyonline.tools.sample_configs import sample_config  # noqa: E402
+from easyonline.tools.stream_producer import input_field_names  # noqa: E402
+from easyonline.tools.throughput import throughput_config  # noqa: E402
+
+FIELDS = input_field_names()
+
+
+def instance(line: bytes) -> dict:
+    """A line of the synthetic stream as a REST predict instance (the label left out)."""
+    values = line.decode().split(",")
+    return {n: (float(v) if n.startswith("I") else v) for n, v in zip(FIELDS, values) if n != "label"}
 
 
 def rss_mb(pid: int) -> float:
@@ -116,7 +126,8 @@ class Scenario:
 
     def __init__(self, work: str, samples: LocalBroker, updates: LocalBroker, rate: int):
         self.work, self.samples, self.updates, self.rate = work, samples, updates, rate
-        self.config = config_for(f"{work}/model", samples.bootstrap, "samples")
+        self.config = throughput_config(load_pipeline_config(sample_config("online.config")), f"{work}/model",
+                                        samples.bootstrap, "samples", "CONFLUENT_KAFKA")
         self.config.train_config.save_checkpoints_secs = 20
         self.config.train_config.log_step_count_secs = 2
         incr = self.config.train_config.incr_save_config

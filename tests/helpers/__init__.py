@@ -1,0 +1,1 @@
+"""What several tests share and no bench needs (benches import only the installed easyonline package)."""
