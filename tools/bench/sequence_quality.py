@@ -55,37 +55,11 @@ from easyonline.scoring.auc_curves import plot_panels, windowed_auc  # noqa: E40
 from easyonline.movielens.sequences import FIELDS, config_lengths, config_sequences  # noqa: E402
 from easyonline.movielens.sequences import sequence_lines, without_history  # noqa: E402
 from easyonline.scoring.prequential import halves, mean_halves  # noqa: E402
+from easyonline.tools.prequential import comparison_arguments, parse_comparison_arguments  # noqa: E402
 from easyonline.tools.prequential import train_prequential as train  # noqa: E402
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
 TARGET_GAIN = 0.005  # issue 36: the sequence model's second-half AUC >= the single-task model's + this
-
-
-def comparison_arguments(parser: argparse.ArgumentParser, sample_config: str, plot: str) -> None:
-    """The flags of a bench comparing ``--config`` (default samples/<sample_config>) with the single-task
-    samples/movielens.config in one run: config overrides, --skip_single, --seeds, --png (``plot``),
-    --window, --assert_targets (multitask_quality.py's, copied: bench scripts import no other)."""
-    parser.add_argument("--config", default=os.path.join(ROOT, "samples", sample_config))
-    parser.add_argument("--single_config", default=os.path.join(ROOT, "samples", "movielens.config"))
-    parser.add_argument("--edit_config_json", default="{}", help="overrides of --config, as for easyonline.train")
-    parser.add_argument("--single_edit_config_json", default="{}", help="overrides of --single_config, as above")
-    parser.add_argument("--skip_single", action="store_true",
-                        help="do not train --single_config (for tuning: its AUC and the AUC target are then absent)")
-    parser.add_argument("--seeds", type=int, default=1,
-                        help="train both models with N seeds (train_config.seed = the config's, its + 1, ...); "
-                             "the figures and the targets are then the means over the seeds")
-    parser.add_argument("--png", default="", help=f"where to write {plot} ('' : none)")
-    parser.add_argument("--window", type=int, default=5000, help="samples per point of the plot")
-    parser.add_argument("--assert_targets", action="store_true", help="exit 1 when a target is missed")
-
-
-def parse_comparison_arguments(parser: argparse.ArgumentParser) -> argparse.Namespace:
-    """The parsed flags; --seeds below 1 is refused."""
-    args = parser.parse_args()
-    if args.seeds < 1:
-        raise SystemExit(f"--seeds must be >= 1, got {args.seeds}")
-    return args
 
 
 def run_seed(args, lines: List[bytes], labels: np.ndarray, seed: Optional[int]) -> Dict:
