@@ -91,13 +91,28 @@ def test_tf_config_errors_name_the_field():
             parse_tf_config(broken if isinstance(broken, str) else json.dumps(broken))
 
 
-def test_two_ps_two_trainers_train_every_sample_exactly_once(broker, topic, tmp_path):
-    """Each trainer reads its own partitions (p % 2), they step at the same time, the chief's summary covers both."""
+def _evicting_publishing_config(model_dir, broker, topic, updates_dir):
+    """online.config on 4 partitions, admission on C1 and eviction on C3 (on the ps), publishing to files."""
+    config = online_config(model_dir, broker.bootstrap, topic, **FAST, **{"train_config.incr_save_config": {
+        "sparse_save_steps": 2, "dense_save_steps": 4, "fs": {"incr_save_dir": str(updates_dir)}}})
+    c1 = next(f for f in config.feature_configs if list(f.input_names) == ["C1"])
+    c1.admission.count_filter.min_count = 2  # statistics and admission, on the ps
+    c3 = next(f for f in config.feature_configs if list(f.input_names) == ["C3"])
+    c3.eviction.max_size = 50  # the chief trims and shrinks the ps's tables; deletes are published
+    config.train_config.shrink_every_secs = 1
+    return config
+
+
+def test_two_ps_two_trainers_train_every_sample_once_evict_publish_and_continue_in_one_process(broker, topic, tmp_path):
+    """Each trainer reads its own partitions (p % 2), they step at the same time, the chief's summary covers both;
+    the chief evicts from the ps's tables and publishes what both trained and what it evicted (the replayed updates
+    equal the final checkpoint, bit for bit); a single process continues the checkpoint from its positions.
+    (One cluster run for all of it: a cluster start is ~70 s of CPU on CI's 2 cores.)"""
     broker.create_topic(topic, 4)
     produce(broker.bootstrap, topic, SyntheticCtrStream().chunks(0, 40000), partitions=4)
-    single = easyonline.online_train(online_config(tmp_path / "single", broker.bootstrap, topic, **FAST),
-                                     online=False)
-    config = online_config(tmp_path / "cluster", broker.bootstrap, topic, **FAST)
+    single = easyonline.online_train(
+        _evicting_publishing_config(tmp_path / "single", broker, topic, tmp_path / "single_updates"), online=False)
+    config = _evicting_publishing_config(tmp_path / "cluster", broker, topic, tmp_path / "updates")
     with LocalCluster(2, 2, [f"--config={_config_file(tmp_path, config)}"], env=python_env()) as cluster:
         assert cluster.wait(300) == 0, cluster.chief_output()[-4000:]
         worker = cluster.output_of("worker0")
@@ -115,19 +130,35 @@ def test_two_ps_two_trainers_train_every_sample_exactly_once(broker, topic, tmp_
     assert all(len(s) >= 10 for s in spans)
     overlapping = sum(1 for a, b in spans[0] for c, d in spans[1] if a < d and c < b)
     assert overlapping > 0  # the two trainers were inside a step at the same time
+    # (evicted by the trims to max_size after the chief's steps, or by a shrink)
+    assert re.search(r"(shrink|trim to max_size) evicted \{'C3': [1-9]", output), output[-3000:]
     # the cluster's checkpoint loads into one process, with every table's keys
     from easyonline.scoring.checkpoint_model import CheckpointModel
     model = CheckpointModel(config)
     model.restore(summary["checkpoint"])
-    assert sum(model.model.tables.sizes().values()) == int(summary["table keys"]) > 0
+    sizes = model.model.tables.sizes()
+    assert sum(sizes.values()) == int(summary["table keys"]) > 0
+    assert 0 < sizes["C1"] < sizes["C2"]  # admission held back C1's one-off ids
     # the trainers share each table's Adam slots: one m and one v per table, holding every trained key
     shapes = tf.train.load_checkpoint(summary["checkpoint"]).get_variable_to_shape_map()
     keys = lambda prefix: sum(shape[0] for name, shape in shapes.items()
                               if name.startswith(prefix) and name.endswith("table-keys"))
     slots = {name.split("/")[1] for name in shapes if name.startswith("optimizer/emb_")}
-    assert slots == {f"emb_{t}-parameter.S{s}" for t in model.model.tables.sizes() for s in "mv"}, sorted(slots)
-    for table in model.model.tables.sizes():
+    assert slots == {f"emb_{t}-parameter.S{s}" for t in sizes for s in "mv"}, sorted(slots)
+    for table in sizes:
         assert keys(f"optimizer/emb_{table}-parameter.Sm/") == keys(f"model/tables/embeddings/{table}/") > 0
+    # every key either trainer trained, with its final row, and every dense parameter
+    records = DirectoryUpdateReader(str(tmp_path / "updates")).read_available()
+    assert len(records) >= 3 and [s for s, _ in records] == list(range(1, len(records) + 1))
+    replica = ParameterReplica("cluster")  # (the model's name: its model_dir's)
+    for _, data in records:
+        replica.apply(decode_update(data))
+    assert differences_from_model(replica, model.model, read_parameter_ids(str(tmp_path / "cluster"))) == []
+    # a single process goes on from the cluster's checkpoint: its positions, so only what came since
+    produce(broker.bootstrap, topic, SyntheticCtrStream().chunks(40000, 4000), partitions=4)
+    continued = easyonline.online_train(config, online=False)
+    assert continued.steps > int(summary["steps"]), continued
+    assert continued.positions == {p: 11000 for p in range(4)}, continued
 
 
 def _children(pid: int) -> list:
@@ -230,46 +261,3 @@ def test_killed_ps_stops_the_cluster_and_a_restart_with_another_trainer_count_re
     # the override reached the chief: the config's 5 steps would have saved a checkpoint every 5 steps
     assert len(re.findall(r"saved checkpoint", output)) == 1, re.findall(r"saved checkpoint.*", output)
     assert "[local_cluster] chief exited with 0; cluster stopped" in proc.stdout
-
-
-def test_a_cluster_publishes_and_evicts_every_trainers_keys_and_its_checkpoint_continues_in_one_process(tmp_path):
-    """Files instead of Kafka: trainer i reads files i, i + n, ...; the chief evicts from the ps's tables
-    and publishes what both trained and what it evicted (the replayed updates equal the final checkpoint,
-    bit for bit); a single process continues the checkpoint."""
-    paths = []
-    for i in range(2):
-        data = tmp_path / f"train{i}.csv"
-        data.write_bytes(b"\n".join(SyntheticCtrStream(seed=i).lines(0, 3000)) + b"\n")
-        paths.append(str(data))
-    config = online_config(tmp_path / "m", **FAST, **{"train_config.incr_save_config": {
-        "sparse_save_steps": 2, "dense_save_steps": 4, "fs": {"incr_save_dir": str(tmp_path / "updates")}}})
-    c1 = next(f for f in config.feature_configs if list(f.input_names) == ["C1"])
-    c1.admission.count_filter.min_count = 2  # statistics and admission, on the ps
-    c3 = next(f for f in config.feature_configs if list(f.input_names) == ["C3"])
-    c3.eviction.max_size = 50  # the chief trims and shrinks the ps's tables; deletes are published
-    config.train_config.shrink_every_secs = 1
-    config.ClearField("kafka_train_input")
-    config.file_train_input.paths.extend(paths)
-    with LocalCluster(2, 2, [f"--config={_config_file(tmp_path, config)}"], env=python_env()) as cluster:
-        assert cluster.wait(300) == 0, cluster.chief_output()[-4000:]
-    summary = _summary(cluster.chief_output())
-    assert summary["samples"] == "6000"
-    # (evicted by the trims to max_size after the chief's steps, or by a shrink)
-    assert re.search(r"(shrink|trim to max_size) evicted \{'C3': [1-9]", cluster.chief_output()), \
-        cluster.chief_output()[-3000:]
-    from easyonline.scoring.checkpoint_model import CheckpointModel
-    model = CheckpointModel(config)
-    model.restore(summary["checkpoint"])
-    sizes = model.model.tables.sizes()
-    assert 0 < sizes["C1"] < sizes["C2"]  # admission held back C1's one-off ids
-    records = DirectoryUpdateReader(str(tmp_path / "updates")).read_available()
-    assert len(records) >= 3 and [s for s, _ in records] == list(range(1, len(records) + 1))
-    replica = ParameterReplica("m")
-    for _, data in records:
-        replica.apply(decode_update(data))
-    # every key either trainer trained, with its final row, and every dense parameter
-    assert differences_from_model(replica, model.model, read_parameter_ids(str(tmp_path / "m"))) == []
-    single = easyonline.online_train(config, online=False)  # a single process goes on from the cluster's checkpoint
-    assert single.steps > int(summary["steps"])
-
-
