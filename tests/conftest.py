@@ -26,13 +26,35 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """CI skips the ``scenario`` tests, naming how to run them; every other run includes them."""
-    if os.environ.get("CI") != "true" or os.environ.get("SCENARIOS") == "1":
-        return
-    skip = pytest.mark.skip(reason="a scenario of minutes: CI skips it; run with SCENARIOS=1 (README.md)")
-    for item in items:
-        if "scenario" in item.keywords:
-            item.add_marker(skip)
+    """CI skips the ``scenario`` tests, naming how to run them; every other run includes them. The modules that
+    use the session's Apache Kafka run first, so it stops when the last of them ends (``_stop_kafka_when_done``)."""
+    if os.environ.get("CI") == "true" and os.environ.get("SCENARIOS") != "1":
+        skip = pytest.mark.skip(reason="a scenario of minutes: CI skips it; run with SCENARIOS=1 (README.md)")
+        for item in items:
+            if "scenario" in item.keywords:
+                item.add_marker(skip)
+    kafka_modules = {item.module for item in items if _uses_session_kafka(item)}
+    items.sort(key=lambda item: item.module not in kafka_modules)  # (stable: each module's order is kept)
+    users = [item for item in items if _uses_session_kafka(item)]
+    _SESSION_KAFKA["last_user"] = users[-1].nodeid if users else None
+
+
+def _uses_session_kafka(item) -> bool:
+    names = getattr(item, "fixturenames", ())
+    return "apache_kafka" in names or (
+        "broker" in names and getattr(getattr(item, "module", None), "BROKER", "") == "apache_kafka")
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Stops the session's Apache Kafka after the teardown of the last test that uses it (and of its module's
+    fixtures): its JVM's idle CPU (~1-2% of a core) would otherwise last the whole session, on CI's 2 cores."""
+    yield
+    if item.nodeid == _SESSION_KAFKA.get("last_user") and _SESSION_KAFKA.get("kafka") is not None:
+        _SESSION_KAFKA.pop("kafka").stop()
+
+
+_SESSION_KAFKA: dict = {}  # {"kafka": the running ApacheKafka, "last_user": the node id of the last test using it}
 
 
 @pytest.fixture(scope="session")
@@ -68,6 +90,7 @@ def apache_kafka(tmp_path_factory):
     """One Apache Kafka broker (KRaft, 256 MB heap) for the session: PLAINTEXT (open) and SASL_SSL with
     SCRAM-SHA-512 and ACLs (``KAFKA_USERS``; each test grants what it needs on its own topics)."""
     with ApacheKafka(1, users=KAFKA_USERS, acls=True, work_dir=str(tmp_path_factory.mktemp("apache_kafka"))) as k:
+        _SESSION_KAFKA["kafka"] = k
         yield k
 
 
