@@ -9,7 +9,6 @@ from typing import Optional
 from absl import flags
 
 from easyonline.config.loader import load_pipeline_config
-from easyonline.config.validate import validate_pipeline_config
 from easyonline.core.errors import ConfigError
 from easyonline.protos import pipeline_pb2
 
@@ -33,5 +32,7 @@ def config_from_flags(online: bool = False, flag_values: Optional[flags.FlagValu
     config = load_pipeline_config(values.config, values.edit_config_json)
     if values.model_dir:
         config.model_dir = values.model_dir
+    # why: validation builds the tasks' losses (TensorFlow); a command's --help needs only define_config_flags
+    from easyonline.config.validate import validate_pipeline_config  # pylint: disable=g-import-not-at-top
     validate_pipeline_config(config, online=online)
     return config

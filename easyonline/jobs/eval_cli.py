@@ -3,17 +3,10 @@
 Prints one JSON line per checkpoint (also appended to <eval_dir>/results.jsonl,
 and written to TensorBoard in eval_dir as eval_auc, eval_logloss, eval_ctr).
 """
-import sys
-
 from absl import flags
 
-from easyonline.checkpoint.checkpointer import latest_checkpoint
-from easyonline.checkpoint.mirror import cache_dir_for
 from easyonline.core.exit_codes import run_job
-from easyonline.eval.evaluator import Evaluator
-from easyonline.eval.prometheus_metrics import EvalMetrics
-from easyonline.jobs.config_flags import config_from_flags, define_config_flags
-from easyonline.utils import fileio
+from easyonline.jobs.config_flags import define_config_flags
 from easyonline.utils.cli import run_command
 from easyonline.utils.logs import setup_logging
 
@@ -40,43 +33,16 @@ def define_flags() -> None:
                        "long without a new checkpoint (the trainer's final save comes after the file).")
 
 
-def default_eval_dir(model_dir: str) -> str:
-    return cache_dir_for(model_dir) + "-eval/eval" if fileio.is_oss(model_dir) else fileio.join(model_dir, "eval")
-
-
 def main(argv) -> int:
     del argv
     setup_logging(flags.FLAGS.log_level)
-    return run_job(lambda: _evaluate(config_from_flags(online=False)))
+    return run_job(_evaluate)
 
 
-def _evaluate(config) -> int:
-    FLAGS = flags.FLAGS
-    metrics = EvalMetrics(FLAGS.metrics_port, FLAGS.metrics_host) if FLAGS.metrics_port else None
-
-    def print_result(result) -> None:
-        print(result.to_json(), flush=True)
-        if metrics is not None:
-            metrics.update(result)
-
-    evaluator = Evaluator(config, FLAGS.eval_dir or default_eval_dir(config.model_dir),
-                          FLAGS.max_eval_samples or config.eval_config.num_examples)
-    try:
-        if FLAGS.checkpoint_path or FLAGS.once:
-            where = FLAGS.checkpoint_path or config.model_dir
-            path = latest_checkpoint(where)
-            if path is None:
-                raise FileNotFoundError(f"no checkpoint at {where}")
-            print_result(evaluator.evaluate(path))
-        else:
-            reason = evaluator.follow(FLAGS.poll_secs, FLAGS.max_evaluations, FLAGS.idle_timeout_secs,
-                                      FLAGS.stop_grace_secs, on_result=print_result)
-            print(f"eval stopped: {reason}", file=sys.stderr)
-    finally:
-        evaluator.close()
-        if metrics is not None:
-            metrics.close()
-    return 0
+def _evaluate() -> int:
+    # why: --help and a bad flag answer without importing TensorFlow (~5 s of CPU)
+    from easyonline.jobs.eval_job import evaluate  # pylint: disable=g-import-not-at-top
+    return evaluate(flags.FLAGS)
 
 
 def run() -> None:

@@ -11,12 +11,7 @@ import sys
 from absl import flags
 
 from easyonline.core.exit_codes import run_job
-from easyonline.distributed.cluster_config import cluster_from_env
-from easyonline.distributed.server import run_server
-from easyonline.jobs.config_flags import config_from_flags, define_config_flags
-from easyonline.jobs.online_train import online_train
-from easyonline.train.prometheus_metrics import PrometheusMetrics
-from easyonline.train.threading_config import apply_thread_config
+from easyonline.jobs.config_flags import define_config_flags
 from easyonline.utils.cli import run_command
 from easyonline.utils.logs import setup_logging
 
@@ -53,18 +48,9 @@ def main(argv) -> int:
 
 
 def _train() -> int:
-    FLAGS = flags.FLAGS
-    config = config_from_flags(online=FLAGS.online)
-    cluster = cluster_from_env()
-    if cluster is not None and cluster.task_type == "ps":
-        return run_server(cluster, config.train_config)
-    apply_thread_config(config.train_config)
-    callbacks = [PrometheusMetrics(FLAGS.metrics_port, FLAGS.metrics_host)] if FLAGS.metrics_port else []
-    summary = online_train(config, online=FLAGS.online, callbacks=callbacks)
-    print("training summary")
-    for line in summary.lines():
-        print("  " + line)
-    return 0
+    # why: --help and a bad flag answer without importing TensorFlow (~5 s of CPU)
+    from easyonline.jobs.train_job import train  # pylint: disable=g-import-not-at-top
+    return train(flags.FLAGS)
 
 
 def run() -> None:

@@ -118,7 +118,7 @@ def _modules_after_importing(module: str) -> List[str]:
 
 
 def test_serving_loads_no_training_code():
-    loaded = {m.split(".")[1] for m in _modules_after_importing("easyonline.jobs.serve_cli")
+    loaded = {m.split(".")[1] for m in _modules_after_importing("easyonline.jobs.serve_job")
               if m.startswith("easyonline.")}
     assert "serve" in loaded and "updates" in loaded
     assert not loaded & {"models", "embedding", "train", "checkpoint", "publish"}, loaded
