@@ -97,12 +97,19 @@ class TrainerView(Protocol):
         """The step now: a cluster's read from its ps at this call (``step`` is as of this trainer's last step
         or status line: other trainers step meanwhile); a single process's own ``step``."""
 
+    def status_dir(self) -> str:
+        """This trainer's own folder for status files (``<model_dir>/train``; a cluster's other trainers:
+        ``<model_dir>/train_worker<i>``)."""
+
 
 class Callback:
     """Called by the trainer on its own thread; keep each call short."""
 
     def on_train_begin(self, trainer: TrainerView) -> None:
         pass
+
+    def on_batch_begin(self, trainer: TrainerView, raw_batch: Any, parsed_batch: Any) -> None:
+        """Just before a parsed batch of at least one sample is trained on (its step's session.run)."""
 
     def on_batch_end(self, trainer: TrainerView, raw_batch: Any, parsed_batch: Any, probs: np.ndarray) -> None:
         """After a batch was scored (``probs``: numpy, before its update) and trained on."""

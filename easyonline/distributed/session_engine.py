@@ -8,9 +8,7 @@ makes the trainers start together and, offline, makes the chief wait for
 every trainer before its final checkpoint; only the chief writes model_dir.
 distributed/cluster_trainer.py tells the whole story.
 """
-import collections
 import logging
-import os
 import time
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -101,9 +99,6 @@ class SessionEngine:
         shared = self._session_run(self.state.reads)
         self.step, self._samples = int(shared["step"]), int(shared["samples"])
         self._cluster_lag: Optional[int] = None
-        # (start, end) of the last steps, written to <status dir>/step_spans.npy at the end of a run:
-        # they show whether the trainers' steps overlap (tools/bench/cluster_throughput.py)
-        self.step_spans: collections.deque = collections.deque(maxlen=100000)
         log.info("%s: trainer %d of %d, with %d ps; reads partitions p with p %% %d == %d", self.name,
                  self.trainer_index, cluster.num_trainers, cluster.num_ps, cluster.num_trainers, self.trainer_index)
 
@@ -236,9 +231,7 @@ class SessionEngine:
         labels = parsed.labels_by_name(self.specs.label_names[0])
         feed = self.graph.feed(parsed.host_features(), {name: labels[name] for name in self.graph.label_names},
                                self._loop.clock() - STATS_EPOCH, raw.positions, raw.lag or 0, parsed.sample_weights)
-        started = time.time()
         out = self._session_run(self.graph.train_op, feed)
-        self.step_spans.append((started, time.time()))
         self.step, self._samples = int(out["step"]), int(out["samples"])
         self.cluster_metrics.after_step(self._samples)
         return out["probabilities"]
@@ -290,11 +283,8 @@ class SessionEngine:
         return path, positions
 
     def before_final_checkpoint(self, stop_reason: str) -> Optional[Dict[int, int]]:
-        """Writes the step spans; offline, marks this trainer finished, and the chief waits for the others.
-        Returns the chief's final positions, the shared ones."""
-        if self.step_spans and not fileio.is_oss(self.status_dir()):
-            os.makedirs(self.status_dir(), exist_ok=True)
-            np.save(os.path.join(self.status_dir(), "step_spans.npy"), np.asarray(self.step_spans))
+        """Offline, marks this trainer finished, and the chief waits for the others. Returns the chief's final
+        positions, the shared ones."""
         if not self.can_checkpoint:
             return None
         caught_up = not self._loop.online and ("caught up" in stop_reason or stop_reason == "input ended")

@@ -24,6 +24,10 @@ def define_flags() -> None:
     flags.DEFINE_integer("metrics_port", 0, "Serve the status line's figures for Prometheus on "
                          "http://<metrics_host>:<port>/metrics while training (0: off). See docs/operations.md.")
     flags.DEFINE_string("metrics_host", "127.0.0.1", "Address --metrics_port listens on (0.0.0.0: every interface).")
+    flags.DEFINE_bool("record_step_spans", False, "Write each step's start and end time to <model_dir>/train/"
+                      "step_spans.npy (a cluster's other trainers: train_worker<i>/) when training ends: whether "
+                      "the trainers step at the same time, and how much of its time one waits for input "
+                      "(tools/bench/cluster_throughput.py reads them). Local model_dir only.")
     flags.DEFINE_bool("continue_train", True, "Accepted for EasyRec's command lines: the trainer always resumes from "
                       "model_dir's latest checkpoint (parameters, optimizer slots, step and Kafka positions). To "
                       "start over, use a new model_dir.")

@@ -6,6 +6,7 @@ from easyonline.distributed.server import run_server
 from easyonline.jobs.config_flags import config_from_flags
 from easyonline.jobs.online_train import online_train
 from easyonline.train.prometheus_metrics import PrometheusMetrics
+from easyonline.train.step_spans import StepSpans
 from easyonline.train.threading_config import apply_thread_config
 
 
@@ -17,6 +18,8 @@ def train(FLAGS: flags.FlagValues) -> int:  # pylint: disable=invalid-name
         return run_server(cluster, config.train_config)
     apply_thread_config(config.train_config)
     callbacks = [PrometheusMetrics(FLAGS.metrics_port, FLAGS.metrics_host)] if FLAGS.metrics_port else []
+    if FLAGS.record_step_spans:
+        callbacks.append(StepSpans())
     summary = online_train(config, online=FLAGS.online, callbacks=callbacks)
     print("training summary")
     for line in summary.lines():

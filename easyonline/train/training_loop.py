@@ -161,6 +161,9 @@ class TrainingLoop:
         """Samples trained since the model began (restored with the checkpoint; a cluster's: every trainer's)."""
         return self.engine.samples_trained()
 
+    def status_dir(self) -> str:
+        return self.engine.status_dir()
+
     def table_sizes(self) -> Dict[str, int]:
         return self.engine.table_sizes()
 
@@ -361,6 +364,7 @@ class TrainingLoop:
         self.bad_input.record(parsed.size, raw.rejected + parsed.rejected, raw.empty_messages)
         probs = None
         if parsed.size:
+            self.dispatch("on_batch_begin", raw, parsed)
             probs = self.engine.train_and_count(raw, parsed)
             features = parsed.host_features()
             self.changes.record_batch(features)

@@ -113,7 +113,8 @@ def test_two_ps_two_trainers_train_every_sample_once_evict_publish_and_continue_
     single = easyonline.online_train(
         _evicting_publishing_config(tmp_path / "single", broker, topic, tmp_path / "single_updates"), online=False)
     config = _evicting_publishing_config(tmp_path / "cluster", broker, topic, tmp_path / "updates")
-    with LocalCluster(2, 2, [f"--config={_config_file(tmp_path, config)}"], env=python_env()) as cluster:
+    with LocalCluster(2, 2, [f"--config={_config_file(tmp_path, config)}", "--record_step_spans"],
+                      env=python_env()) as cluster:
         assert cluster.wait(300) == 0, cluster.chief_output()[-4000:]
         worker = cluster.output_of("worker0")
     output = cluster.chief_output()

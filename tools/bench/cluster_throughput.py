@@ -136,7 +136,7 @@ def _run(name: str, work: str, broker, env: dict) -> dict:
         output, code = proc.stdout + proc.stderr, proc.returncode
         trainer_outputs, ps_outputs = [output], []
     else:
-        with LocalCluster(ps, trainers, [f"--config={path}"], env=env) as cluster:
+        with LocalCluster(ps, trainers, [f"--config={path}", "--record_step_spans"], env=env) as cluster:
             code = cluster.wait(1800)
         output = cluster.chief_output()
         trainer_outputs = [output] + [cluster.output_of(f"worker{i}") for i in range(trainers - 1)]
