@@ -12,7 +12,7 @@
  * farmhash.cc, MIT licence).
  *
  * Multi-value fields (tags, weighted tags "id:weight", sequences) follow
- * multi_value_ops.py: split on their separator, empty and padding values
+ * multi_value_tf.py: split on their separator, empty and padding values
  * dropped, ids hashed, read as ints (negative ones dropped) or bucketized,
  * weighted values of weight <= 0 dropped, a sequence cut to its first
  * max_length ids. A value TensorFlow would reject or flag (a weight that is

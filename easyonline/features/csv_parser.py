@@ -18,10 +18,10 @@ import numpy as np
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.rejections import (BAD_LABEL, BAD_SEQUENCE, BAD_TAG_WEIGHT, BAD_VALUE, BAD_WEIGHT, FIELD_COUNT,
                                         INVALID_UTF8, rejection)
-from easyonline.features.cross_ops import bucketize, cross_ids
+from easyonline.features.cross_ids_tf import bucketize, cross_ids
 from easyonline.features.feature_spec import (HASH_BUCKETS, PADDING_ID, FeatureSpecs, IdFeature, positions_key,
                                               weights_key)
-from easyonline.features.multi_value_ops import multi_value_ids, sequence_lengths
+from easyonline.features.multi_value_tf import multi_value_ids, sequence_lengths
 from easyonline.features.raw_vectors import bad_vector_reason, checked_vectors, raw_vectors
 from easyonline.features.label_kinds import SAMPLE_WEIGHT_KEY
 from easyonline.protos import pipeline_pb2
@@ -123,7 +123,7 @@ def ids_of(feature: IdFeature, column: tf.Tensor):
 
     Padding values (``feature.padding``) and negative int ids become
     PADDING_ID, which always looks up as zeros; in tag and sequence features they are dropped
-    (multi_value_ops.py).
+    (multi_value_tf.py).
     """
     if feature.multi_value:
         return multi_value_ids(feature, column).ids

@@ -34,7 +34,7 @@ class TableSpec:
 class IdFeature:
     """A categorical feature: one id (or several, for tags) per sample.
 
-    Two kinds are derived from other inputs (see crosses.py): a cross
+    Two kinds are derived from other inputs (see cross_ids_numpy.py): a cross
     (``combo``: one single-input IdFeature per input, whose ids are crossed)
     and a bucketized number (``boundaries``: the bucket index is the id).
 

@@ -1,6 +1,6 @@
 """Plain decimals (``-12``, ``0.25``, ``.5``) read from many fields of one buffer at once, in numpy.
 
-The array path's numpy fallback (vector_csv.py, vector_multi_value.py) reads
+The array path's numpy fallback (vector_csv.py, multi_value_numpy.py) reads
 numbers with array arithmetic instead of a string per field. It reads what
 ``tf.io.decode_csv`` and ``tf.strings.to_number`` read, bit for bit, or
 declines: only plain decimals of at most 15 digits (18 for ints), and a

@@ -11,7 +11,7 @@ straight from the bytes by ``fingerprint``, numbers by array arithmetic;
 
 It covers the common batch exactly and nothing else: CSV with a one-byte
 separator, single-value id features and the common multi-value ones (tags,
-weighted tags and sequences with one-byte separators: vector_multi_value.py;
+weighted tags and sequences with one-byte separators: multi_value_numpy.py;
 their values must be hashed ids or plain decimals, weights plain decimals,
 and the sequences of one attention as long as each other), every line with
 the right number of fields, no quotes, ASCII or valid UTF-8, numbers written as plain decimals
@@ -28,12 +28,12 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from easyonline.features.crosses import bucketize_np, cross_ids_np
+from easyonline.features.cross_ids_numpy import bucketize_np, cross_ids_np
 from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID, FeatureSpecs
 from easyonline.features.fingerprint import fingerprint64, hash_bucket
 from easyonline.features.label_kinds import BINARY, SAMPLE_WEIGHT_KEY
 from easyonline.features.plain_decimals import floats, ints
-from easyonline.features.vector_multi_value import (MultiColumn, RaggedArray, aligned_positions, lengths_align,
+from easyonline.features.multi_value_numpy import (MultiColumn, RaggedArray, aligned_positions, lengths_align,
                                                      multi_value_refusal, parse_numpy)
 from easyonline.protos import pipeline_pb2
 
@@ -157,7 +157,7 @@ class VectorCsvParser:
         index = {f.name: i for i, f in enumerate(specs.input_fields)}
         fields = {f.name: f for f in specs.input_fields}
         columns = []
-        # Crossed and bucketized features are computed from columns of their inputs after decoding (crosses.py).
+        # Crossed and bucketized features are computed from columns of their inputs after decoding (cross_ids_numpy.py).
         single = [f for f in specs.id_features if not f.multi_value]
         self._derived = any(f.combo or f.boundaries for f in single)
         self._id_names = tuple(f.name for f in single)

@@ -28,7 +28,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from easyonline.features.vector_csv import VectorBatch
-from easyonline.features.vector_multi_value import RaggedArray
+from easyonline.features.multi_value_numpy import RaggedArray
 
 log = logging.getLogger(__name__)
 

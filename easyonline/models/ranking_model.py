@@ -37,7 +37,7 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.dynamic_tables import DynamicTables
 from easyonline.features.label_kinds import towers_in
 from easyonline.features.feature_spec import FeatureSpecs, RawFeature, SequenceGroup, sequence_groups
-from easyonline.features.multi_value_ops import sequence_lengths
+from easyonline.features.multi_value_tf import sequence_lengths
 from easyonline.models.feature_groups import columns_of, group_columns, grouped_features
 from easyonline.models.layers import MLP, TargetAttention, normalizes
 from easyonline.protos import pipeline_pb2

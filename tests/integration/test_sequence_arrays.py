@@ -1,5 +1,5 @@
 """DIN (behaviour sequences that share their item's table, a weighted tag) trains through the broker on the
-reader process's arrays (vector_csv.py, vector_multi_value.py) exactly as on the same batches parsed by
+reader process's arrays (vector_csv.py, multi_value_numpy.py) exactly as on the same batches parsed by
 CsvParser; batches holding a bad sequence or tag weight go to CsvParser, which rejects just those lines.
 
 The stream is written by librdkafka's transactional producer with zstd compression, as production writes it.

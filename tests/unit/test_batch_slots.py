@@ -68,7 +68,7 @@ def test_slot_size_covers_overshooting_batches_and_is_capped():
 
 def test_ragged_arrays_of_tags_and_sequences_cross_with_the_batch():
     """A multi-value feature's ids (int64) and a weighted tag's weights (float32) cross as values and row splits."""
-    from easyonline.features.vector_multi_value import RaggedArray  # pylint: disable=g-import-not-at-top
+    from easyonline.features.multi_value_numpy import RaggedArray  # pylint: disable=g-import-not-at-top
     names, dtypes = ("seq", "tags", "tags/weights"), (np.int64, np.int64, np.float32)
     writer = BatchSlots.create(3, slot_bytes_for(64, 3, 2, 3, ragged_row_bytes=200, ragged_arrays=3))
     assert writer is not None

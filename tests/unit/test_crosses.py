@@ -8,8 +8,8 @@ from easyonline.config.validate import validate_pipeline_config
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.export.serving_module import ServingModule, raw_input_specs
 from easyonline.features import build_feature_specs
-from easyonline.features.cross_ops import bucketize, cross_ids
-from easyonline.features.crosses import bucketize_np, cross_ids_np, fingerprint_cat64_np
+from easyonline.features.cross_ids_tf import bucketize, cross_ids
+from easyonline.features.cross_ids_numpy import bucketize_np, cross_ids_np, fingerprint_cat64_np
 from easyonline.features.csv_parser import CsvParser
 from easyonline.features.vector_csv import VectorCsvParser, array_path_refusal, native_available, supports
 

@@ -1,6 +1,6 @@
 """Multi-value fields (tags, weighted tags, behaviour sequences) on the array path, without TensorFlow.
 
-The reader process parses them as ``multi_value_ops.py`` does in TensorFlow,
+The reader process parses them as ``multi_value_tf.py`` does in TensorFlow,
 into the flat values and row splits a ``tf.RaggedTensor`` holds: split on the
 feature's separator, empty and padding values dropped, ids hashed, read as
 ints (negative ones dropped) or bucketized, weighted values ("id:weight") of
@@ -16,7 +16,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from easyonline.features.crosses import bucketize_np
+from easyonline.features.cross_ids_numpy import bucketize_np
 from easyonline.features.feature_spec import HASH_BUCKETS, FeatureSpecs, IdFeature, weights_key
 from easyonline.features.fingerprint import fingerprint64, hash_bucket
 from easyonline.features.plain_decimals import floats, ints

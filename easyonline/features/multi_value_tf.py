@@ -19,7 +19,7 @@ fed as numbers, keeps its ids flat, with each id's position beside them
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.features.cross_ops import bucketize
+from easyonline.features.cross_ids_tf import bucketize
 from easyonline.features.feature_spec import HASH_BUCKETS, IdFeature, positions_key
 
 tf = ensure_legacy_keras()

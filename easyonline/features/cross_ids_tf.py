@@ -1,12 +1,12 @@
 """Crossed and bucketized ids in TensorFlow: the trainer's parser and the export's serving signature.
 
-The same numbers as the numpy definitions in crosses.py (which explains the
-scheme); tests/unit/test_crosses.py holds the two to each other.
+The same numbers as the numpy definitions in cross_ids_numpy.py (which explains the
+scheme); tests/unit/test_cross_ids_numpy.py holds the two to each other.
 """
 from typing import Sequence, Union
 
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.features.crosses import MUL
+from easyonline.features.cross_ids_numpy import MUL
 from easyonline.features.feature_spec import HASH_BUCKETS, PADDING_ID
 
 tf = ensure_legacy_keras()

@@ -20,7 +20,7 @@ boundaries <= it (``tf.raw_ops.Bucketize`` and ``np.searchsorted(...,
 side="right")``, both comparing float32).
 
 This module is the numpy side, for the reader process (no TensorFlow
-there); ``cross_ops`` computes the same in TensorFlow.
+there); ``cross_ids_tf`` computes the same in TensorFlow.
 """
 from typing import Sequence
 
