@@ -14,7 +14,7 @@ from easyonline.config.offset_info import parse_offset_info
 from easyonline.config.kafka_settings import confluent_kafka_module, extra_consumer_config, librdkafka_config
 from easyonline.core.errors import ConfigError, require
 from easyonline.features.feature_spec import is_id_feature, is_raw_sequence
-from easyonline.features.label_kinds import towers_in
+from easyonline.protos.model_towers import towers_in
 from easyonline.features.parse_fn import load_parse_fn
 from easyonline.models import registry
 from easyonline.protos import pipeline_pb2

@@ -10,9 +10,10 @@ Here, not in tasks/, because the Kafka reader process parses with the
 feature specs and loads no TensorFlow; tasks/from_config.py takes its loss
 types from here.
 """
-from typing import Dict, List
+from typing import Dict
 
 from easyonline.protos import pipeline_pb2
+from easyonline.protos.model_towers import towers_in
 
 LossType = pipeline_pb2.LossType
 BINARY_LOSSES = (LossType.CLASSIFICATION, LossType.BINARY_CROSS_ENTROPY_LOSS)
@@ -51,20 +52,3 @@ def label_kinds(config: pipeline_pb2.PipelineConfig) -> Dict[str, str]:
         if label:
             kinds[label] = BINARY if kinds.get(label) == BINARY else task_kind(tower.loss_type, tower.losses)
     return kinds
-
-
-TOWER_TYPES = (pipeline_pb2.TaskTower.DESCRIPTOR, pipeline_pb2.BayesTaskTower.DESCRIPTOR)
-
-
-def towers_in(settings) -> List:
-    """The task towers in a model's settings, in field order (``task_towers``, ESMM's ``ctr_tower`` and
-    ``cvr_tower``): read from the message's fields, so that this needs no model class (features import it)."""
-    towers: List = []
-    for field in settings.DESCRIPTOR.fields:
-        if field.message_type not in TOWER_TYPES:
-            continue
-        if field.label == field.LABEL_REPEATED:
-            towers.extend(getattr(settings, field.name))
-        elif settings.HasField(field.name):
-            towers.append(getattr(settings, field.name))
-    return towers

@@ -35,7 +35,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.dynamic_tables import DynamicTables
-from easyonline.features.label_kinds import towers_in
+from easyonline.protos.model_towers import towers_in
 from easyonline.features.feature_spec import FeatureSpecs, RawFeature, SequenceGroup, sequence_groups
 from easyonline.features.multi_value_tf import sequence_lengths
 from easyonline.models.feature_groups import columns_of, group_columns, grouped_features
@@ -82,7 +82,7 @@ class RankingModel(tf.keras.Model):
     @classmethod
     def task_towers(cls, settings) -> list:
         """The task towers in the model's settings (``model_config.<field>``, or None), in field order
-        (features/label_kinds.py ``towers_in``): tasks/from_config.py builds one task per tower; a
+        (protos/model_towers.py ``towers_in``): tasks/from_config.py builds one task per tower; a
         single-task model's settings have none."""
         return towers_in(settings) if settings is not None else []
 
