@@ -8,7 +8,7 @@ and an input layer reads it with ``output_seq_and_normal_feature`` (the parsers 
 positions line up, as a target attention's). EasyRec's samples ``din_backbone_on_taobao`` and
 ``bst_backbone_on_taobao`` are of this form. docs/models.md, "Backbone".
 """
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
@@ -114,41 +114,58 @@ class RankModel(RankingModel):
         return []  # identity: the inputs concatenated
 
     def _keras_layer(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
-        if keras.class_name == "MLP":
-            return self.easyrec_mlp(keras.mlp, name)
-        if keras.class_name == "MMoE":
-            settings = keras.mmoe
-            experts = [self.easyrec_mlp(settings.expert_mlp, f"{name}_expert_{i}") for i in range(settings.num_expert)]
-            self._built_mlps += 1
-            return ExpertMixture(experts, settings.num_task, self.l2, seed=self._seed + 1000 * self._built_mlps,
-                                 name=name)
-        if keras.class_name == "MaskNet":
-            settings = keras.masknet
-            mlp = self.easyrec_mlp(settings.mlp, f"{name}_mlp") if settings.HasField("mlp") else None
-            self._built_mlps += 1
-            return MaskNet(settings, mlp, self.l2, seed=self._seed + 1000 * self._built_mlps, name=name)
-        if keras.class_name == "SENet":
-            names = list(self._group_config[self.graph.group_read(node.name)].feature_names)
-            self._built_mlps += 1
-            return SENet(keras.senet, len(names), sum(self._feature_width(n, widths) for n in names),
-                         seed=self._seed + 1000 * self._built_mlps, name=name)
-        if keras.class_name == "AuxiliaryLoss":
-            return auxiliary_loss_of(keras.st_params)
+        """The layer of a keras_layer block, by its class_name's builder (``BLOCK_BUILDERS``)."""
+        return BLOCK_BUILDERS[keras.class_name](self, keras, node, widths, name)
+
+    def _mlp_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
+        return self.easyrec_mlp(keras.mlp, name)
+
+    def _mmoe_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
+        settings = keras.mmoe
+        experts = [self.easyrec_mlp(settings.expert_mlp, f"{name}_expert_{i}") for i in range(settings.num_expert)]
+        self._built_mlps += 1
+        return ExpertMixture(experts, settings.num_task, self.l2, seed=self._seed + 1000 * self._built_mlps, name=name)
+
+    def _masknet_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
+        settings = keras.masknet
+        mlp = self.easyrec_mlp(settings.mlp, f"{name}_mlp") if settings.HasField("mlp") else None
+        self._built_mlps += 1
+        return MaskNet(settings, mlp, self.l2, seed=self._seed + 1000 * self._built_mlps, name=name)
+
+    def _senet_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
+        names = list(self._group_config[self.graph.group_read(node.name)].feature_names)
+        self._built_mlps += 1
+        return SENet(keras.senet, len(names), sum(self._feature_width(n, widths) for n in names),
+                     seed=self._seed + 1000 * self._built_mlps, name=name)
+
+    def _auxiliary_loss_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int],
+                              name: str):
+        return auxiliary_loss_of(keras.st_params)
+
+    def _sequence_widths(self, node: BlockInputs, widths: Dict[str, int]):
+        """(the target features' width, the sequences' width) of the sequence group ``node`` reads."""
         group = self.sequence_groups[self.graph.group_read(node.name)]
-        target = sum(widths[k] for k in group.keys)
-        width = sum(widths[h] for h in group.hist_seqs)
-        if keras.class_name in ("SeqAugment", "SeqAugmentOps"):
-            self.augments = True  # (scores in training may read a random view)
-            return SeqAugment(keras.seq_aug, width, name=name)
-        if keras.class_name == "DIN":
-            settings = keras.din
-            self._built_mlps += 1
-            score = tf.keras.layers.Dense(1, name=f"{name}_score", kernel_initializer=initializer_of(
-                settings.attention_dnn.initializer, self._seed + 1000 * self._built_mlps),
-                kernel_regularizer=tf.keras.regularizers.l2(self.l2) if self.l2 > 0 else None)
-            return TargetAttention(self.easyrec_mlp(settings.attention_dnn, f"{name}_attention", drop_last=True),
-                                   score, settings.attention_normalizer, settings.need_target_feature, target, width,
-                                   transform="pad" if target < width else "", name=name)
+        return sum(widths[k] for k in group.keys), sum(widths[h] for h in group.hist_seqs)
+
+    def _seq_augment_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int],
+                           name: str):
+        _, width = self._sequence_widths(node, widths)
+        self.augments = True  # (scores in training may read a random view)
+        return SeqAugment(keras.seq_aug, width, name=name)
+
+    def _din_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
+        target, width = self._sequence_widths(node, widths)
+        settings = keras.din
+        self._built_mlps += 1
+        score = tf.keras.layers.Dense(1, name=f"{name}_score", kernel_initializer=initializer_of(
+            settings.attention_dnn.initializer, self._seed + 1000 * self._built_mlps),
+            kernel_regularizer=tf.keras.regularizers.l2(self.l2) if self.l2 > 0 else None)
+        return TargetAttention(self.easyrec_mlp(settings.attention_dnn, f"{name}_attention", drop_last=True),
+                               score, settings.attention_normalizer, settings.need_target_feature, target, width,
+                               transform="pad" if target < width else "", name=name)
+
+    def _bst_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
+        target, width = self._sequence_widths(node, widths)
         settings = keras.bst
         self._built_mlps += 1
         self.dropout_ratio = max(self.dropout_ratio, settings.hidden_dropout_prob,
@@ -267,3 +284,19 @@ class RankModel(RankingModel):
             values = [v if i == fixed else out for i, v in enumerate(values)]
         rest = [v for i, v in enumerate(values) if i != fixed]
         return rest[0] if len(rest) == 1 else rest
+
+
+# The builder of each keras_layer class_name a block may run (graph.py ``BLOCKS`` holds their settings field and
+# their input and output kinds; a Cross runs only in a recurrent block, built by ``_layers_of``). Each builds
+# its layer from the KerasLayer settings, the block and the feature widths, drawing seeds in build order.
+BLOCK_BUILDERS: Dict[str, Callable[..., Any]] = {
+    "MLP": RankModel._mlp_block,
+    "MMoE": RankModel._mmoe_block,
+    "MaskNet": RankModel._masknet_block,
+    "SENet": RankModel._senet_block,
+    "AuxiliaryLoss": RankModel._auxiliary_loss_block,
+    "SeqAugment": RankModel._seq_augment_block,
+    "SeqAugmentOps": RankModel._seq_augment_block,
+    "DIN": RankModel._din_block,
+    "BST": RankModel._bst_block,
+}

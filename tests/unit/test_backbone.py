@@ -22,9 +22,10 @@ from easyonline.features.sequence_settings import validate_sequence_groups  # no
 from easyonline.features.signature import empty_features  # noqa: E402
 from easyonline.models.backbone.bst_encoder import BSTEncoder  # noqa: E402
 from easyonline.models.backbone.contrastive import AuxiliaryLoss, SeqAugment  # noqa: E402
-from easyonline.models.backbone.graph import block_graph  # noqa: E402
+from easyonline.models.backbone.graph import BLOCKS, block_graph  # noqa: E402
 from easyonline.models.backbone.masknet import MaskNet  # noqa: E402
 from easyonline.models.backbone.senet import SENet  # noqa: E402
+from easyonline.models.backbone_rank_model import BLOCK_BUILDERS  # noqa: E402
 from easyonline.models.builder import build_model  # noqa: E402
 from easyonline.models.ranking_model import SequenceInput  # noqa: E402
 from easyonline.protos import pipeline_pb2  # noqa: E402
@@ -569,3 +570,12 @@ def test_recurrent_forms_that_cannot_run_are_refused(edit, field, words):
         _dcn(edit)
     assert error.value.path == field, error.value
     assert words in str(error.value)
+
+
+def test_every_registered_block_has_a_builder_and_a_known_kind():
+    """The block registry (graph.py BLOCKS: settings field, input and output kinds) and the builders
+    (backbone_rank_model.py BLOCK_BUILDERS) name the same layers; a Cross runs only in a recurrent block."""
+    assert set(BLOCK_BUILDERS) == set(BLOCKS) - {"Cross"}
+    for name, kind in BLOCKS.items():
+        assert kind.reads in ("tensor", "list", "sequence") and kind.gives in ("tensor", "list", "sequence", "loss")
+        assert not kind.params or kind.params in pipeline_pb2.KerasLayer.DESCRIPTOR.fields_by_name, name

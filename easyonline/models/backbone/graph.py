@@ -20,19 +20,31 @@ from typing import Collection, Dict, List, Mapping, NamedTuple, Optional, Tuple
 from easyonline.core.errors import ConfigError, require
 from easyonline.protos import pipeline_pb2
 
-# EasyRec's class_names a KerasLayer may name here (SeqAugmentOps: EasyRec's compiled op of SeqAugment's
-# augmentations, run here as SeqAugment's TensorFlow ops)
-LAYER_CLASSES = ("MLP", "DIN", "BST", "SENet", "MMoE", "MaskNet", "SeqAugment", "SeqAugmentOps", "AuxiliaryLoss",
-                 "Cross")
-SEQUENCE_LAYERS = ("DIN", "BST", "SeqAugment", "SeqAugmentOps")  # the ones that read a sequence input
-_PARAMS = {"MLP": "mlp", "DIN": "din", "BST": "bst", "SENet": "senet", "MMoE": "mmoe", "MaskNet": "masknet",
-           "SeqAugment": "seq_aug", "SeqAugmentOps": "seq_aug", "AuxiliaryLoss": "st_params", "Cross": ""}
-# the kind of input each layer reads, and of its output ("loss": an AuxiliaryLoss's, which nothing reads)
-_READS = {"MLP": "tensor", "DIN": "sequence", "BST": "sequence", "SENet": "list", "MMoE": "tensor",
-          "MaskNet": "tensor", "SeqAugment": "sequence", "SeqAugmentOps": "sequence", "AuxiliaryLoss": "list",
-          "Cross": "list"}
-_GIVES = {"MLP": "tensor", "DIN": "tensor", "BST": "tensor", "SENet": "tensor", "MMoE": "list", "MaskNet": "tensor",
-          "SeqAugment": "sequence", "SeqAugmentOps": "sequence", "AuxiliaryLoss": "loss", "Cross": "tensor"}
+class BlockKind(NamedTuple):
+    """A layer a backbone block may run (a KerasLayer's ``class_name``): the KerasLayer field holding its
+    settings ("": none), the kind of input it reads and the kind of output it gives (tensor, list, sequence;
+    "loss": an AuxiliaryLoss's, which nothing reads). Its builder: backbone_rank_model.py ``BLOCK_BUILDERS``."""
+    params: str
+    reads: str
+    gives: str
+
+
+# The registry of EasyRec's class_names run here (SeqAugmentOps: EasyRec's compiled op of SeqAugment's
+# augmentations, run here as SeqAugment's TensorFlow ops). A new block: an entry here and a builder there.
+BLOCKS: Dict[str, BlockKind] = {
+    "MLP": BlockKind("mlp", "tensor", "tensor"),
+    "DIN": BlockKind("din", "sequence", "tensor"),
+    "BST": BlockKind("bst", "sequence", "tensor"),
+    "SENet": BlockKind("senet", "list", "tensor"),
+    "MMoE": BlockKind("mmoe", "tensor", "list"),
+    "MaskNet": BlockKind("masknet", "tensor", "tensor"),
+    "SeqAugment": BlockKind("seq_aug", "sequence", "sequence"),
+    "SeqAugmentOps": BlockKind("seq_aug", "sequence", "sequence"),
+    "AuxiliaryLoss": BlockKind("st_params", "list", "loss"),
+    "Cross": BlockKind("", "list", "tensor"),
+}
+LAYER_CLASSES = tuple(BLOCKS)
+SEQUENCE_LAYERS = tuple(name for name, kind in BLOCKS.items() if kind.reads == "sequence")
 # the one Python input_fn taken (its meaning, not run): the input twice, a recurrent Cross's x0 and x
 TWICE = "lambda x: [x, x]"
 BST_ACTIVATIONS = ("gelu", "relu", "tanh", "swish")
@@ -300,7 +312,7 @@ class _Checker:
                         "[x0, x] list a Cross layer reads")
                 require(block.recurrent.num_steps > 0, f"{path}.recurrent.num_steps", "must be at least 1")
             _check_keras_layer(keras, where)
-            wanted = _READS[keras.class_name]
+            wanted = BLOCKS[keras.class_name].reads
             if kind.kind != wanted:
                 what = {"sequence": "a sequence input (an input layer with output_seq_and_normal_feature)",
                         "list": "a list (an input layer with only_output_feature_list, an MMoE layer, or "
@@ -319,7 +331,7 @@ class _Checker:
             if keras.class_name == "AuxiliaryLoss":
                 require(not node.package, where, "an AuxiliaryLoss block belongs to the backbone, not a package")
                 require(len(node.inputs) == 2, f"{path}.inputs", "an AuxiliaryLoss reads two views")
-            given_kind = _GIVES[keras.class_name]
+            given_kind = BLOCKS[keras.class_name].gives
             kind = Kind(given_kind, kind.group if given_kind in ("sequence",) else "")
         if kind.kind == "sequence" and node.layer == "identity":
             raise ConfigError(f"{path}.inputs", "a sequence input is read by a DIN, BST or SeqAugment layer only")
@@ -418,7 +430,7 @@ def _check_senet(senet: pipeline_pb2.SENet, group: Optional[pipeline_pb2.Feature
 def _check_keras_layer(keras: pipeline_pb2.KerasLayer, path: str) -> None:
     require(keras.class_name in LAYER_CLASSES, f"{path}.class_name",
             f"{keras.class_name!r} is not one of the layers run here ({', '.join(LAYER_CLASSES)})")
-    field = _PARAMS[keras.class_name]
+    field = BLOCKS[keras.class_name].params
     if not field:
         require(keras.WhichOneof("params") is None, f"{path}.{keras.WhichOneof('params')}",
                 f"a {keras.class_name} layer takes no settings here (DCN-v2's full-rank cross)")
