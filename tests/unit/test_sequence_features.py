@@ -66,17 +66,20 @@ def _config(tags: str = "", model: str = MODEL, edit=None):
     return config
 
 
-_PARSERS = {}
+_PARSERS = []  # (specs, their parser)
 
 
 def _parser(tags: str = "", model: str = MODEL, edit=None):
-    """The parser of ``_config(tags, model, edit)``, one per config text for the module: a parser holds no state
-    between batches, and tracing its decode graph (thousands of ops for these features) is most of a parse
-    test's time."""
-    key = (tags, model, edit)
-    if key not in _PARSERS:
-        _PARSERS[key] = CsvParser(build_feature_specs(_config(tags, model, edit)))
-    return _PARSERS[key]
+    """The parser of ``_config(tags, model, edit)``, one per feature specs for the module: a parser is made of
+    its specs alone (CsvParser(specs)) and holds no state between batches, and tracing its decode graph
+    (thousands of ops for these features) is most of a parse test's time. Configs whose specs are equal (they
+    differ in the model class, or spell out a default) share one."""
+    specs = build_feature_specs(_config(tags, model, edit))
+    for known, parser in _PARSERS:
+        if known == specs:
+            return parser
+    _PARSERS.append((specs, CsvParser(specs)))
+    return _PARSERS[-1][1]
 
 
 def _hash(*tokens):
@@ -246,7 +249,9 @@ def test_training_creates_rows_for_sequence_ids_but_never_for_padding_positions(
     config = _config()
     config.model_dir = str(tmp_path)
     trainer = build_trainer(config, online=False)
-    batch = trainer.parser.parse([b"1,a,x,b|none|c,x|y,,,", b"0,d,y,,,,,"])
+    # the trainer parses with CsvParser(its specs): the module's parser of these specs (its decode graph traced once)
+    assert type(trainer.parser) is CsvParser and trainer.specs == build_feature_specs(_config())
+    batch = _parser().parse([b"1,a,x,b|none|c,x|y,,,", b"0,d,y,,,,,"])
     trainer.train_batch(batch.features, batch.labels)
     keys = sorted(trainer.model.tables.embeddings["item"].params.export()[0].numpy().tolist())
     assert keys == sorted(_hash("a", "b", "c", "d"))  # targets and history in one table; "none" is padding
