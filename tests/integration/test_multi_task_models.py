@@ -4,6 +4,8 @@ the updates they publish replay into a copy equal to the trained model, bit for 
 One small stream for all: two labels (clk, and buy, a conversion only ever after a click), three raw
 features and six id features in two feature groups (user, item).
 """
+import subprocess
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -28,10 +30,10 @@ from easyonline.tools.local_cluster import LocalCluster
 from easyonline.updates.codec import decode_update
 from easyonline.updates.readers import DirectoryUpdateReader, KafkaUpdateReader
 from easyonline.updates.replica import ParameterReplica
-from tests.conftest import python_env
+from tests.conftest import PYTHON, python_env
 from tests.integration.test_cluster import _summary
-from tests.integration.test_export_serve import export
 from tests.integration.test_incremental_updates import ShrinkEvery, _replay
+from tests.log_noise import foreign_lines
 
 ID_FEATURES = ("C1", "C2", "C3", "C4", "C5", "C6")
 RAW_FEATURES = ("I1", "I2", "I3")
@@ -377,20 +379,35 @@ def test_every_model_builds_the_cluster_training_graph(tmp_path, model, labels):
     assert len(graph.parameter_updates) == 1 + len(moments)  # the optimizer's apply, and each moment's update
 
 
-@pytest.mark.parametrize("model", ["DCN", "MULTI_TOWER"])
-def test_single_task_tower_models_export_and_serve_what_the_trainer_scores(tmp_path, model):
-    """The export (a subprocess, as users run it) of a trained DCN / MultiTower serves the trainer's scores."""
-    config = file_config(tmp_path, globals()[model], 1000, GROUPS)
-    trainer = build_trainer(config, online=False)
-    trainer.run()
-    expected, _ = outputs_of(trainer, 50)
-    version = export(tmp_path / "model", tmp_path / "export")
+def test_single_task_tower_models_export_and_serve_what_the_trainer_scores(tmp_path):
+    """The exports of a trained DCN and a trained MultiTower serve the trainers' scores. Both are exported by
+    one process doing what ``python -m easyonline.export`` does (that command line is test_export_serve's)."""
+    models = ("DCN", "MULTI_TOWER")
+    expected = {}
+    for model in models:
+        (tmp_path / model).mkdir()
+        config = file_config(tmp_path / model, globals()[model], 1000, GROUPS)
+        trainer = build_trainer(config, online=False)
+        trainer.run()
+        expected[model], _ = outputs_of(trainer, 50)
+    code = ("import sys\n"
+            "from easyonline.config import load_pipeline_config\n"
+            "from easyonline.export.exporter import export_saved_model\n"
+            "for model_dir in sys.argv[1:]:\n"
+            "    print(export_saved_model(load_pipeline_config(model_dir + '/pipeline.config'), model_dir + '_export'))\n")
+    proc = subprocess.run([PYTHON, "-c", code] + [str(tmp_path / model / "model") for model in models],
+                          env=python_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not foreign_lines(proc.stderr), proc.stderr[-3000:]  # no TensorFlow/TFRA noise in what export logs
+    versions = proc.stdout.strip().splitlines()[-len(models):]
     columns = list(zip(*[line.decode().split(",") for line in lines(50000, 50)]))[2:]  # (no labels)
     inputs = {name: tf.constant([float(v) for v in values]) if name in RAW_FEATURES else tf.constant(list(values))
               for name, values in zip(RAW_FEATURES + ID_FEATURES, columns)}
-    served = tf.saved_model.load(version).signatures["serving_default"](**inputs)
-    assert sorted(served) == ["logits", "probs"]
-    np.testing.assert_allclose(served["probs"].numpy(), expected["probs"], rtol=1e-6)
+    for model, version in zip(models, versions):
+        assert version.startswith(str(tmp_path / model / "model_export")), versions
+        served = tf.saved_model.load(version).signatures["serving_default"](**inputs)
+        assert sorted(served) == ["logits", "probs"]
+        np.testing.assert_allclose(served["probs"].numpy(), expected[model]["probs"], rtol=1e-6)
 
 
 def test_batch_norm_moments_stay_finite_through_the_empty_build_step(tmp_path):

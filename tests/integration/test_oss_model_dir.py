@@ -89,26 +89,29 @@ def test_a_save_killed_before_its_merge_does_not_block_or_stay(fake_oss, tmp_pat
     assert not os.path.exists(interrupted)
 
 
-def test_readers_fetch_into_a_cache_of_their_own(fake_oss, tmp_path):
+def test_readers_export_and_a_restart_use_what_reached_oss_not_the_trainers_cache(fake_oss, tmp_path):
+    """Readers fetch into a cache of their own; a save in the trainer's cache that never reached OSS (killed
+    before the push) is used neither by them nor by the next trainer; the export command reads the model_dir."""
     trainer = build_trainer(_config(tmp_path, 0, 1500), online=False)
     summary = trainer.run()
     trainer_cache = cache_dir_for(MODEL_DIR)
     before = sorted(os.listdir(trainer_cache))
-    trainer.checkpointer.manager.save(checkpoint_number=999)  # a save the trainer is about to push
+    trainer.checkpointer.manager.save(checkpoint_number=999)  # in the cache only: about to be pushed, or killed
     pending = sorted(os.listdir(trainer_cache))
     assert pending != before
     fetched = latest_checkpoint(MODEL_DIR)  # as export, predict and eval --once do
     assert fetched.endswith(f"model.ckpt-{summary.steps}") and not fetched.startswith(trainer_cache + os.sep)
     assert os.path.exists(fetched + ".index")
     assert sorted(os.listdir(trainer_cache)) == pending  # nothing of the trainer's removed or replaced
-
-
-def test_a_local_save_that_never_reached_oss_is_not_used(fake_oss, tmp_path):
-    trainer = build_trainer(_config(tmp_path, 0, 1500), online=False)
-    summary = trainer.run()
-    trainer.checkpointer.manager.save(checkpoint_number=999)  # in the cache only, as if killed before the push
-    again = build_trainer(_config(tmp_path, 0, 1500), online=False)
+    again = build_trainer(_config(tmp_path, 0, 1500), online=False)  # a restart on the trainer's machine
     assert again.restored_from == summary.checkpoint and again.step == summary.steps
+    env = dict(python_env(), OSS_ENDPOINT=fake_oss.endpoint, OSS_ACCESS_KEY_ID="id", OSS_ACCESS_KEY_SECRET="secret",
+               EASYONLINE_CACHE_DIR=str(tmp_path / "export-cache"))
+    proc = subprocess.run([PYTHON, "-m", "easyonline.export", f"--config={MODEL_DIR}/pipeline.config",
+                           f"--export_dir={tmp_path / 'export'}"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "export").exists() and len(list((tmp_path / "export").iterdir())) == 1
 
 
 def test_the_stop_file_on_oss_stops_training(fake_oss, tmp_path):
@@ -122,17 +125,6 @@ def test_the_stop_file_on_oss_stops_training(fake_oss, tmp_path):
     summary = build_trainer(config, online=False, callbacks=[StopAfter()]).run()
     assert "stop signal" in summary.stop_reason and summary.steps < 80
     assert fileio.exists(f"{MODEL_DIR}/model.ckpt-{summary.steps}.index")  # the final checkpoint reached OSS
-
-
-def test_export_from_an_oss_model_dir(fake_oss, tmp_path):
-    build_trainer(_config(tmp_path, 0, 1500), online=False).run()
-    env = dict(python_env(), OSS_ENDPOINT=fake_oss.endpoint, OSS_ACCESS_KEY_ID="id", OSS_ACCESS_KEY_SECRET="secret",
-               EASYONLINE_CACHE_DIR=str(tmp_path / "export-cache"))
-    proc = subprocess.run([PYTHON, "-m", "easyonline.export", f"--config={MODEL_DIR}/pipeline.config",
-                           f"--export_dir={tmp_path / 'export'}"], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (tmp_path / "export").exists() and len(list((tmp_path / "export").iterdir())) == 1
 
 
 def test_oss_credentials_from_the_config_by_environment_reference_and_never_saved(tmp_path, monkeypatch):
