@@ -6,13 +6,15 @@ concatenated), every tower reads that one tensor; with ``output_blocks``, or one
 (an MMoE layer's, one input per task), tower i reads the i-th (their number must be the towers'), as in
 EasyRec's ``multi_task_model.py``. docs/models.md, "Backbone".
 """
-from typing import List
+from typing import Any, Dict, List, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
+from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.models.backbone.graph import BlockGraph, BlockInputs
 from easyonline.models.dbmtl import check_relations
 from easyonline.models.backbone_rank_model import RankModel
+from easyonline.models.ranking_model import Embeddings
 from easyonline.models.registry import register
 from easyonline.models.task_towers import TaskTowers
 from easyonline.protos import pipeline_pb2
@@ -59,13 +61,14 @@ class MultiTaskModel(TaskTowers, RankModel):
                               f"blocks, or an MMoE layer's num_task) for {len(towers)} task towers: give as many, "
                               "or one tensor for every tower")
 
-    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
-                 **kwargs):
+    def __init__(self, specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN,
+                 seed: int = 0, **kwargs: Any) -> None:
         super().__init__(specs, model_config, dnn, seed=seed, **kwargs)
         self.build_bayes_towers(list(model_config.model_params.task_towers), self.l2)
         self.one_by_one = per_task_outputs(self.graph, model_config.backbone) > 1
 
-    def logits_from(self, embeddings, first_order, dense, training):
+    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+                    training: Any) -> Dict[str, tf.Tensor]:
         inputs: List[tf.Tensor] = self.backbone_outputs(embeddings, dense, training) if self.one_by_one else \
             [self.backbone_output(embeddings, dense, training)] * len(self.tower_names)
         return self.bayes_logits(inputs, training)

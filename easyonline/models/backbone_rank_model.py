@@ -8,23 +8,27 @@ and an input layer reads it with ``output_seq_and_normal_feature`` (the parsers 
 positions line up, as a target attention's). EasyRec's samples ``din_backbone_on_taobao`` and
 ``bst_backbone_on_taobao`` are of this form. docs/models.md, "Backbone".
 """
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
-from easyonline.features.feature_spec import sequence_feature_names
+from easyonline.features.feature_spec import FeatureSpecs, sequence_feature_names
 from easyonline.models.backbone.bst_encoder import BSTEncoder
-from easyonline.models.backbone.contrastive import SeqAugment, auxiliary_loss_of
+from easyonline.models.backbone.contrastive import AuxiliaryLoss, SeqAugment, auxiliary_loss_of
 from easyonline.models.backbone.cross import Cross
-from easyonline.models.backbone.graph import BlockGraph, BlockInputs, block_graph
+from easyonline.models.backbone.graph import BlockGraph, BlockInputs, Source, block_graph
 from easyonline.models.backbone.masknet import MaskNet
 from easyonline.models.backbone.senet import SENet
 from easyonline.models.layers import MLP, BatchNorm, ExpertMixture, TargetAttention, initializer_of
-from easyonline.models.ranking_model import RankingModel, one_or_all
+from easyonline.models.ranking_model import Embeddings, RankingModel, one_or_all
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()
+
+# Where a block of a package reads its inputs (``backbone_outputs``): (the package's blocks by name, the input the
+# package was called with, the value of one of its blocks by name); None: the backbone's own blocks.
+_Scope = Optional[Tuple[Dict[str, BlockInputs], Any, Callable[[str], Any]]]
 
 
 @register("rank_model", "RankModel", settings_field="model_params")
@@ -55,8 +59,8 @@ class RankModel(RankingModel):
         return block_graph(model.backbone, {g.group_name: g for g in model.feature_groups if g.group_name}, names,
                            dims)
 
-    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
-                 **kwargs):
+    def __init__(self, specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN,
+                 seed: int = 0, **kwargs: Any) -> None:
         super().__init__(specs, model_config, dnn, seed=seed, **kwargs)
         self.l2 = model_config.l2_regularization or model_config.model_params.l2_regularization
         widths = {f.name: self.tables.table_dim(f.table) for f in specs.id_features}
@@ -113,47 +117,52 @@ class RankModel(RankingModel):
                     for k, item in enumerate(block.layers)]
         return []  # identity: the inputs concatenated
 
-    def _keras_layer(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
+    def _keras_layer(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int],
+                     name: str) -> tf.keras.layers.Layer:
         """The layer of a keras_layer block, by its class_name's builder (``BLOCK_BUILDERS``)."""
         return BLOCK_BUILDERS[keras.class_name](self, keras, node, widths, name)
 
-    def _mlp_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
+    def _mlp_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str) -> MLP:
         return self.easyrec_mlp(keras.mlp, name)
 
-    def _mmoe_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
+    def _mmoe_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int],
+                    name: str) -> ExpertMixture:
         settings = keras.mmoe
         experts = [self.easyrec_mlp(settings.expert_mlp, f"{name}_expert_{i}") for i in range(settings.num_expert)]
         self._built_mlps += 1
         return ExpertMixture(experts, settings.num_task, self.l2, seed=self._seed + 1000 * self._built_mlps, name=name)
 
-    def _masknet_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
+    def _masknet_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int],
+                       name: str) -> MaskNet:
         settings = keras.masknet
         mlp = self.easyrec_mlp(settings.mlp, f"{name}_mlp") if settings.HasField("mlp") else None
         self._built_mlps += 1
         return MaskNet(settings, mlp, self.l2, seed=self._seed + 1000 * self._built_mlps, name=name)
 
-    def _senet_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
+    def _senet_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int],
+                     name: str) -> SENet:
         names = list(self._group_config[self.graph.group_read(node.name)].feature_names)
         self._built_mlps += 1
         return SENet(keras.senet, len(names), sum(self._feature_width(n, widths) for n in names),
                      seed=self._seed + 1000 * self._built_mlps, name=name)
 
     def _auxiliary_loss_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int],
-                              name: str):
+                              name: str) -> AuxiliaryLoss:
         return auxiliary_loss_of(keras.st_params)
 
-    def _sequence_widths(self, node: BlockInputs, widths: Dict[str, int]):
+    def _sequence_widths(self, node: BlockInputs, widths: Dict[str, int]) -> Tuple[int, int]:
         """(the target features' width, the sequences' width) of the sequence group ``node`` reads."""
         group = self.sequence_groups[self.graph.group_read(node.name)]
         return sum(widths[k] for k in group.keys), sum(widths[h] for h in group.hist_seqs)
 
     def _seq_augment_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int],
-                           name: str):
+                           name: str) -> SeqAugment:
         _, width = self._sequence_widths(node, widths)
         self.augments = True  # (scores in training may read a random view)
         return SeqAugment(keras.seq_aug, width, name=name)
 
-    def _din_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
+    def _din_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int],
+                   name: str) -> TargetAttention:
         target, width = self._sequence_widths(node, widths)
         settings = keras.din
         self._built_mlps += 1
@@ -164,7 +173,8 @@ class RankModel(RankingModel):
                                score, settings.attention_normalizer, settings.need_target_feature, target, width,
                                transform="pad" if target < width else "", name=name)
 
-    def _bst_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int], name: str):
+    def _bst_block(self, keras: pipeline_pb2.KerasLayer, node: BlockInputs, widths: Dict[str, int],
+                   name: str) -> BSTEncoder:
         target, width = self._sequence_widths(node, widths)
         settings = keras.bst
         self._built_mlps += 1
@@ -175,14 +185,14 @@ class RankModel(RankingModel):
     def _feature_width(self, name: str, widths: Dict[str, int]) -> int:
         return self._raw_widths.get(name) or widths[name]
 
-    def group_features(self, group: str, embeddings, dense) -> List[tf.Tensor]:
+    def group_features(self, group: str, embeddings: Embeddings, dense: Optional[tf.Tensor]) -> List[tf.Tensor]:
         """Feature group ``group`` as a list (EasyRec's ``only_output_feature_list``), in the group's order: an id
         feature's embedding [B, dim], a raw feature's columns [B, dim]."""
         raw = self._raw_widths
         return [tf.reshape(tf.gather(dense, self.specs.dense_columns([n]), axis=1), [-1, raw[n]]) if n in raw
                 else embeddings.by_name[n] for n in self._group_config[group].feature_names]
 
-    def backbone_outputs(self, embeddings, dense, training) -> List[tf.Tensor]:
+    def backbone_outputs(self, embeddings: Embeddings, dense: Optional[tf.Tensor], training: Any) -> List[tf.Tensor]:
         """The outputs of the blocks the model reads (concat_blocks / output_blocks), in order; a block giving
         a list (MMoE's) gives its tensors in order. A block runs when a later one reads it (once; a package's
         blocks once per call of their package); in training the AuxiliaryLoss blocks run too (their losses
@@ -191,17 +201,17 @@ class RankModel(RankingModel):
         nodes = {node.name: node for node in self.graph.blocks}
         packages = {package.name: package for package in self.graph.packages}
 
-        def main_value(name: str):
+        def main_value(name: str) -> Any:
             if name not in values:
                 values[name] = self._run(nodes[name], lambda source: source_value(source, None),
                                          embeddings, dense, training)
             return values[name]
 
-        def call_package(name: str, given):
+        def call_package(name: str, given: Any) -> Any:
             package, local = packages[name], {}
             members = {node.name: node for node in package.blocks}
 
-            def member_value(block: str):
+            def member_value(block: str) -> Any:
                 if block not in local:
                     local[block] = self._run(members[block], lambda source: source_value(
                         source, (members, given, member_value)), embeddings, dense, training)
@@ -211,11 +221,11 @@ class RankModel(RankingModel):
                 return [t for out in outputs for t in (out if isinstance(out, list) else [out])]
             return outputs[0] if len(outputs) == 1 else tf.concat(outputs, axis=-1)
 
-        def source_value(source, scope):
+        def source_value(source: Source, scope: _Scope) -> Any:
             if source.kind == "group":
                 return self.group_input(source.name, embeddings, dense, training)
             if source.kind == "package_input":
-                return scope[1]
+                return scope[1]  # type: ignore[index]  # (a package's block: its scope is given)
             if source.kind == "package":
                 given = source.package_input
                 inner = call_package(given, None) if given in packages else \
@@ -223,7 +233,7 @@ class RankModel(RankingModel):
                 return call_package(source.name, inner)
             return block_value(source.name, scope)
 
-        def block_value(name: str, scope):
+        def block_value(name: str, scope: _Scope) -> Any:
             return scope[2](name) if scope is not None and name in scope[0] else main_value(name)
 
         parts: List[tf.Tensor] = []
@@ -235,19 +245,21 @@ class RankModel(RankingModel):
                 main_value(name)
         return parts
 
-    def backbone_output(self, embeddings, dense, training) -> tf.Tensor:
+    def backbone_output(self, embeddings: Embeddings, dense: Optional[tf.Tensor], training: Any) -> tf.Tensor:
         """The outputs concatenated, then ``top_mlp`` when set: EasyRec's backbone output."""
         parts = self.backbone_outputs(embeddings, dense, training)
         hidden = parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
         return self.top_mlp(hidden, training=training) if self.top_mlp is not None else hidden
 
-    def logits_from(self, embeddings, first_order, dense, training):
+    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+                    training: Any) -> tf.Tensor:
         hidden = self.backbone_output(embeddings, dense, training)
         if hidden.shape[-1] == 1:  # (EasyRec adds the output layer only when the width is not one logit's)
             return hidden[:, 0]
         return one_or_all(self.output_logit(hidden))
 
-    def _run(self, node: BlockInputs, read, embeddings, dense, training):
+    def _run(self, node: BlockInputs, read: Callable[[Source], Any], embeddings: Embeddings,
+             dense: Optional[tf.Tensor], training: Any) -> Any:
         """Block ``node``'s output; ``read(source)`` gives the value of one of its inputs."""
         layers = self.block_layers[node.name]
         if node.reads_sequence:
@@ -274,7 +286,7 @@ class RankModel(RankingModel):
         return x
 
     @staticmethod
-    def _recurrent(node: BlockInputs, inputs: List[tf.Tensor], layers: list, training) -> Any:
+    def _recurrent(node: BlockInputs, inputs: List[tf.Tensor], layers: list, training: Any) -> Any:
         """EasyRec's recurrent layer with ``fixed_input_index``: each step's output replaces every input but the
         fixed one (DCN-v2's x0); the inputs but the fixed one are the output."""
         fixed = node.block.recurrent.fixed_input_index

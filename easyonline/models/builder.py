@@ -1,7 +1,8 @@
 """Builds the model ``model_config.model_class`` names, from the registry (registry.py)."""
+from typing import Any, Optional, Tuple, Type
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.models.ranking_model import RankingModel
-from easyonline.models.registry import lookup
+from easyonline.models.registry import ModelEntry, lookup
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import Tasks
 from easyonline.tasks.from_config import single_task
@@ -23,7 +24,7 @@ def model_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> Tas
     return build_tasks(config, specs, entry.model_class, sub, field)
 
 
-def _model_entry(model_config: pipeline_pb2.ModelConfig):
+def _model_entry(model_config: pipeline_pb2.ModelConfig) -> Tuple[ModelEntry, str, Any]:
     """(registry entry, its settings' field name, its settings) of ``model_config.model_class``."""
     entry = lookup(model_config.model_class)
     if entry is None:
@@ -32,8 +33,8 @@ def _model_entry(model_config: pipeline_pb2.ModelConfig):
     return entry, field, getattr(model_config, field)  # (its defaults when not set)
 
 
-def build_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, model_class=None, settings=None,
-                field: str = "") -> Tasks:
+def build_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs,
+                model_class: Optional[Type[RankingModel]] = None, settings: Any = None, field: str = "") -> Tasks:
     """The model's tasks: those of its settings (one per task tower, ``RankingModel.tasks_from_settings``),
     or else the one task of ``model_config.loss_type`` on the first label field."""
     window = config.train_config.metrics_window_samples

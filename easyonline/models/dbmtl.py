@@ -9,15 +9,19 @@ logit. A tower names only towers before it. ``call`` returns {tower name:
 logits [B]}. ``deepfm_terms`` (not EasyRec's) adds to each task's logit
 DeepFM's terms, as MMoE's.
 """
-from typing import Sequence, Set
+from typing import Any, Dict, Optional, Sequence, Set
 
+from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
+from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.models.layers import ExpertMixture
-from easyonline.models.ranking_model import RankingModel
+from easyonline.models.ranking_model import Embeddings, RankingModel
 from easyonline.models.settings_checks import check_deepfm_terms, check_group
 from easyonline.models.registry import register
 from easyonline.models.task_towers import TaskTowers
 from easyonline.protos import pipeline_pb2
+
+tf = ensure_legacy_keras()
 
 
 def check_relations(towers: Sequence[pipeline_pb2.BayesTaskTower], path: str) -> None:
@@ -48,8 +52,8 @@ class DBMTL(TaskTowers, RankingModel):
         if settings.deepfm_terms:
             check_deepfm_terms(config, f"{path}.deepfm_terms", settings.task_towers)
 
-    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
-                 **kwargs):
+    def __init__(self, specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN,
+                 seed: int = 0, **kwargs: Any) -> None:
         super().__init__(specs, model_config, dnn, seed=seed, **kwargs)
         settings = model_config.dbmtl
         l2 = model_config.l2_regularization or settings.l2_regularization
@@ -66,7 +70,8 @@ class DBMTL(TaskTowers, RankingModel):
         settings = model_config.dbmtl
         return 1 if settings.deepfm_terms else 0
 
-    def logits_from(self, embeddings, first_order, dense, training):
+    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+                    training: Any) -> Dict[str, tf.Tensor]:
         bottom = self.bottom(self.group_input("all", embeddings, dense, training), training=training)
         inputs = self.mixture(bottom, training=training) if self.mixture is not None \
             else [bottom] * len(self.tower_names)

@@ -4,9 +4,12 @@ With ``deepfm.final_dnn`` (EasyRec's), the wide vector, the FM vector and
 the DNN's last layer are concatenated and a final DNN gives the logit;
 ``wide_output_dim`` sets the width of the first-order weights.
 """
+from typing import Any, Optional
+
 from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.models.layers import FMInteraction
-from easyonline.models.ranking_model import RankingModel
+from easyonline.models.ranking_model import Embeddings, RankingModel
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
@@ -18,8 +21,8 @@ class DeepFM(RankingModel):
     uses_first_order = True
     one_embedding_dim = True  # the FM term takes dot products of every pair of embeddings
 
-    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
-                 **kwargs):
+    def __init__(self, specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN,
+                 seed: int = 0, **kwargs: Any) -> None:
         super().__init__(specs, model_config, dnn, seed=seed, **kwargs)
         self.fm = FMInteraction(name="fm")
         if model_config.deepfm.HasField("final_dnn"):
@@ -28,7 +31,8 @@ class DeepFM(RankingModel):
     def first_order_dim(self, model_config: pipeline_pb2.ModelConfig) -> int:
         return max(1, model_config.deepfm.wide_output_dim)
 
-    def logits_from(self, embeddings, first_order, dense, training):
+    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+                    training: Any) -> tf.Tensor:
         stacked = tf.stack(embeddings, axis=1)
         if self.final_dnn is None:
             return self.linear_part(first_order, dense) + self.fm(stacked) + self.deep_part(embeddings, dense, training)

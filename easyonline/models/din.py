@@ -8,12 +8,13 @@ then the target's keys); they are concatenated, ``din.dnn`` (default
 ``din.attention_dnn`` and ``din.attention_normalizer`` are the attention of
 sequence groups without their own ``seq_dnn``.
 """
-from typing import Tuple
+from typing import Any, Optional, Tuple
 
+from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.features.sequence_settings import NORMALIZERS, validate_attention_dnn
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
-from easyonline.models.ranking_model import DEFAULT_HIDDEN_UNITS, RankingModel
+from easyonline.models.ranking_model import DEFAULT_HIDDEN_UNITS, Embeddings, RankingModel
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
@@ -46,8 +47,8 @@ class DIN(RankingModel):
             raise ConfigError("model_config.feature_groups.group_name", f"DIN reads every deep group by name: they "
                               f"need distinct names, got {names}")
 
-    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
-                 **kwargs):
+    def __init__(self, specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN,
+                 seed: int = 0, **kwargs: Any) -> None:
         super().__init__(specs, model_config, dnn, seed=seed, **kwargs)
         settings = model_config.din
         l2 = model_config.l2_regularization or settings.l2_regularization
@@ -65,6 +66,7 @@ class DIN(RankingModel):
         return (settings.attention_dnn if settings.HasField("attention_dnn") else default,
                 settings.attention_normalizer)
 
-    def logits_from(self, embeddings, first_order, dense, training):
+    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+                    training: Any) -> tf.Tensor:
         inputs = tf.concat([self.group_input(name, embeddings, dense, training) for name in self.group_names], axis=1)
         return self.output_logit(self.din_dnn(inputs, training=training))[:, 0]

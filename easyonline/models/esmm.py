@@ -18,9 +18,12 @@ playtime variant) makes ``ctcvr`` a regression of y_cvr * p_ctr on
 conversion value * click. Outputs: ``probs_<ctr>``, ``probs_<cvr>``,
 ``probs_ctcvr`` (and their ``logits_``; ``y_`` for a regression).
 """
+from typing import Any, Dict, Optional, Sequence
+
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
-from easyonline.models.ranking_model import RankingModel
+from easyonline.features.feature_spec import FeatureSpecs
+from easyonline.models.ranking_model import Embeddings, RankingModel
 from easyonline.models.settings_checks import check_group
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
@@ -30,7 +33,7 @@ tf = ensure_legacy_keras()
 CTCVR = "ctcvr"
 
 
-def product_logit(a, b):
+def product_logit(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     """logit(sigmoid(a) * sigmoid(b)), stably: log p = log s(a) + log s(b), and
     1 - p = s(-a) + s(a) s(-b), so log(1 - p) = logsumexp(log s(-a), log s(a) + log s(-b))."""
     log_p = -tf.nn.softplus(-a) - tf.nn.softplus(-b)
@@ -43,11 +46,11 @@ class ESMM(RankingModel):
     global_bias = False
 
     @classmethod
-    def task_towers(cls, settings) -> list:
+    def task_towers(cls, settings: Any) -> list:
         return [settings.ctr_tower, settings.cvr_tower] if settings is not None else []
 
     @classmethod
-    def tasks_from_settings(cls, settings, label_fields, window_samples: int, path: str) -> list:
+    def tasks_from_settings(cls, settings: Any, label_fields: Sequence[str], window_samples: int, path: str) -> list:
         """[ctr, cvr (output only), ctcvr]; a tower without a label_name takes the label field of its place
         in EasyRec's order (cvr first, then ctr)."""
         ctr, cvr = settings.ctr_tower, settings.cvr_tower
@@ -77,8 +80,8 @@ class ESMM(RankingModel):
         if not settings.groups:
             check_group(config, "all", "model_config.feature_groups")
 
-    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
-                 **kwargs):
+    def __init__(self, specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN,
+                 seed: int = 0, **kwargs: Any) -> None:
         super().__init__(specs, model_config, dnn, seed=seed, **kwargs)
         settings = model_config.esmm
         l2 = model_config.l2_regularization or settings.l2_regularization
@@ -91,7 +94,8 @@ class ESMM(RankingModel):
         self.cvr_logit = self.logit_layer(l2, "cvr_logit")
         self.cvr_is_binary = settings.cvr_tower.loss_type in BINARY_LOSSES
 
-    def logits_from(self, embeddings, first_order, dense, training):
+    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+                    training: Any) -> Dict[str, tf.Tensor]:
         if self.group_names:
             shared = tf.concat([tower(self.group_input(name, embeddings, dense, training), training=training)
                                 for name, tower in zip(self.group_names, self.group_dnns)], axis=1)

@@ -6,7 +6,7 @@ which the deep part (embeddings, and the dense features in the DNN); without
 groups every feature feeds both. A group's input (``RankingModel.group_input``)
 reads its positions and columns from ``group_columns``.
 """
-from typing import Dict, List, Optional
+from typing import Collection, Dict, List, Optional, Set, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.features.feature_spec import FeatureSpecs
@@ -15,7 +15,8 @@ from easyonline.protos import pipeline_pb2
 tf = ensure_legacy_keras()
 
 
-def grouped_features(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig):
+def grouped_features(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig) -> Tuple[
+        Set[int], Set[int], Optional[List[int]], Optional[List[int]]]:
     """Indices of the id features, and columns of the dense part, that feed the deep and the wide part (None: all
     dense columns)."""
     id_names = [f.name for f in specs.id_features]
@@ -33,7 +34,8 @@ def grouped_features(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig
             specs.dense_columns([n for n in dense_names if n in wide]))
 
 
-def group_columns(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, deep_ids) -> Dict[str, tuple]:
+def group_columns(specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig,
+                  deep_ids: Collection[int]) -> Dict[str, tuple]:
     """{group name: (positions in ``embed``'s embeddings list, raw feature columns (None: all))}, in each group's
     feature order; ``all`` is every deep feature unless a group has that name. A WIDE group's ids are not
     embedded for the deep part: the validator keeps towers off such groups (``check_group``)."""

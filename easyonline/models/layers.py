@@ -1,6 +1,6 @@
 """Building blocks shared by the models: an MLP tower (its ``dice`` activation), the FM interaction, MMoE's
 experts, DIN's target attention and BST's transformer layer."""
-from typing import Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Union
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.protos import pipeline_pb2
@@ -14,7 +14,7 @@ class BatchNorm(tf.keras.layers.BatchNormalization):
     their moments (a mean over nothing) are NaN and would poison the moving moments that scoring and serving
     use."""
 
-    def call(self, inputs, training=None):  # pylint: disable=arguments-differ
+    def call(self, inputs: tf.Tensor, training: Any = None) -> tf.Tensor:  # pylint: disable=arguments-differ
         if training is True:
             training = tf.size(inputs) > 0
         return super().call(inputs, training=training)
@@ -25,16 +25,16 @@ class Dice(tf.keras.layers.Layer):
     p = sigmoid(x batch-normalized, without offset or scale, epsilon 1e-9), alpha * (1 - p) * x + p * x, alpha
     a learnt weight per unit starting at 0. Its normalization moves with training, like batch norm's."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.norm = BatchNorm(center=False, scale=False, epsilon=1e-9, name="norm")
         self.alpha = None
 
-    def build(self, input_shape):
+    def build(self, input_shape: tf.TensorShape) -> None:
         self.alpha = self.add_weight(name="alpha", shape=[int(input_shape[-1])], initializer="zeros")
         super().build(input_shape)
 
-    def call(self, x, training=False):  # pylint: disable=arguments-differ
+    def call(self, x: tf.Tensor, training: Any = False) -> tf.Tensor:  # pylint: disable=arguments-differ
         p = tf.sigmoid(self.norm(x, training=training))
         return self.alpha * (1.0 - p) * x + p * x
 
@@ -45,12 +45,12 @@ def normalizes(dnn: pipeline_pb2.DNN) -> bool:
     return dnn.use_bn or dnn.activation == "dice"
 
 
-def _activation(name: str):
+def _activation(name: str) -> tf.keras.layers.Layer:
     """The layer of activation ``name`` (dice: a ``Dice``, with weights of its own)."""
     return Dice() if name == "dice" else tf.keras.layers.Activation(name)
 
 
-def initializer_of(name: str, seed: int):
+def initializer_of(name: str, seed: int) -> tf.keras.initializers.Initializer:
     """Keras initializer ``name`` (glorot_uniform, he_uniform, ...) with ``seed`` when it takes one."""
     initializer = tf.keras.initializers.get(name)
     config = initializer.get_config()
@@ -71,7 +71,7 @@ class MLP(tf.keras.layers.Layer):
                  dropout_ratio: Union[float, Sequence[float]] = 0.0, use_bn: bool = False, l2: float = 0.0,
                  seed: int = 0, *, final_activation: Optional[str] = None, use_final_bn: Optional[bool] = None,
                  use_bias: bool = True, use_final_bias: Optional[bool] = None, initializer: str = "glorot_uniform",
-                 bn_after_activation: bool = False, **kwargs):
+                 bn_after_activation: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         regularizer = tf.keras.regularizers.l2(l2) if l2 > 0 else None
         ratios = list(dropout_ratio) if isinstance(dropout_ratio, (list, tuple)) else [dropout_ratio] * len(hidden_units)
@@ -95,7 +95,7 @@ class MLP(tf.keras.layers.Layer):
             if ratio > 0:
                 self._layers.append(tf.keras.layers.Dropout(ratio, seed=seed + i))
 
-    def call(self, x, training=False):
+    def call(self, x: tf.Tensor, training: Any = False) -> tf.Tensor:
         for layer in self._layers:
             x = layer(x, training=training)
         return x
@@ -105,7 +105,7 @@ class FMInteraction(tf.keras.layers.Layer):
     """Second-order factorization machine term: 0.5 * ((sum v)^2 - sum v^2), summed over dims
     (``per_dim=True``: the [B, k] vector before that sum, for a final DNN)."""
 
-    def call(self, embeddings, per_dim=False):  # [B, F, k]
+    def call(self, embeddings: tf.Tensor, per_dim: bool = False) -> tf.Tensor:  # [B, F, k]
         summed = tf.reduce_sum(embeddings, axis=1)
         squared = tf.reduce_sum(tf.square(embeddings), axis=1)
         vector = 0.5 * (tf.square(summed) - squared)
@@ -116,7 +116,8 @@ class ExpertMixture(tf.keras.layers.Layer):
     """MMoE's experts and gates (Ma et al. 2018, EasyRec's ``layers/mmoe.py``): every expert reads the input,
     and each task's input is the mix of the experts' outputs by that task's softmax gate over the input."""
 
-    def __init__(self, experts: Sequence[MLP], num_tasks: int, l2: float = 0.0, seed: int = 0, **kwargs):
+    def __init__(self, experts: Sequence[MLP], num_tasks: int, l2: float = 0.0, seed: int = 0,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.experts = list(experts)
         regularizer = tf.keras.regularizers.l2(l2) if l2 > 0 else None
@@ -124,7 +125,7 @@ class ExpertMixture(tf.keras.layers.Layer):
                                             kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed + t),
                                             name=f"gate_{t}") for t in range(num_tasks)]
 
-    def call(self, x, training=False):
+    def call(self, x: tf.Tensor, training: Any = False) -> List[tf.Tensor]:
         """A list of ``num_tasks`` [B, expert width] inputs, one per task."""
         outputs = tf.stack([expert(x, training=training) for expert in self.experts], axis=1)  # [B, E, d]
         return [tf.reduce_sum(outputs * tf.expand_dims(tf.nn.softmax(gate(x), axis=1), -1), axis=1)
@@ -141,8 +142,8 @@ class TargetAttention(tf.keras.layers.Layer):
     width (``"dense"``). Output: [pooled sequence, pooled aux sequences, keys if ``need_key``], ``output_width`` wide.
     """
 
-    def __init__(self, hidden: MLP, score, normalizer: str, need_key: bool, key_width: int, seq_width: int,
-                 aux_width: int = 0, transform: str = "", **kwargs):
+    def __init__(self, hidden: MLP, score: tf.keras.layers.Layer, normalizer: str, need_key: bool, key_width: int,
+                 seq_width: int, aux_width: int = 0, transform: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if normalizer not in ("softmax", "sigmoid"):
             raise ValueError(f"attention_normalizer {normalizer!r} is not softmax or sigmoid")
@@ -158,7 +159,8 @@ class TargetAttention(tf.keras.layers.Layer):
     def output_width(self) -> int:
         return self.seq_width + self.aux_width + (self.seq_width if self.need_key else 0)
 
-    def call(self, keys, sequence, lengths, aux=None, training=False):  # pylint: disable=arguments-differ
+    def call(self, keys: tf.Tensor, sequence: tf.Tensor, lengths: tf.Tensor,  # pylint: disable=arguments-differ
+             aux: Optional[tf.Tensor] = None, training: Any = False) -> tf.Tensor:
         if self.transform == "pad":
             keys = tf.pad(keys, [[0, 0], [0, self.seq_width - self.key_width]])
         elif self.transform == "dense":
@@ -191,7 +193,7 @@ class SequenceTransformer(tf.keras.layers.Layer):
     position's vector, flattened to [B, seq_len * width]. No position embedding (EasyRec's MultiTowerBST has
     none): the flattening keeps each position's place."""
 
-    def __init__(self, seq_len: int, heads: int, width: int, seed: int = 0, **kwargs):
+    def __init__(self, seq_len: int, heads: int, width: int, seed: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if seq_len < 1 or heads < 1 or width % heads:
             raise ValueError(f"seq_len {seq_len} and heads {heads} must be at least 1, and width {width} a "
@@ -199,7 +201,7 @@ class SequenceTransformer(tf.keras.layers.Layer):
         self.seq_len, self.heads, self.width = seq_len, heads, width
         self.head_width = width // heads
 
-        def dense(units: int, name: str, offset: int):
+        def dense(units: int, name: str, offset: int) -> tf.keras.layers.Dense:
             return tf.keras.layers.Dense(units, kernel_initializer=tf.keras.initializers.GlorotUniform(
                 seed=seed + offset), name=name)
 
@@ -213,7 +215,7 @@ class SequenceTransformer(tf.keras.layers.Layer):
     def output_width(self) -> int:
         return self.seq_len * self.width
 
-    def call(self, keys, sequence, lengths):  # pylint: disable=arguments-differ
+    def call(self, keys: tf.Tensor, sequence: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:  # pylint: disable=arguments-differ
         """keys [B, width], sequence [B, L, width] (any L), lengths [B] -> [B, seq_len * width]."""
         history = self.seq_len - 1
         sequence = sequence[:, :history]

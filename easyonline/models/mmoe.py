@@ -12,13 +12,19 @@ first-order and FM terms, shared by the tasks, each task with its own scale
 (task_towers.py): DNN experts learn an id's bias and
 the dot products of two ids' embeddings only slowly, from few samples.
 """
+from typing import Any, Dict, Optional
+
+from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
+from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.models.layers import ExpertMixture
-from easyonline.models.ranking_model import RankingModel
+from easyonline.models.ranking_model import Embeddings, RankingModel
 from easyonline.models.settings_checks import check_deepfm_terms, check_group
 from easyonline.models.registry import register
 from easyonline.models.task_towers import TaskTowers
 from easyonline.protos import pipeline_pb2
+
+tf = ensure_legacy_keras()
 
 
 @register("mmoe", "MMoE")
@@ -39,8 +45,8 @@ class MMoE(TaskTowers, RankingModel):
         if settings.deepfm_terms:
             check_deepfm_terms(config, f"{path}.deepfm_terms", settings.task_towers)
 
-    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
-                 **kwargs):
+    def __init__(self, specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN,
+                 seed: int = 0, **kwargs: Any) -> None:
         super().__init__(specs, model_config, dnn, seed=seed, **kwargs)
         settings = model_config.mmoe
         l2 = model_config.l2_regularization or settings.l2_regularization
@@ -56,7 +62,8 @@ class MMoE(TaskTowers, RankingModel):
         settings = model_config.mmoe
         return 1 if settings.deepfm_terms else 0
 
-    def logits_from(self, embeddings, first_order, dense, training):
+    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+                    training: Any) -> Dict[str, tf.Tensor]:
         inputs = self.mixture(self.group_input("all", embeddings, dense, training), training=training)
         logits = self.task_tower_logits(inputs, training)
         return self.with_deepfm_terms(logits, embeddings, first_order, dense)

@@ -6,10 +6,13 @@ outputs are concatenated and ``final_dnn`` (not set: no layers) plus a
 1-unit layer gives the logit of the model's one task
 (``model_config.loss_type``).
 """
+from typing import Any, Optional, Union
+
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
+from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.models.layers import BatchNorm
-from easyonline.models.ranking_model import RankingModel
+from easyonline.models.ranking_model import Embeddings, RankingModel
 from easyonline.models.settings_checks import check_group
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
@@ -30,8 +33,8 @@ class MultiTower(RankingModel):
         for i, tower in enumerate(settings.towers):
             check_group(config, tower.input, f"{path}.towers[{i}].input")
 
-    def __init__(self, specs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN, seed: int = 0,
-                 **kwargs):
+    def __init__(self, specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN,
+                 seed: int = 0, **kwargs: Any) -> None:
         super().__init__(specs, model_config, dnn, seed=seed, **kwargs)
         settings = getattr(model_config, self.settings_field)
         l2 = model_config.l2_regularization or settings.l2_regularization
@@ -45,13 +48,15 @@ class MultiTower(RankingModel):
         self.final = self.mlp(settings.final_dnn, l2, "final_dnn")
         self.output_logit = self.logit_layer(0.0, "output")
 
-    def build_extra_towers(self, settings) -> None:
+    def build_extra_towers(self, settings: Union[pipeline_pb2.MultiTower, pipeline_pb2.MultiTowerDIN,
+                                                 pipeline_pb2.MultiTowerBST]) -> None:
         """A subclass's own towers, built before final_dnn (MultiTowerDIN's din_towers)."""
 
-    def tower_outputs(self, embeddings, dense, training) -> list:
+    def tower_outputs(self, embeddings: Embeddings, dense: Optional[tf.Tensor], training: Any) -> list:
         return [tower(norm(self.group_input(name, embeddings, dense, training), training=training), training=training)
                 for name, norm, tower in zip(self.group_names, self.input_norms, self.tower_dnns)]
 
-    def logits_from(self, embeddings, first_order, dense, training):
+    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+                    training: Any) -> tf.Tensor:
         towers = self.tower_outputs(embeddings, dense, training)
         return self.output_logit(self.final(tf.concat(towers, axis=1), training=training))[:, 0]

@@ -9,12 +9,15 @@ first ``seq_len - 1`` positions of the sequence group named ``input`` (a
 group's keys), every position's output flattened, as EasyRec's
 ``MultiTowerBST.bst``.
 """
+from typing import Any, Optional
+
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import sequence_feature_names, sequence_groups
 from easyonline.features.sequence_settings import feature_name, validate_sequence_groups
 from easyonline.models.layers import SequenceTransformer
 from easyonline.models.multi_tower import MultiTower
+from easyonline.models.ranking_model import Embeddings
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
@@ -60,7 +63,7 @@ class MultiTowerBST(MultiTower):
                                   f"sequence's width {width} (sequence group {tower.input!r}): each head reads "
                                   "width / multi_head_size columns")
 
-    def build_extra_towers(self, settings) -> None:
+    def build_extra_towers(self, settings: pipeline_pb2.MultiTowerBST) -> None:
         self.bst_inputs = [tower.input for tower in settings.bst_towers]
         width = {f.name: self.tables.table_dim(f.table) for f in self.specs.id_features}
         self.bst_towers = []
@@ -70,7 +73,7 @@ class MultiTowerBST(MultiTower):
                 tower.seq_len, tower.multi_head_size, sum(width[h] for h in self.sequence_groups[tower.input].hist_seqs),
                 seed=self._seed + 1000 * self._built_mlps, name=f"{tower.input}_bst"))
 
-    def tower_outputs(self, embeddings, dense, training) -> list:
+    def tower_outputs(self, embeddings: Embeddings, dense: Optional[tf.Tensor], training: Any) -> list:
         outputs = super().tower_outputs(embeddings, dense, training)
         for name, tower in zip(self.bst_inputs, self.bst_towers):
             keys, sequence, lengths, _ = self.sequence_input(name, embeddings)

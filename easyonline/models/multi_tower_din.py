@@ -8,10 +8,13 @@ target attention of the sequence group named ``input`` (a
 attention DNN: softmax weights, output [pooled sequence, keys], as EasyRec's
 ``MultiTowerDIN.din``.
 """
+from typing import Any, Optional
+
 from easyonline.features.sequence_settings import sequence_group_names, validate_attention_dnn
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.models.multi_tower import MultiTower
+from easyonline.models.ranking_model import Embeddings
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
@@ -36,12 +39,12 @@ class MultiTowerDIN(MultiTower):
                                   f"(feature_groups.sequence_features group_name: {sorted(known)})")
             validate_attention_dnn(tower.dnn, f"{path}.din_towers[{i}].dnn")
 
-    def build_extra_towers(self, settings) -> None:
+    def build_extra_towers(self, settings: pipeline_pb2.MultiTowerDIN) -> None:
         self.din_inputs = [tower.input for tower in settings.din_towers]
         self.din_towers = [self.target_attention(self.sequence_groups[tower.input], tower.dnn, "softmax", True,
                                                  self.l2, f"{tower.input}_dnn") for tower in settings.din_towers]
 
-    def tower_outputs(self, embeddings, dense, training) -> list:
+    def tower_outputs(self, embeddings: Embeddings, dense: Optional[tf.Tensor], training: Any) -> list:
         return super().tower_outputs(embeddings, dense, training) + [
             tower(*self.sequence_input(name, embeddings), training=training)
             for name, tower in zip(self.din_inputs, self.din_towers)]

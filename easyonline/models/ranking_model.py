@@ -31,7 +31,7 @@ classmethod ``validate_settings`` and give their tasks through
 ``task_towers`` / ``tasks_from_settings``; a multi-task one's
 ``logits_from`` returns its logits by task name.
 """
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.dynamic_tables import DynamicTables
@@ -56,7 +56,8 @@ class Embeddings(list):
     ``by_name`` every non-sequence id feature's [B, dim] embedding, ``sequences`` every sequence feature's
     ([B, L, dim] rows, zeros past each sample's length; lengths [B] int64)."""
 
-    def __init__(self, embeddings, by_name: Dict[str, tf.Tensor], sequences: Dict[str, Tuple[tf.Tensor, tf.Tensor]]):
+    def __init__(self, embeddings: Iterable[tf.Tensor], by_name: Dict[str, tf.Tensor],
+                 sequences: Dict[str, Tuple[tf.Tensor, tf.Tensor]]) -> None:
         super().__init__(embeddings)
         self.by_name = by_name
         self.sequences = sequences
@@ -80,14 +81,14 @@ class RankingModel(tf.keras.Model):
     global_bias = True  # one scalar bias added to the logit (a multi-task model's towers have their own)
 
     @classmethod
-    def task_towers(cls, settings) -> list:
+    def task_towers(cls, settings: Any) -> list:
         """The task towers in the model's settings (``model_config.<field>``, or None), in field order
         (protos/model_towers.py ``towers_in``): tasks/from_config.py builds one task per tower; a
         single-task model's settings have none."""
         return towers_in(settings) if settings is not None else []
 
     @classmethod
-    def tasks_from_settings(cls, settings, label_fields: Sequence[str], window_samples: int, path: str) -> list:
+    def tasks_from_settings(cls, settings: Any, label_fields: Sequence[str], window_samples: int, path: str) -> list:
         """The model's tasks from its settings (``path``: their config field, ``model_config.<field>``): one per
         task tower; none for a single-task model (``model_config.loss_type`` then gives its one task). A
         model whose objectives are not one per tower (ESMM) overrides this."""
@@ -100,7 +101,7 @@ class RankingModel(tf.keras.Model):
         are wrong; ``config/validate.py`` calls it (and checks every DNN in them) for whichever model is chosen."""
 
     def __init__(self, specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN,
-                 seed: int = 0, tasks: Optional[Tasks] = None, **kwargs):
+                 seed: int = 0, tasks: Optional[Tasks] = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.specs = specs
         self.tasks = tasks or Tasks([RankingTask(label_name=specs.label_names[0] if specs.label_names else "label")])
@@ -165,7 +166,8 @@ class RankingModel(tf.keras.Model):
         """True when training=True changes the forward pass (dropout, batch norm)."""
         return self.dropout_ratio > 0 or self.use_bn
 
-    def embed(self, features: Dict[str, tf.Tensor], training=False, labels=None, now=None):
+    def embed(self, features: Dict[str, tf.Tensor], training: Any = False, labels: Optional[tf.Tensor] = None,
+              now: Optional[tf.Tensor] = None) -> Tuple[Embeddings, Optional[tf.Tensor], Optional[tf.Tensor]]:
         """Returns (embeddings [B, dim] per deep id feature, first-order weights [B, F] (or [B, F, wide_dim])
         of the wide ones or None, dense [B, R] or None).
 
@@ -198,7 +200,7 @@ class RankingModel(tf.keras.Model):
                                           for f in self.specs.raw_features], axis=1), [-1, self.specs.dense_width])
         return embeddings, (tf.stack(first_order, axis=1) if first_order else None), dense
 
-    def deep_hidden(self, embeddings, dense, training):
+    def deep_hidden(self, embeddings: Embeddings, dense: Optional[tf.Tensor], training: Any) -> tf.Tensor:
         """The DNN's last hidden layer [B, units] over the deep features and every target attention's output."""
         dense = columns_of(dense, self._deep_dense)
         inputs = list(embeddings) + ([dense] if dense is not None else [])
@@ -206,10 +208,10 @@ class RankingModel(tf.keras.Model):
                    for name, attention in self.attentions.items()]
         return self.deep(tf.concat(inputs, axis=1), training=training)
 
-    def deep_part(self, embeddings, dense, training):
+    def deep_part(self, embeddings: Embeddings, dense: Optional[tf.Tensor], training: Any) -> tf.Tensor:
         return tf.squeeze(self.deep_logit(self.deep_hidden(embeddings, dense, training)), axis=1)
 
-    def wide_vector(self, first_order, dense):
+    def wide_vector(self, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor]) -> tf.Tensor:
         """The wide part [B, wide_dim (+1 with dense features)]: first-order weights summed over features."""
         batch = tf.shape(dense if first_order is None else first_order)[0]
         parts = [tf.zeros([batch, self.wide_dim]) if first_order is None
@@ -219,7 +221,7 @@ class RankingModel(tf.keras.Model):
             parts.append(self.dense_linear(dense))
         return tf.concat(parts, axis=1)
 
-    def linear_part(self, first_order, dense):
+    def linear_part(self, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor]) -> Union[tf.Tensor, float]:
         linear = 0.0
         if first_order is not None:
             linear = tf.reduce_sum(tf.reshape(first_order, [tf.shape(first_order)[0], -1]), axis=1)
@@ -236,7 +238,7 @@ class RankingModel(tf.keras.Model):
         self.dropout_ratio = max(self.dropout_ratio, final.dropout_ratio)
         self.use_bn = self.use_bn or normalizes(final)
 
-    def final_logits(self, parts: List[tf.Tensor], training) -> tf.Tensor:
+    def final_logits(self, parts: List[tf.Tensor], training: Any) -> tf.Tensor:
         if self.final_dnn is None:
             raise ValueError(f"{type(self).__name__} has no final_dnn (build_final_dnn makes it)")
         hidden = self.final_dnn(tf.concat(parts, axis=1), training=training)
@@ -259,7 +261,7 @@ class RankingModel(tf.keras.Model):
                                          seed=self._seed + 1000 * self._built_mlps), name=name)
 
     def group_input(self, group: str, embeddings: List[tf.Tensor], dense: Optional[tf.Tensor],
-                    training=False) -> tf.Tensor:
+                    training: Any = False) -> tf.Tensor:
         """The input of feature group ``group`` [B, width] (EasyRec's input layer of a group): its id features'
         embeddings then its raw features, in the group's order, then the output of each of its
         sequence_features' target attentions. ``all`` without a group of that name is every deep feature and
@@ -299,11 +301,13 @@ class RankingModel(tf.keras.Model):
         deep = [self.specs.id_features[i] for i in sorted(self._deep_ids)]
         return [deep[p] for p in positions]
 
-    def logits_from(self, embeddings, first_order, dense, training):
+    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+                    training: Any) -> Any:  # [B] logits, or a multi-task model's {task name: logits}
         raise NotImplementedError
 
     def compute_loss(self, features: Dict[str, tf.Tensor], labels: Dict[str, tf.Tensor], training: bool = True,
-                     now=None, sample_weight: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
+                     now: Optional[tf.Tensor] = None,
+                     sample_weight: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
         """(loss, logits by task name) of a batch: every task's weighted loss on its label, plus the
         regularization losses.
 
@@ -327,14 +331,14 @@ class RankingModel(tf.keras.Model):
             total += tf.add_n(list(regularization))
         return total, by_task
 
-    def task_logits(self, outputs) -> Dict[str, tf.Tensor]:
+    def task_logits(self, outputs: Union[tf.Tensor, Dict[str, tf.Tensor]]) -> Dict[str, tf.Tensor]:
         """Each task's logits, by task name, from what ``call`` returned: a single-task model's one logit,
         or a multi-task model's dict of them by task name."""
         if isinstance(outputs, dict):
             return outputs
         return {task.name: outputs for task in self.tasks}
 
-    def task_outputs(self, outputs) -> Dict[str, tf.Tensor]:
+    def task_outputs(self, outputs: Union[tf.Tensor, Dict[str, tf.Tensor]]) -> Dict[str, tf.Tensor]:
         """Every task's prediction outputs under EasyRec's names (``probs``/``logits``/``y`` for one task,
         ``probs_<tower>``/``logits_<tower>``/``y_<tower>`` for several): what serving returns."""
         by_task = self.task_logits(outputs)
@@ -343,7 +347,8 @@ class RankingModel(tf.keras.Model):
             named.update(task.outputs(by_task[task.name], self.tasks.output_suffix(task)))
         return named
 
-    def call(self, features, training=False, labels=None, now=None):
+    def call(self, features: Dict[str, tf.Tensor], training: Any = False, labels: Optional[tf.Tensor] = None,
+             now: Optional[tf.Tensor] = None) -> Any:  # as logits_from
         embeddings, first_order, dense = self.embed(features, training, labels, now)
         logits = self.logits_from(embeddings, first_order, dense, training)
         return logits if self.bias is None else logits + self.bias

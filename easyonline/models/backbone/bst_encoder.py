@@ -12,7 +12,7 @@ output is every position's vector flattened (``output_all_token_embeddings``: th
 zero-padded to ``max_position_embeddings`` positions) or the first position's (a tail target's: its own).
 """
 import math
-from typing import Optional
+from typing import Any, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.protos import pipeline_pb2
@@ -22,7 +22,7 @@ tf = ensure_legacy_keras()
 _EPSILON = 1e-12  # BERT's layer norm
 
 
-def _gelu(x):
+def _gelu(x: tf.Tensor) -> tf.Tensor:
     return 0.5 * x * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * tf.pow(x, 3))))
 
 
@@ -35,7 +35,7 @@ class BSTEncoder(tf.keras.layers.Layer):
     ``target_width`` 0: no target features (the target position, if kept, is then left out too)."""
 
     def __init__(self, settings: pipeline_pb2.BSTEncoder, seq_width: int, target_width: int, l2: float = 0.0,
-                 seed: int = 0, **kwargs):
+                 seed: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.settings = settings
         self.hidden = settings.hidden_size
@@ -46,7 +46,7 @@ class BSTEncoder(tf.keras.layers.Layer):
         regularizer = tf.keras.regularizers.l2(l2) if l2 > 0 else None
         self._offset = 0
 
-        def dense(units: int, name: str, activation=None):
+        def dense(units: int, name: str, activation: Optional[str] = None) -> tf.keras.layers.Dense:
             self._offset += 1
             return tf.keras.layers.Dense(units, activation=activation, kernel_regularizer=regularizer, name=name,
                                          kernel_initializer=tf.keras.initializers.TruncatedNormal(
@@ -71,7 +71,7 @@ class BSTEncoder(tf.keras.layers.Layer):
                 "output_norm": tf.keras.layers.LayerNormalization(epsilon=_EPSILON, name=f"layer_{i}_output_norm")})
         self._seed = seed
 
-    def build(self, input_shape):
+    def build(self, input_shape: Any) -> None:  # (None when call builds it)
         if self.settings.use_position_embeddings:
             self.position_embeddings = self.add_weight(
                 name="position_embeddings", shape=[self.positions, self.hidden],
@@ -83,7 +83,8 @@ class BSTEncoder(tf.keras.layers.Layer):
     def output_width(self) -> int:
         return self.positions * self.hidden if self.settings.output_all_token_embeddings else self.hidden
 
-    def call(self, sequence, lengths, target: Optional[tf.Tensor] = None, training=False):  # pylint: disable=arguments-differ
+    def call(self, sequence: tf.Tensor, lengths: tf.Tensor, target: Optional[tf.Tensor] = None,  # pylint: disable=arguments-differ
+             training: Any = False) -> tf.Tensor:
         if not self.built:
             self.build(None)
         batch = tf.shape(sequence)[0]
@@ -115,7 +116,7 @@ class BSTEncoder(tf.keras.layers.Layer):
         bias = (1.0 - tf.cast(valid, tf.float32))[:, None, None, :] * -10000.0  # [B, 1, 1, L]: keys' mask
         width = self.hidden // self.heads
         for layer in self.layers_:
-            def split(t):  # [B, L, hidden] -> [B, heads, L, width]
+            def split(t: tf.Tensor) -> tf.Tensor:  # [B, L, hidden] -> [B, heads, L, width]
                 return tf.transpose(tf.reshape(t, [batch, length, self.heads, width]), [0, 2, 1, 3])
             query, key, value = (split(layer[n](x)) for n in ("query", "key", "value"))
             scores = tf.matmul(query, key, transpose_b=True) / math.sqrt(width) + bias

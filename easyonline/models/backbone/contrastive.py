@@ -2,11 +2,14 @@
 sample): ``SeqAugment`` makes random views of a behaviour sequence, ``AuxiliaryLoss`` adds a loss that pulls a
 sample's two views together and pushes other samples' apart. Both act in training only: the views feed the
 extra loss, never the scores, so serving and the prequential scores are unchanged by them."""
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.models.ranking_model import SequenceInput
 from easyonline.protos import pipeline_pb2
+
+if TYPE_CHECKING:
+    from google.protobuf import struct_pb2
 
 tf = ensure_legacy_keras()
 
@@ -20,17 +23,17 @@ class SeqAugment(tf.keras.layers.Layer):
     learnt mask vector; mask_rate > 0) or a reorder (a run of floor(length * reorder_rate) positions shuffled;
     reorder_rate > 0), as EasyRec's ``data_augment.py``. Outside training the input is returned as it is."""
 
-    def __init__(self, settings: pipeline_pb2.SequenceAugment, width: int, **kwargs):
+    def __init__(self, settings: pipeline_pb2.SequenceAugment, width: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.settings = settings
         self.width = width
         self.mask = None
 
-    def build(self, input_shape):
+    def build(self, input_shape: Any) -> None:  # (None when call builds it)
         self.mask = self.add_weight(name="mask", shape=[1, self.width], initializer="glorot_uniform")
         super().build(input_shape)
 
-    def call(self, inputs: SequenceInput, training=False):  # pylint: disable=arguments-differ
+    def call(self, inputs: SequenceInput, training: Any = False) -> SequenceInput:  # pylint: disable=arguments-differ
         if not self.built:
             self.build(None)
         if not training:
@@ -41,25 +44,25 @@ class SeqAugment(tf.keras.layers.Layer):
         return SequenceInput(inputs.keys, tf.reshape(augmented, tf.shape(inputs.sequence)),
                              tf.cast(lengths, inputs.lengths.dtype), None)
 
-    def _augment(self, sequence, length):
+    def _augment(self, sequence: tf.Tensor, length: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
         size = tf.shape(sequence)[0]
         real = tf.cast(length, tf.float32)
         settings = self.settings
 
-        def count(rate):
+        def count(rate: float) -> tf.Tensor:
             return tf.cast(tf.floor(real * rate), tf.int32)
 
-        def crop():
+        def crop() -> Tuple[tf.Tensor, tf.Tensor]:
             kept = count(settings.crop_rate)
             begin = tf.random.uniform([], 0, tf.maximum(length - kept, 1), dtype=tf.int32)
             return tf.concat([sequence[begin:begin + kept], tf.zeros([size - kept, self.width])], 0), kept
 
-        def mask():
+        def mask() -> Tuple[tf.Tensor, tf.Tensor]:
             chosen = tf.random.shuffle(tf.sequence_mask(count(settings.mask_rate), length))
             chosen = tf.concat([chosen, tf.zeros([size - length], tf.bool)], 0)
             return tf.where(chosen[:, None], tf.tile(self.mask, [size, 1]), sequence), length
 
-        def reorder():
+        def reorder() -> Tuple[tf.Tensor, tf.Tensor]:
             moved = count(settings.reorder_rate)
             begin = tf.random.uniform([], 0, tf.maximum(length - moved, 1), dtype=tf.int32)
             order = tf.concat([tf.range(begin), tf.random.shuffle(tf.range(begin, begin + moved)),
@@ -82,13 +85,13 @@ class AuxiliaryLoss(tf.keras.layers.Layer):
     dot products / ``temperature``); ``info_nce``: x1's softmax over x2's samples; ``l2_loss``: the mean squared
     distance. A batch of no samples gives 0."""
 
-    def __init__(self, loss_type: str, loss_weight: float = 1.0, temperature: float = 0.1, **kwargs):
+    def __init__(self, loss_type: str, loss_weight: float = 1.0, temperature: float = 0.1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if loss_type not in LOSS_TYPES:
             raise ValueError(f"loss_type {loss_type!r} is not one of {', '.join(LOSS_TYPES)}")
         self.loss_type, self.loss_weight, self.temperature = loss_type, loss_weight, temperature
 
-    def call(self, views: Sequence[tf.Tensor], training=False):  # pylint: disable=arguments-differ
+    def call(self, views: Sequence[tf.Tensor], training: Any = False) -> tf.Tensor:  # pylint: disable=arguments-differ
         if not training:
             return tf.constant(0.0)
         x1, x2 = views[0], views[1]
@@ -116,7 +119,7 @@ def _mean(values: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(values) / tf.maximum(tf.cast(tf.size(values), tf.float32), 1.0)
 
 
-def auxiliary_loss_of(params) -> AuxiliaryLoss:
+def auxiliary_loss_of(params: "struct_pb2.Struct") -> AuxiliaryLoss:
     """An AuxiliaryLoss of EasyRec's ``st_params`` (a google.protobuf.Struct)."""
     fields = params.fields
     return AuxiliaryLoss(fields["loss_type"].string_value if "loss_type" in fields else "",

@@ -202,7 +202,7 @@ class _Checker:
 
     def __init__(self, backbone: pipeline_pb2.Backbone, packages: Mapping[str, pipeline_pb2.BlockPackage],
                  groups: Mapping[str, pipeline_pb2.FeatureGroup], sequence_names: Collection[str],
-                 dims: Mapping[str, int], where: Mapping[str, str], path: str):
+                 dims: Mapping[str, int], where: Mapping[str, str], path: str) -> None:
         self.groups, self.sequence_names, self.dims, self.where, self.path = groups, sequence_names, dims, where, path
         own = {b.name for b in backbone.blocks}  # a block reads the backbone's blocks, and its own package's
         self.main = {b.name: _block_inputs(b, own, packages, groups, sequence_names, where[b.name], "")

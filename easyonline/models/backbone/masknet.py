@@ -1,6 +1,6 @@
 """EasyRec's MaskNet layer of a backbone (Wang et al. 2021, "MaskNet: feature-wise multiplication by an
 instance-guided mask"): mask blocks that reweight an input by a mask computed from the features."""
-from typing import Optional
+from typing import Any, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.models.layers import MLP
@@ -17,7 +17,7 @@ class MaskBlock(tf.keras.layers.Layer):
     and relu."""
 
     def __init__(self, settings: pipeline_pb2.MaskBlock, width: int, mask_width: int, l2: float = 0.0,
-                 seed: int = 0, **kwargs):
+                 seed: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.settings = settings
         regularizer = tf.keras.regularizers.l2(l2) if l2 > 0 else None
@@ -42,7 +42,7 @@ class MaskBlock(tf.keras.layers.Layer):
     def output_width(self) -> int:
         return self.settings.output_size or self.weigh.units
 
-    def call(self, net, mask_input):  # pylint: disable=arguments-differ
+    def call(self, net: tf.Tensor, mask_input: tf.Tensor) -> tf.Tensor:  # pylint: disable=arguments-differ
         if self.input_norm is not None:
             net = self.input_norm(net)
         mask = self.project(mask_input) if self.project is not None else mask_input
@@ -58,7 +58,7 @@ class MaskNet(tf.keras.layers.Layer):
     last one's output, masked by x), then ``mlp`` when set."""
 
     def __init__(self, settings: pipeline_pb2.MaskNet, mlp: Optional[MLP], l2: float = 0.0, seed: int = 0,
-                 **kwargs):
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.settings = settings
         self.input_norm = tf.keras.layers.LayerNormalization(name="input_ln") if settings.input_layer_norm else None
@@ -66,7 +66,7 @@ class MaskNet(tf.keras.layers.Layer):
         self._l2, self._seed = l2, seed
         self.blocks: list = []
 
-    def build(self, input_shape):
+    def build(self, input_shape: tf.TensorShape) -> None:
         width = net_width = int(input_shape[-1])
         for i, block in enumerate(self.settings.mask_blocks):
             self.blocks.append(MaskBlock(block, width if self.settings.use_parallel else net_width, width, self._l2,
@@ -74,7 +74,7 @@ class MaskNet(tf.keras.layers.Layer):
             net_width = self.blocks[-1].output_width
         super().build(input_shape)
 
-    def call(self, x, training=False):  # pylint: disable=arguments-differ
+    def call(self, x: tf.Tensor, training: Any = False) -> tf.Tensor:  # pylint: disable=arguments-differ
         if self.input_norm is not None:
             x = self.input_norm(x)
         if self.settings.use_parallel:

@@ -1,5 +1,7 @@
 """EasyRec's SENet layer of a backbone (FiBiNET's squeeze and excitation, Huang et al. 2019; FiBiNet++'s
 grouped squeeze): a weight per column of the features, from the features themselves."""
+from typing import Any, Sequence
+
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.protos import pipeline_pb2
 
@@ -15,7 +17,7 @@ class SENet(tf.keras.layers.Layer):
     the weights; the concatenated features times their weights (plus the features: ``use_skip_connection``),
     layer-normalized (``use_output_layer_norm``)."""
 
-    def __init__(self, settings: pipeline_pb2.SENet, fields: int, width: int, seed: int = 0, **kwargs):
+    def __init__(self, settings: pipeline_pb2.SENet, fields: int, width: int, seed: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.settings = settings
         groups = settings.num_squeeze_group
@@ -26,7 +28,7 @@ class SENet(tf.keras.layers.Layer):
                                             kernel_initializer=tf.keras.initializers.GlorotNormal(seed=seed + 1))
         self.norm = tf.keras.layers.LayerNormalization(name="output_ln") if settings.use_output_layer_norm else None
 
-    def call(self, features):  # pylint: disable=arguments-differ
+    def call(self, features: Sequence[tf.Tensor]) -> tf.Tensor:  # pylint: disable=arguments-differ
         groups = self.settings.num_squeeze_group
         squeezed = []
         for feature in features:
