@@ -45,13 +45,15 @@ def _stream(count: int, seed: int = 7) -> list:
 
 
 def test_the_movielens_config_learns_a_stream_of_its_schema_and_the_bench_reports_it(tmp_path):
-    (tmp_path / "stream.csv").write_text("\n".join(_stream(6000)) + "\n")
+    # 4,000 lines (2,000 steps of the sample's batch of 2): its second-half AUC is ~0.71, clear of 0.68 (3,000:
+    # ~0.68, too near; 6,000: ~0.73)
+    (tmp_path / "stream.csv").write_text("\n".join(_stream(4000)) + "\n")
     png = tmp_path / "quality.png"
     proc = subprocess.run([PYTHON, "tools/bench/learning_quality.py", f"--data={tmp_path}", f"--png={png}",
                            "--window=1000"], cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.index("\n}\n") + 2])
-    assert result["samples"] == 6000 and 3000 <= result["half"] < 3100, result
+    assert result["samples"] == 4000 and 2000 <= result["half"] < 2100, result
     # Chance is 0.5; the generating model's own AUC is about 0.8. The LR baseline runs on the same lines.
     assert result["easyonline"]["second_half"] > 0.68, result
     assert result["online_lr"]["second_half"] > 0.65, result
@@ -80,16 +82,17 @@ def _rated_stream(count: int, seed: int = 11) -> list:
 
 
 def test_the_multitask_config_trains_both_tasks_and_the_bench_reports_them(tmp_path):
-    """samples/movielens_multitask.config loads and trains 800 generated lines through the broker (the
-    bench: tools/bench/multitask_quality.py, without its single-task run)."""
-    (tmp_path / "stream.csv").write_text("\n".join(_rated_stream(800)) + "\n")
+    """samples/movielens_multitask.config loads and trains 500 generated lines through the broker (the
+    bench: tools/bench/multitask_quality.py, without its single-task run). (500: liked AUC ~0.76 and rating RMSE
+    ~1.0 on the second half, both clear of their bounds; 800 took 150 more steps for ~0.81 and ~0.9.)"""
+    (tmp_path / "stream.csv").write_text("\n".join(_rated_stream(500)) + "\n")
     png = tmp_path / "multitask.png"
     proc = subprocess.run([PYTHON, "tools/bench/multitask_quality.py", f"--data={tmp_path}", f"--png={png}",
                            "--window=200", "--skip_single"], cwd=ROOT, env=python_env(), capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.index("\n}\n") + 2])
-    assert result["samples"] == 800 and result["half"] == 400, result
+    assert result["samples"] == 500 and result["half"] == 250, result
     assert result["liked_auc"]["single"] is None and result["targets"]["liked AUC >= single - 0.003"] is None
     # The generating model's own liked AUC is 0.95 (its mean rating as the score); chance is 0.5.
     assert result["liked_auc"]["multitask"]["second_half"] > 0.65, result
@@ -102,16 +105,17 @@ def test_the_multitask_config_trains_both_tasks_and_the_bench_reports_them(tmp_p
 
 
 def test_the_sequence_config_trains_with_the_histories_and_the_bench_reports_it(tmp_path):
-    """samples/movielens_din.config loads and trains 800 generated ratings, each with the movie's earlier raters,
-    through the broker (the bench: tools/bench/sequence_quality.py, without its single-task run)."""
-    movielens_files(tmp_path, 800)
+    """samples/movielens_din.config loads and trains 500 generated ratings, each with the movie's earlier raters,
+    through the broker (the bench: tools/bench/sequence_quality.py, without its single-task run). (500: second-half
+    AUC ~0.83, empty histories 12%, mean length 4.1 (the data's, seeded); 800 took 150 more steps for ~0.83.)"""
+    movielens_files(tmp_path, 500)
     png = tmp_path / "sequence.png"
     proc = subprocess.run([PYTHON, "tools/bench/sequence_quality.py", f"--data={tmp_path}", f"--png={png}",
                            "--window=200", "--skip_single"], cwd=ROOT, env=python_env(), capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.index("\n}\n") + 2])
-    assert result["samples"] == 800 and result["half"] == 400, result
+    assert result["samples"] == 500 and result["half"] == 250, result
     assert result["auc"]["single"] is None and result["targets"]["AUC >= single + 0.005"] is None
     # most samples carry a history, none longer than the config's sequence_length (the stream's default)
     assert result["history"]["at_most"] == 100, result
