@@ -39,6 +39,9 @@ def test_demo_trains_online_and_beats_the_frozen_model(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000
 
 
+# ~30 s of CPU; CI skips it (conftest.py): test_demo_trains_online_and_beats_the_frozen_model runs the demo to
+# exit 0 in CI, and tests/unit/test_demo_summary.py checks the short-stream warning and the NO's reasons
+@pytest.mark.scenario
 def test_a_short_demo_exits_0_warns_that_it_is_short_and_says_why_it_did_not_recover():
     """Issue 54, item 10: a new user's small run (before: exit 1, no word why). The verdicts are printed, not exit
     codes: a stream too short to show the recovery is warned about at the start, its NO says why, and only
