@@ -13,19 +13,17 @@ than the sequence_length too; the CL4SRec one's export for stock TensorFlow Serv
 without TFRA, scores the same.
 """
 import json
-import subprocess
 
 import numpy as np
 import pytest
 
 from easyonline.updates.model_diff import differences_from_model
 from easyonline.updates.param_ids import read_parameter_ids
-from tests.conftest import PYTHON, python_env
 from tests.integration.test_din import FIELDS, _train_to_the_end, din_config, din_lines, export_serves_what_it_scores
 from tests.integration.test_export_serve import export
 from tests.integration.test_incremental_updates import _replay
 from tests.integration.test_multi_task_models import auc
-from tests.integration.test_positioned_sequence_exports import READER
+from tests.integration.test_positioned_sequence_exports import read_exports
 from tests.integration.test_serve_tasks import trained_outputs
 from tests.integration.test_stock_serving_export import export_in_one_process
 from tests.integration.test_transactional_topics import write_transactions
@@ -150,9 +148,6 @@ def test_a_backbone_model_trains_through_the_broker_replays_exactly_learns_the_h
     rows = tmp_path / "rows.json"
     rows.write_text(json.dumps([{n: (float(v) if n == "price" else v) for (n, _), v in
                                  zip(FIELDS[1:], line.decode().split(",")[1:])} for line in lines]))
-    run = subprocess.run([PYTHON, "-c", READER, stock, str(rows)], env=python_env(), capture_output=True, text=True,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    [got] = read_exports(rows, stock)
     assert got["stock"] and not got["tfra"]
     np.testing.assert_allclose(got["probs"], want, atol=1e-6)

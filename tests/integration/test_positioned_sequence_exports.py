@@ -1,6 +1,6 @@
 """Sequences whose positions hold several ids (``seq_multi_sep``) or numbers (a raw SequenceFeature) through both
-exports: each is read in a fresh process, the stock one without TFRA ever loading, and must score what the trainer
-scores (their ids come flat with positions, and each position is pooled in the graph both exports trace).
+exports: both are read in one fresh process, the stock one first and without TFRA loading, and each must score what
+the trainer scores (their ids come flat with positions, and each position is pooled in the graph both exports trace).
 
 The model trains from a file (the broker adds nothing to what an export holds); test_easyrec_multitask.py trains
 the same kinds of sequence through the broker, serves them over REST and replays their updates.
@@ -17,20 +17,34 @@ from tests.conftest import PYTHON, python_env
 from tests.integration.test_stock_serving_export import export_in_one_process
 from tests.unit.test_sequence_features import CONFIG, MODEL, MULTI, RAW
 
-# Scores rows of input strings through an export's serving_default; prints the probabilities and whether TFRA
-# was loaded.
+# Scores rows of input strings (argv[1], a JSON file) through the serving_default of each export (argv[2:]), one
+# after another in this process: prints a line per export, its probabilities and whether TFRA was loaded when it had
+# scored (a stock export read first: not, had it needed TFRA's ops or modules).
 READER = r"""
 import json, sys
 from easyonline.serve.loaded_export import LoadedExport
 import tensorflow as tf
-export = LoadedExport(sys.argv[1])
-serve = export.signatures["serving_default"]
-rows = json.load(open(sys.argv[2]))
-inputs = {name: tf.constant([row[name] for row in rows], dtype=spec.dtype)
-          for name, spec in serve.structured_input_signature[1].items()}
-print(json.dumps({"probs": serve(**inputs)["probs"].numpy().tolist(), "stock": export.for_stock_serving,
-                  "tfra": any(m.startswith("tensorflow_recommenders_addons") for m in sys.modules)}))
+rows = json.load(open(sys.argv[1]))
+for version in sys.argv[2:]:
+    export = LoadedExport(version)
+    serve = export.signatures["serving_default"]
+    inputs = {name: tf.constant([row[name] for row in rows], dtype=spec.dtype)
+              for name, spec in serve.structured_input_signature[1].items()}
+    print(json.dumps({"probs": serve(**inputs)["probs"].numpy().tolist(), "stock": export.for_stock_serving,
+                      "tfra": any(m.startswith("tensorflow_recommenders_addons") for m in sys.modules)}), flush=True)
 """
+
+
+def read_exports(rows, *versions):
+    """What READER prints for each of ``versions`` (in one fresh process, in that order), as dicts."""
+    out = subprocess.run([PYTHON, "-c", READER, str(rows), *versions], env=python_env(), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()[-len(versions):]
+    assert len(lines) == len(versions), out.stdout[-3000:]
+    return [json.loads(line) for line in lines]
+
+
 FIELDS = ("label", "item", "cate", "hist", "hist_cate", "nums", "wtags", "ihist")
 
 
@@ -73,9 +87,7 @@ def test_both_exports_score_positioned_sequences_as_the_trainer(tmp_path):
     assert want.std() > 0  # (scores that differ: a wrong pooling could not match them by chance)
     rows = tmp_path / "rows.json"
     rows.write_text(json.dumps([dict(zip(FIELDS[1:], line.split(",")[1:])) for line in lines]))
-    for version, stock_kind in ((normal, False), (stock, True)):
-        out = subprocess.run([PYTHON, "-c", READER, version, str(rows)], env=python_env(), capture_output=True,
-                             text=True, timeout=300, check=True).stdout.strip().splitlines()[-1]
-        got = json.loads(out)
+    # one reader for both (one TensorFlow start): the stock export first, so that TFRA is not loaded before it scores
+    for version, stock_kind, got in zip((stock, normal), (True, False), read_exports(rows, stock, normal)):
         assert got["stock"] is stock_kind and got["tfra"] is not stock_kind
         np.testing.assert_allclose(got["probs"], want, atol=1e-6, err_msg=version)
