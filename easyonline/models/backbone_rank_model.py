@@ -2,7 +2,7 @@
 concatenated, ``top_mlp``, and one logit.
 
 Blocks (models/backbone/graph.py) read feature groups through input layers, or other blocks; their layers are
-EasyRec's MLP, DIN (target attention, models/layers.py ``TargetAttention``) and BST (models/backbone/
+EasyRec's MLP, DIN (target attention, models/target_attention.py) and BST (models/backbone/
 bst_encoder.py). A group a DIN or BST layer reads lists its SequenceFeatures and its target features together
 and an input layer reads it with ``output_seq_and_normal_feature`` (the parsers then check that its sequences'
 positions line up, as a target attention's). EasyRec's samples ``din_backbone_on_taobao`` and
@@ -19,7 +19,8 @@ from easyonline.models.backbone.cross import Cross
 from easyonline.models.backbone.graph import BlockGraph, BlockInputs, Source, block_graph
 from easyonline.models.backbone.masknet import MaskNet
 from easyonline.models.backbone.senet import SENet
-from easyonline.models.layers import MLP, BatchNorm, ExpertMixture, TargetAttention, initializer_of
+from easyonline.models.layers import MLP, BatchNorm, ExpertMixture, initializer_of
+from easyonline.models.target_attention import TargetAttention
 from easyonline.models.ranking_model import Embeddings, RankingModel, one_or_all
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2

@@ -15,7 +15,7 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import sequence_feature_names, sequence_groups
 from easyonline.features.sequence_settings import feature_name, validate_sequence_groups
-from easyonline.models.layers import SequenceTransformer
+from easyonline.models.sequence_transformer import SequenceTransformer
 from easyonline.models.multi_tower import MultiTower
 from easyonline.models.ranking_model import Embeddings
 from easyonline.models.registry import register

@@ -39,7 +39,8 @@ from easyonline.protos.model_towers import towers_in
 from easyonline.features.feature_spec import FeatureSpecs, RawFeature, SequenceGroup, sequence_groups
 from easyonline.features.multi_value_tf import sequence_lengths
 from easyonline.models.feature_groups import columns_of, group_columns, grouped_features
-from easyonline.models.layers import MLP, TargetAttention, normalizes
+from easyonline.models.layers import MLP, normalizes
+from easyonline.models.target_attention import TargetAttention
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import RankingTask, Tasks
 from easyonline.tasks.from_config import tasks_from_towers

@@ -14,7 +14,7 @@ from easyonline.config.validate import validate_pipeline_config  # noqa: E402
 from easyonline.features import CsvParser, build_feature_specs  # noqa: E402
 from easyonline.features.signature import empty_features  # noqa: E402
 from easyonline.models.builder import build_model  # noqa: E402
-from easyonline.models.layers import SequenceTransformer  # noqa: E402
+from easyonline.models.sequence_transformer import SequenceTransformer  # noqa: E402
 
 # label,user,brand,cate,brand_list,cate_list: EasyRec's form, as its bst_on_taobao sample (two seq_att_maps)
 EASYREC_BST = '''

@@ -19,7 +19,8 @@ from easyonline.features.record_parser import make_parser  # noqa: E402
 from easyonline.features.signature import empty_features  # noqa: E402
 from easyonline.features.vector_csv import array_path_refusal, supports  # noqa: E402
 from easyonline.models.builder import build_model  # noqa: E402
-from easyonline.models.layers import MLP, TargetAttention  # noqa: E402
+from easyonline.models.layers import MLP  # noqa: E402
+from easyonline.models.target_attention import TargetAttention  # noqa: E402
 from easyonline.protos import pipeline_pb2  # noqa: E402
 
 # label,item,cate,hist,hist_cate,nums,wtags,ihist
