@@ -112,21 +112,27 @@ class FMInteraction(tf.keras.layers.Layer):
         return vector if per_dim else tf.reduce_sum(vector, axis=1)
 
 
+def gate_layer(units: int, l2: float, seed: int, name: str) -> tf.keras.layers.Layer:
+    """A gate over ``units`` experts: a linear layer whose softmax weighs them (see ``softmax_mix``)."""
+    return tf.keras.layers.Dense(units, kernel_regularizer=tf.keras.regularizers.l2(l2) if l2 > 0 else None,
+                                 kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed), name=name)
+
+
+def softmax_mix(gate: tf.keras.layers.Layer, x: tf.Tensor, stacked: tf.Tensor) -> tf.Tensor:
+    """The experts' outputs ``stacked`` [B, E, d] weighted by ``gate``'s softmax over ``x``: [B, d]."""
+    return tf.reduce_sum(stacked * tf.expand_dims(tf.nn.softmax(gate(x), axis=1), -1), axis=1)
+
+
 class ExpertMixture(tf.keras.layers.Layer):
     """MMoE's experts and gates (Ma et al. 2018, EasyRec's ``layers/mmoe.py``): every expert reads the input,
     and each task's input is the mix of the experts' outputs by that task's softmax gate over the input."""
 
-    def __init__(self, experts: Sequence[MLP], num_tasks: int, l2: float = 0.0, seed: int = 0,
-                 **kwargs: Any) -> None:
+    def __init__(self, experts: Sequence[MLP], num_tasks: int, l2: float = 0.0, seed: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.experts = list(experts)
-        regularizer = tf.keras.regularizers.l2(l2) if l2 > 0 else None
-        self.gates = [tf.keras.layers.Dense(len(self.experts), kernel_regularizer=regularizer,
-                                            kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed + t),
-                                            name=f"gate_{t}") for t in range(num_tasks)]
+        self.gates = [gate_layer(len(self.experts), l2, seed + t, f"gate_{t}") for t in range(num_tasks)]
 
     def call(self, x: tf.Tensor, training: Any = False) -> List[tf.Tensor]:
         """A list of ``num_tasks`` [B, expert width] inputs, one per task."""
         outputs = tf.stack([expert(x, training=training) for expert in self.experts], axis=1)  # [B, E, d]
-        return [tf.reduce_sum(outputs * tf.expand_dims(tf.nn.softmax(gate(x), axis=1), -1), axis=1)
-                for gate in self.gates]
+        return [softmax_mix(gate, x, outputs) for gate in self.gates]

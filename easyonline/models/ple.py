@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import FeatureSpecs
+from easyonline.models.layers import gate_layer, softmax_mix
 from easyonline.models.ranking_model import RankingModel
 from easyonline.models.registry import register
 from easyonline.models.settings_checks import check_group
@@ -28,17 +29,6 @@ from easyonline.models.task_towers import TaskTowers
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()
-
-
-def _gate(units: int, l2: float, seed: int, name: str) -> Any:
-    return tf.keras.layers.Dense(units, kernel_regularizer=tf.keras.regularizers.l2(l2) if l2 > 0 else None,
-                                 kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed), name=name)
-
-
-def _mix(gate: Any, x: tf.Tensor, outputs: List[tf.Tensor]) -> tf.Tensor:
-    """The experts' ``outputs`` [B, d] each, weighted by ``gate``'s softmax over ``x``: [B, d]."""
-    weights = tf.expand_dims(tf.nn.softmax(gate(x), axis=1), -1)  # [B, E, 1]
-    return tf.reduce_sum(tf.stack(outputs, axis=1) * weights, axis=1)
 
 
 class ExtractionLayer(tf.keras.layers.Layer):
@@ -50,10 +40,10 @@ class ExtractionLayer(tf.keras.layers.Layer):
         super().__init__(**kwargs)
         self.task_experts = [list(experts) for experts in task_experts]
         self.shared_experts = list(shared_experts)
-        self.task_gates = [_gate(len(experts) + len(self.shared_experts), l2, seed + t, f"task_{t}_gate")
+        self.task_gates = [gate_layer(len(experts) + len(self.shared_experts), l2, seed + t, f"task_{t}_gate")
                            for t, experts in enumerate(self.task_experts)]
         every = sum(len(experts) for experts in self.task_experts) + len(self.shared_experts)
-        self.shared_gate = None if last else _gate(every, l2, seed + len(self.task_experts), "share_gate")
+        self.shared_gate = None if last else gate_layer(every, l2, seed + len(self.task_experts), "share_gate")
 
     def call(self, task_inputs: Sequence[tf.Tensor], shared_input: tf.Tensor, training: Any = False
              ) -> Tuple[List[tf.Tensor], Optional[tf.Tensor]]:
@@ -63,8 +53,8 @@ class ExtractionLayer(tf.keras.layers.Layer):
         for x, experts, gate in zip(task_inputs, self.task_experts, self.task_gates):
             own = [expert(x, training=training) for expert in experts]
             every.extend(own)
-            outputs.append(_mix(gate, x, own + shared))
-        return outputs, (_mix(self.shared_gate, shared_input, every + shared)
+            outputs.append(softmax_mix(gate, x, tf.stack(own + shared, axis=1)))
+        return outputs, (softmax_mix(self.shared_gate, shared_input, tf.stack(every + shared, axis=1))
                          if self.shared_gate is not None else None)
 
 
