@@ -16,7 +16,7 @@ from easyonline.embedding.dynamic_tables import checkpoint_shards, local_shards
 from easyonline.features import FeatureSpecs, build_feature_specs
 from easyonline.features.signature import empty_features
 from easyonline.models.builder import build_model
-from easyonline.models.ranking_model import RankingModel
+from easyonline.models.base import Model
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()
@@ -24,14 +24,14 @@ log = logging.getLogger(__name__)
 
 
 def model_with_shards(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, shards: int,
-                      scope: Optional[ContextManager] = None) -> RankingModel:
+                      scope: Optional[ContextManager] = None) -> Model:
     """The config's model, its tables in ``shards`` shards in this process (a checkpoint's
     ``checkpoint_shards``; 1 without one), built in ``scope``."""
     with scope or contextlib.nullcontext(), local_shards(shards):
         return build_model(config, specs)
 
 
-def restore_into(model: RankingModel, checkpoint: str) -> int:
+def restore_into(model: Model, checkpoint: str) -> int:
     """Replaces the model's parameters with the checkpoint's; returns its step (-1 for a model-only one).
 
     The tables are cleared first, so keys evicted since an earlier restore do not linger.
@@ -49,7 +49,7 @@ def restore_into(model: RankingModel, checkpoint: str) -> int:
 
 @dataclasses.dataclass
 class RestoredModel:
-    model: RankingModel
+    model: Model
     specs: FeatureSpecs
     checkpoint: str
     step: int

@@ -160,7 +160,7 @@ class TrainGraph:
                                                    sample_weight=self.sample_weight)
             score_logits = logits
             if self.model.scores_differ_in_training:  # dropout or batch norm: score as in serving, first
-                score_logits = self.model.task_logits(self.model(features, training=False))
+                score_logits = self.model(features, training=False)
             primary = self.model.tasks.primary
             # every task's predictions (a binary task's probabilities), for the shared metrics
             self.predictions = {task.name: task.scores(score_logits[task.name]) for task in self.model.tasks}

@@ -55,7 +55,7 @@ class CoreTable(tf.Module):
 
 
 def core_tables(model) -> Dict[str, CoreTable]:
-    """A ``CoreTable`` per dynamic table of ``model`` (a RankingModel), filled with its rows (eagerly)."""
+    """A ``CoreTable`` per dynamic table of ``model`` (a models/base.py Model), filled with its rows (eagerly)."""
     out = {}
     for name, layer in sorted(model.tables.embeddings.items()):
         keys, values = layer.params.export()

@@ -20,7 +20,7 @@ ROWS_PER_FILE = 1_000_000
 
 
 def export_embeddings(model, directory: str, checkpoint: str, step: int) -> Dict[str, int]:
-    """Writes the tables of ``model`` (a RankingModel); returns {table: rows written}."""
+    """Writes the tables of ``model`` (a models/base.py Model); returns {table: rows written}."""
     fileio.makedirs(directory)
     counts, dims = {}, {}
     for name, layer in sorted(model.tables.embeddings.items()):

@@ -4,7 +4,7 @@
 config declares them), turns them into ids exactly as the trainer's parser
 does (the same ``parsed_features``), and runs the model in inference mode, where an
 unknown id looks up as zeros and creates nothing. It returns every task's
-outputs under EasyRec's names (``RankingModel.task_outputs``): ``probs`` and
+outputs under EasyRec's names (``Model.task_outputs``): ``probs`` and
 ``logits`` for one binary task, ``y`` for one regression, ``probs_<tower>``,
 ``logits_<tower>`` and ``y_<tower>`` for a multi-task model's towers;
 ``score_features`` (parsed features in) returns the same.
@@ -114,7 +114,7 @@ class _Hidden:
 
 
 class ServingModule(tf.Module):
-    """Wraps a trained RankingModel for export; build it after ``de.enable_inference_mode()``.
+    """Wraps a trained model (models/base.py) for export; build it after ``de.enable_inference_mode()``.
 
     ``tables`` (name -> table, e.g. export/core_tables.py's): the tables serving reads and updates instead of
     the model's TFRA ones, so the SavedModel holds no TFRA op or resource (an export for stock TensorFlow

@@ -40,7 +40,7 @@ class IdFeature:
 
     A sequence (``sequence``) is split like tags but not pooled: its first
     ``max_length`` ids (0: all) are the most recent, and the model reads them
-    position by position (``RankingModel.sequence_input``). Weighted tags
+    position by position (``Model.sequence_input``). Weighted tags
     (``kv_separator``) carry a weight per id, parsed into the feature
     ``weights_key(name)``. A sequence of several ids a position
     (``multi_separator``) has its ids flat and each one's position under

@@ -14,9 +14,9 @@ from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.models.backbone.graph import BlockGraph, BlockInputs
 from easyonline.models.dbmtl import check_relations
 from easyonline.models.backbone_rank_model import RankModel
-from easyonline.models.ranking_model import Embeddings
+from easyonline.models.base import Embeddings
 from easyonline.models.registry import register
-from easyonline.models.task_towers import TaskTowers
+from easyonline.models.multi_task_model import MultiTaskModel
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()
@@ -45,7 +45,7 @@ def _list_length(node: BlockInputs) -> int:
 
 
 @register("multi_task_model", "MultiTaskModel", settings_field="model_params")
-class MultiTaskModel(TaskTowers, RankModel):
+class BackboneMultiTaskModel(MultiTaskModel, RankModel):
     reads_task_towers = True
 
     @classmethod

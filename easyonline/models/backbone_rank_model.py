@@ -21,7 +21,8 @@ from easyonline.models.backbone.masknet import MaskNet
 from easyonline.models.backbone.senet import SENet
 from easyonline.models.layers import MLP, BatchNorm, ExpertMixture, initializer_of
 from easyonline.models.target_attention import TargetAttention
-from easyonline.models.ranking_model import Embeddings, RankingModel, one_or_all
+from easyonline.models.base import Embeddings, one_or_all
+from easyonline.models.ranking_model import RankingModel
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
@@ -252,8 +253,8 @@ class RankModel(RankingModel):
         hidden = parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
         return self.top_mlp(hidden, training=training) if self.top_mlp is not None else hidden
 
-    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
-                    training: Any) -> tf.Tensor:
+    def logit(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+              training: Any) -> tf.Tensor:
         hidden = self.backbone_output(embeddings, dense, training)
         if hidden.shape[-1] == 1:  # (EasyRec adds the output layer only when the width is not one logit's)
             return hidden[:, 0]

@@ -1,14 +1,14 @@
 """Builds the model ``model_config.model_class`` names, from the registry (registry.py)."""
 from typing import Any, Optional, Tuple, Type
 from easyonline.features.feature_spec import FeatureSpecs
-from easyonline.models.ranking_model import RankingModel
+from easyonline.models.base import Model
 from easyonline.models.registry import ModelEntry, lookup
 from easyonline.protos import pipeline_pb2
 from easyonline.tasks import Tasks
 from easyonline.tasks.from_config import single_task
 
 
-def build_model(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> RankingModel:
+def build_model(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs) -> Model:
     """Assumes a validated config (the model name and DeepFM's single embedding_dim are checked there)."""
     model_config = config.model_config
     entry, field, sub = _model_entry(model_config)
@@ -34,8 +34,8 @@ def _model_entry(model_config: pipeline_pb2.ModelConfig) -> Tuple[ModelEntry, st
 
 
 def build_tasks(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs,
-                model_class: Optional[Type[RankingModel]] = None, settings: Any = None, field: str = "") -> Tasks:
-    """The model's tasks: those of its settings (one per task tower, ``RankingModel.tasks_from_settings``),
+                model_class: Optional[Type[Model]] = None, settings: Any = None, field: str = "") -> Tasks:
+    """The model's tasks: those of its settings (one per task tower, ``Model.tasks_from_settings``),
     or else the one task of ``model_config.loss_type`` on the first label field."""
     window = config.train_config.metrics_window_samples
     tasks = model_class.tasks_from_settings(settings, specs.label_names, window, f"model_config.{field}") \

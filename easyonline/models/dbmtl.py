@@ -15,10 +15,10 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.models.layers import ExpertMixture
-from easyonline.models.ranking_model import Embeddings, RankingModel
+from easyonline.models.base import Embeddings
 from easyonline.models.settings_checks import check_deepfm_terms, check_group
 from easyonline.models.registry import register
-from easyonline.models.task_towers import TaskTowers
+from easyonline.models.multi_task_model import MultiTaskModel
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()
@@ -37,8 +37,7 @@ def check_relations(towers: Sequence[pipeline_pb2.BayesTaskTower], path: str) ->
 
 
 @register("dbmtl", "DBMTL")
-class DBMTL(TaskTowers, RankingModel):
-    global_bias = False
+class DBMTL(MultiTaskModel):
 
     @classmethod
     def validate_settings(cls, config: pipeline_pb2.PipelineConfig, path: str) -> None:

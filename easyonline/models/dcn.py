@@ -12,7 +12,8 @@ from typing import Any, Optional
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import FeatureSpecs
-from easyonline.models.ranking_model import Embeddings, RankingModel
+from easyonline.models.base import Embeddings
+from easyonline.models.ranking_model import RankingModel
 from easyonline.models.settings_checks import check_group
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
@@ -70,8 +71,8 @@ class DCN(RankingModel):
         self.final = self.mlp(settings.final_dnn, l2, "final_dnn")
         self.output_logit = self.logit_layer(0.0, "output")
 
-    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
-                    training: Any) -> tf.Tensor:
+    def logit(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+              training: Any) -> tf.Tensor:
         deep = self.deep_dnn(self.group_input(self.deep_group, embeddings, dense, training), training=training)
         cross = self.cross(self.group_input(self.cross_group, embeddings, dense, training))
         return self.output_logit(self.final(tf.concat([deep, cross], axis=1), training=training))[:, 0]

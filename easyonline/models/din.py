@@ -14,7 +14,8 @@ from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.features.sequence_settings import NORMALIZERS, validate_attention_dnn
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
-from easyonline.models.ranking_model import DEFAULT_HIDDEN_UNITS, Embeddings, RankingModel
+from easyonline.models.base import Embeddings
+from easyonline.models.ranking_model import DEFAULT_HIDDEN_UNITS, RankingModel
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
@@ -66,7 +67,7 @@ class DIN(RankingModel):
         return (settings.attention_dnn if settings.HasField("attention_dnn") else default,
                 settings.attention_normalizer)
 
-    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
-                    training: Any) -> tf.Tensor:
+    def logit(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+              training: Any) -> tf.Tensor:
         inputs = tf.concat([self.group_input(name, embeddings, dense, training) for name in self.group_names], axis=1)
         return self.output_logit(self.din_dnn(inputs, training=training))[:, 0]

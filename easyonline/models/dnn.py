@@ -2,7 +2,8 @@
 from typing import Any, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.models.ranking_model import Embeddings, RankingModel
+from easyonline.models.base import Embeddings
+from easyonline.models.ranking_model import RankingModel
 from easyonline.models.registry import register
 
 tf = ensure_legacy_keras()
@@ -12,6 +13,6 @@ tf = ensure_legacy_keras()
 class DNN(RankingModel):
     uses_first_order = False
 
-    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
-                    training: Any) -> tf.Tensor:
+    def logit(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+              training: Any) -> tf.Tensor:
         return self.deep_part(embeddings, dense, training)

@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Sequence
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import FeatureSpecs
-from easyonline.models.ranking_model import Embeddings, RankingModel
+from easyonline.models.base import Embeddings, Model
 from easyonline.models.settings_checks import check_group
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
@@ -42,8 +42,7 @@ def product_logit(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
 
 
 @register("esmm", "ESMM")
-class ESMM(RankingModel):
-    global_bias = False
+class ESMM(Model):
 
     @classmethod
     def task_towers(cls, settings: Any) -> list:

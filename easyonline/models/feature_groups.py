@@ -3,7 +3,7 @@
 ``model_config.feature_groups`` choose which id features and raw columns feed
 the wide part (first-order weights, the dense features' linear weights) and
 which the deep part (embeddings, and the dense features in the DNN); without
-groups every feature feeds both. A group's input (``RankingModel.group_input``)
+groups every feature feeds both. A group's input (``Model.group_input``)
 reads its positions and columns from ``group_columns``.
 """
 from typing import Collection, Dict, List, Optional, Set, Tuple

@@ -9,7 +9,7 @@ name). ``expert_dnn`` x ``num_expert`` experts, or EasyRec's deprecated
 
 ``deepfm_terms`` (not EasyRec's) adds to each task's logit DeepFM's
 first-order and FM terms, shared by the tasks, each task with its own scale
-(task_towers.py): DNN experts learn an id's bias and
+(deepfm_terms.py): DNN experts learn an id's bias and
 the dot products of two ids' embeddings only slowly, from few samples.
 """
 from typing import Any, Dict, Optional
@@ -18,18 +18,17 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.models.layers import ExpertMixture
-from easyonline.models.ranking_model import Embeddings, RankingModel
+from easyonline.models.base import Embeddings
 from easyonline.models.settings_checks import check_deepfm_terms, check_group
 from easyonline.models.registry import register
-from easyonline.models.task_towers import TaskTowers
+from easyonline.models.multi_task_model import MultiTaskModel
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()
 
 
 @register("mmoe", "MMoE")
-class MMoE(TaskTowers, RankingModel):
-    global_bias = False
+class MMoE(MultiTaskModel):
 
     @classmethod
     def validate_settings(cls, config: pipeline_pb2.PipelineConfig, path: str) -> None:

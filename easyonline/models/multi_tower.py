@@ -12,7 +12,8 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.models.layers import BatchNorm
-from easyonline.models.ranking_model import Embeddings, RankingModel
+from easyonline.models.base import Embeddings
+from easyonline.models.ranking_model import RankingModel
 from easyonline.models.settings_checks import check_group
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
@@ -56,7 +57,7 @@ class MultiTower(RankingModel):
         return [tower(norm(self.group_input(name, embeddings, dense, training), training=training), training=training)
                 for name, norm, tower in zip(self.group_names, self.input_norms, self.tower_dnns)]
 
-    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
-                    training: Any) -> tf.Tensor:
+    def logit(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+              training: Any) -> tf.Tensor:
         towers = self.tower_outputs(embeddings, dense, training)
         return self.output_logit(self.final(tf.concat(towers, axis=1), training=training))[:, 0]

@@ -17,7 +17,7 @@ from easyonline.features.feature_spec import sequence_feature_names, sequence_gr
 from easyonline.features.sequence_settings import feature_name, validate_sequence_groups
 from easyonline.models.sequence_transformer import SequenceTransformer
 from easyonline.models.multi_tower import MultiTower
-from easyonline.models.ranking_model import Embeddings
+from easyonline.models.base import Embeddings
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 

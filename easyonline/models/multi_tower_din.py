@@ -14,7 +14,7 @@ from easyonline.features.sequence_settings import sequence_group_names, validate
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.models.multi_tower import MultiTower
-from easyonline.models.ranking_model import Embeddings
+from easyonline.models.base import Embeddings
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 

@@ -22,10 +22,9 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.models.layers import gate_layer, softmax_mix
-from easyonline.models.ranking_model import RankingModel
 from easyonline.models.registry import register
 from easyonline.models.settings_checks import check_group
-from easyonline.models.task_towers import TaskTowers
+from easyonline.models.multi_task_model import MultiTaskModel
 from easyonline.protos import pipeline_pb2
 
 tf = ensure_legacy_keras()
@@ -59,8 +58,7 @@ class ExtractionLayer(tf.keras.layers.Layer):
 
 
 @register("ple", "PLE")
-class PLE(TaskTowers, RankingModel):
-    global_bias = False
+class PLE(MultiTaskModel):
 
     @classmethod
     def validate_settings(cls, config: pipeline_pb2.PipelineConfig, path: str) -> None:

@@ -1,367 +1,63 @@
-"""The base of every model: embeds features, returns one logit per sample, and owns its tasks.
+"""The base of the single-task models: one logit per sample, given to every task of the model.
 
-A subclass registers its names (``@register("deepfm", "DeepFM")``, see
-registry.py), says whether it needs a first-order weight per id
-(``uses_first_order``; a multi-task model's ``deepfm_terms`` asks for one,
-see task_towers.py) and whether every id feature must share one
-embedding dim (``one_embedding_dim``, checked by the validator), and
-implements ``logits_from(embeddings, first_order, dense, training)``.
-
-The model owns its tasks (``tasks``, tasks/task.py: each task's label, loss,
-weight, metrics and outputs; one RankingTask on the first label field unless
-given), and ``compute_loss(features, labels)`` is the one method a training
-step calls: labels come as a dict by label name, as the parser hands them
-over (TFRS's ``Model.compute_loss``).
-
-``model_config.feature_groups`` (EasyRec's) choose which features feed the
-wide part (first-order weights, the dense features' linear weights) and
-which the deep part (embeddings, and the dense features in the DNN);
-without groups every feature feeds both.
-
-A feature group's ``sequence_features`` (EasyRec's) are target attentions
-over behaviour sequences (``TargetAttention``, one per SeqAttGroup, built
-here for every model): ``group_input`` appends their outputs to the group's
-input, and ``sequence_input`` gives a model the parts themselves (keys,
-sequence, lengths), as DIN's towers read them.
-
-Models of towers over feature groups (MMoE, DBMTL, ESMM, MultiTower, DCN:
-docs/models.md) read a group's input with ``group_input``, build their
-layers with ``mlp`` / ``logit_layer``, check their own settings in the
-classmethod ``validate_settings`` and give their tasks through
-``task_towers`` / ``tasks_from_settings``; a multi-task one's
-``logits_from`` returns its logits by task name.
+A subclass implements ``logit(embeddings, first_order, dense, training) -> [B]``; ``logits_from`` adds the
+global bias (``global_bias``: one scalar, unless the model's output layer has its own) and gives the logit to
+each task (base.py: ``call`` always returns ``{task name: logits}``). The settings' own DNN (``deepfm.dnn``,
+``dnn.dnn``, ...; EasyRec's default [256, 128, 64] when it has no hidden units) is built here as ``deep``:
+``deep_hidden`` is its last hidden layer over the deep features and every target attention, ``deep_part``
+its logit.
 """
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.embedding.dynamic_tables import DynamicTables
-from easyonline.protos.model_towers import towers_in
-from easyonline.features.feature_spec import FeatureSpecs, RawFeature, SequenceGroup, sequence_groups
-from easyonline.features.multi_value_tf import sequence_lengths
-from easyonline.models.feature_groups import columns_of, group_columns, grouped_features
+from easyonline.features.feature_spec import FeatureSpecs
+from easyonline.models.base import Embeddings, Model
+from easyonline.models.feature_groups import columns_of
 from easyonline.models.layers import MLP, normalizes
-from easyonline.models.target_attention import TargetAttention
 from easyonline.protos import pipeline_pb2
-from easyonline.tasks import RankingTask, Tasks
-from easyonline.tasks.from_config import tasks_from_towers
+from easyonline.tasks import Tasks
 
 tf = ensure_legacy_keras()
 
 DEFAULT_HIDDEN_UNITS = (256, 128, 64)
-# EasyRec's attention DNN of a sequence group without seq_dnn
-DEFAULT_ATTENTION_UNITS = (128, 64, 32, 1)
 
 
-class Embeddings(list):
-    """``embed``'s deep embeddings ([B, dim] each, in deep feature order), plus what target attention reads:
-    ``by_name`` every non-sequence id feature's [B, dim] embedding, ``sequences`` every sequence feature's
-    ([B, L, dim] rows, zeros past each sample's length; lengths [B] int64)."""
+class RankingModel(Model):
+    """A model of one logit [B]: ``call(features) -> {task name: logit}`` (the same logit for every task)."""
 
-    def __init__(self, embeddings: Iterable[tf.Tensor], by_name: Dict[str, tf.Tensor],
-                 sequences: Dict[str, Tuple[tf.Tensor, tf.Tensor]]) -> None:
-        super().__init__(embeddings)
-        self.by_name = by_name
-        self.sequences = sequences
-
-
-class SequenceInput(NamedTuple):
-    """A target attention's input: ``keys`` [B, Dk] (its keys concatenated), ``sequence`` [B, L, D] (its hist_seqs
-    concatenated along dim, zeros past ``lengths``), ``lengths`` [B] (the first hist_seq's), ``aux`` [B, L, Da]
-    (its aux_hist_seqs) or None."""
-    keys: tf.Tensor
-    sequence: tf.Tensor
-    lengths: tf.Tensor
-    aux: Optional[tf.Tensor]
-
-
-class RankingModel(tf.keras.Model):
-    """Keras model: ``call(features) -> logits [B]``."""
-
-    uses_first_order = False
-    one_embedding_dim = False
-    global_bias = True  # one scalar bias added to the logit (a multi-task model's towers have their own)
-
-    @classmethod
-    def task_towers(cls, settings: Any) -> list:
-        """The task towers in the model's settings (``model_config.<field>``, or None), in field order
-        (protos/model_towers.py ``towers_in``): tasks/from_config.py builds one task per tower; a
-        single-task model's settings have none."""
-        return towers_in(settings) if settings is not None else []
-
-    @classmethod
-    def tasks_from_settings(cls, settings: Any, label_fields: Sequence[str], window_samples: int, path: str) -> list:
-        """The model's tasks from its settings (``path``: their config field, ``model_config.<field>``): one per
-        task tower; none for a single-task model (``model_config.loss_type`` then gives its one task). A
-        model whose objectives are not one per tower (ESMM) overrides this."""
-        towers = cls.task_towers(settings)
-        return tasks_from_towers(towers, label_fields, window_samples, f"{path}.task_towers") if towers else []
-
-    @classmethod
-    def validate_settings(cls, config: pipeline_pb2.PipelineConfig, path: str) -> None:
-        """Raises ConfigError naming the field when the model's own settings (``path``: ``model_config.<field>``)
-        are wrong; ``config/validate.py`` calls it (and checks every DNN in them) for whichever model is chosen."""
+    global_bias = True  # one scalar bias added to the logit
 
     def __init__(self, specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN,
                  seed: int = 0, tasks: Optional[Tasks] = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.specs = specs
-        self.tasks = tasks or Tasks([RankingTask(label_name=specs.label_names[0] if specs.label_names else "label")])
-        self.wide_dim = self.first_order_dim(model_config)
-        self.tables = DynamicTables(specs, extra_dims=self.wide_dim, seed=seed, name="tables")
-        self._deep_ids, self._wide_ids, self._deep_dense, self._wide_dense = grouped_features(specs, model_config)
-        self._embedding_l2 = model_config.embedding_regularization
+        super().__init__(specs, model_config, dnn, seed=seed, tasks=tasks, **kwargs)
         hidden = list(dnn.hidden_units) or list(DEFAULT_HIDDEN_UNITS)
-        self.dropout_ratio = dnn.dropout_ratio
-        self.use_bn = normalizes(dnn)
+        self.dropout_ratio = max(self.dropout_ratio, dnn.dropout_ratio)
+        self.use_bn = self.use_bn or normalizes(dnn)
         self.deep = MLP(hidden, dnn.activation, dnn.dropout_ratio, dnn.use_bn, model_config.l2_regularization,
                         seed=seed + 100, name="dnn")
         self.deep_logit = tf.keras.layers.Dense(1, name="deep_logit")
-        self.dense_linear: Any = tf.keras.layers.Dense(1, use_bias=False, name="dense_linear") \
-            if specs.raw_features else None
         self.bias = self.add_weight(name="bias", shape=(), initializer="zeros") if self.global_bias else None
-        self._groups = group_columns(specs, model_config, self._deep_ids)
-        self._seed = seed
-        self._built_mlps = 0
-        groups = sequence_groups(model_config, [f.name for f in specs.id_features if f.sequence])
-        self.sequence_groups: Dict[str, SequenceGroup] = {g.name: g for g in groups}
-        self._sequence_members = {g.group_name: [s.name for s in groups if s.feature_group == g.group_name
-                                                 and not s.backbone] for g in model_config.feature_groups}
-        default_dnn, normalizer = self.attention_defaults(model_config)
-        self.attentions: Dict[str, TargetAttention] = {
-            group.name: self.target_attention(group, group.config.seq_dnn if group.config.HasField("seq_dnn")
-                                              else default_dnn, normalizer, group.config.need_key_feature,
-                                              model_config.l2_regularization, f"seq_dnn{group.name}")
-            for group in self.sequence_groups.values() if not group.backbone}  # (a backbone's: its DIN/BST layers)
-        # EasyRec's final_dnn, when a model has one: build_final_dnn
-        self.final_dnn: Optional[MLP] = None
-        self.final_logit: Any = None
 
-    def attention_defaults(self, model_config: pipeline_pb2.ModelConfig) -> Tuple[pipeline_pb2.DNN, str]:
-        """(attention DNN, normalizer) of the sequence groups without seq_dnn: EasyRec's [128, 64, 32, 1] and
-        softmax (DIN's settings override them)."""
-        del model_config
-        return pipeline_pb2.DNN(hidden_units=DEFAULT_ATTENTION_UNITS), "softmax"
+    def logit(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+              training: Any) -> tf.Tensor:
+        """The model's one logit [B] (before the global bias) from what ``embed`` returned."""
+        raise NotImplementedError
 
-    def target_attention(self, group: SequenceGroup, dnn: pipeline_pb2.DNN, normalizer: str, need_key: bool,
-                         l2: float, name: str) -> TargetAttention:
-        """The target attention of ``group`` with ``dnn`` (its last layer: the one linear score unit)."""
-        width = {f.name: self.tables.table_dim(f.table) for f in self.specs.id_features}
-        key_width = sum(width[k] for k in group.keys)
-        seq_width = sum(width[h] for h in group.hist_seqs)
-        transform = ""
-        if key_width != seq_width:  # (the validator allows it with allow_key_transform only)
-            transform = "pad" if key_width < seq_width and not group.config.transform_dnn else "dense"
-        hidden = pipeline_pb2.DNN()
-        hidden.CopyFrom(dnn)
-        del hidden.hidden_units[-1]
-        return TargetAttention(self.mlp(hidden, l2, f"{name}_hidden"), self.logit_layer(l2, f"{name}_score"),
-                               normalizer, need_key, key_width, seq_width,
-                               sum(width[a] for a in group.aux_hist_seqs), transform, name=name)
-
-    def first_order_dim(self, model_config: pipeline_pb2.ModelConfig) -> int:  # pylint: disable=unused-argument
-        """Width of each id's first-order weights (stored as extra columns of its row); 0: none."""
-        return 1 if self.uses_first_order else 0
-
-    @property
-    def scores_differ_in_training(self) -> bool:
-        """True when training=True changes the forward pass (dropout, batch norm)."""
-        return self.dropout_ratio > 0 or self.use_bn
-
-    def embed(self, features: Dict[str, tf.Tensor], training: Any = False, labels: Optional[tf.Tensor] = None,
-              now: Optional[tf.Tensor] = None) -> Tuple[Embeddings, Optional[tf.Tensor], Optional[tf.Tensor]]:
-        """Returns (embeddings [B, dim] per deep id feature, first-order weights [B, F] (or [B, F, wide_dim])
-        of the wide ones or None, dense [B, R] or None).
-
-        ``labels`` and ``now`` (seconds since STATS_EPOCH) feed the per-id statistics in training.
-        """
-        rows = self.tables(features, training=training, labels=labels, now=now)
-        deep: List[tf.Tensor] = []
-        by_name: Dict[str, tf.Tensor] = {}
-        sequences: Dict[str, Tuple[tf.Tensor, tf.Tensor]] = {}
-        first_order = []
-        for i, feature in enumerate(self.specs.id_features):
-            row = rows[feature.name]
-            dim = self.tables.table_dim(feature.table)
-            if feature.sequence:
-                sequences[feature.name] = (row[:, :, :dim], sequence_lengths(feature, features))
-                continue
-            by_name[feature.name] = tf.reshape(row[:, :dim], [-1, dim])  # a static width: layers built on a
-            if i in self._deep_ids:                                        # group's input need its last dim
-                deep.append(by_name[feature.name])
-            if self.wide_dim and i in self._wide_ids:
-                first_order.append(row[:, dim] if self.wide_dim == 1 else row[:, dim:dim + self.wide_dim])
-        embeddings = Embeddings(deep, by_name, sequences)
-        if self._embedding_l2 > 0:
-            self.add_loss(self._embedding_l2 * tf.add_n(
-                [tf.reduce_mean(tf.reduce_sum(tf.square(e), 1)) for e in embeddings]
-                + [tf.reduce_mean(tf.reduce_sum(tf.square(rows), [1, 2])) for rows, _ in sequences.values()]))
-        dense: Optional[tf.Tensor] = None
-        if self.specs.raw_features:  # [B, dense_width]: a number is one column, a vector raw feature dim
-            dense = tf.reshape(tf.concat([tf.reshape(_scaled(tf.cast(features[f.name], tf.float32), f), [-1, f.dim])
-                                          for f in self.specs.raw_features], axis=1), [-1, self.specs.dense_width])
-        return embeddings, (tf.stack(first_order, axis=1) if first_order else None), dense
+    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+                    training: Any) -> Dict[str, tf.Tensor]:
+        logit = self.logit(embeddings, first_order, dense, training)
+        if self.bias is not None:
+            logit = logit + self.bias
+        return {task.name: logit for task in self.tasks}
 
     def deep_hidden(self, embeddings: Embeddings, dense: Optional[tf.Tensor], training: Any) -> tf.Tensor:
         """The DNN's last hidden layer [B, units] over the deep features and every target attention's output."""
-        dense = columns_of(dense, self._deep_dense)
+        dense = columns_of(dense, self.deep_dense_columns)
         inputs = list(embeddings) + ([dense] if dense is not None else [])
         inputs += [attention(*self.sequence_input(name, embeddings), training=training)
                    for name, attention in self.attentions.items()]
         return self.deep(tf.concat(inputs, axis=1), training=training)
 
     def deep_part(self, embeddings: Embeddings, dense: Optional[tf.Tensor], training: Any) -> tf.Tensor:
+        """The DNN's logit [B] (``deep_hidden`` through ``deep_logit``)."""
         return tf.squeeze(self.deep_logit(self.deep_hidden(embeddings, dense, training)), axis=1)
-
-    def wide_vector(self, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor]) -> tf.Tensor:
-        """The wide part [B, wide_dim (+1 with dense features)]: first-order weights summed over features."""
-        batch = tf.shape(dense if first_order is None else first_order)[0]
-        parts = [tf.zeros([batch, self.wide_dim]) if first_order is None
-                 else tf.reshape(tf.reduce_sum(first_order, axis=1), [-1, self.wide_dim])]
-        dense = columns_of(dense, self._wide_dense)
-        if dense is not None:
-            parts.append(self.dense_linear(dense))
-        return tf.concat(parts, axis=1)
-
-    def linear_part(self, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor]) -> Union[tf.Tensor, float]:
-        linear = 0.0
-        if first_order is not None:
-            linear = tf.reduce_sum(tf.reshape(first_order, [tf.shape(first_order)[0], -1]), axis=1)
-        dense = columns_of(dense, self._wide_dense)
-        if dense is not None:
-            linear += tf.squeeze(self.dense_linear(dense), axis=1)
-        return linear
-
-    def build_final_dnn(self, final: pipeline_pb2.DNN, model_config: pipeline_pb2.ModelConfig, seed: int) -> None:
-        """EasyRec's final_dnn: the parts' vectors concatenated, a DNN, then the logit (see ``final_logits``)."""
-        self.final_dnn = MLP(list(final.hidden_units), final.activation, final.dropout_ratio, final.use_bn,
-                             model_config.l2_regularization, seed=seed + 200, name="final_dnn")
-        self.final_logit = tf.keras.layers.Dense(1, name="final_logit")
-        self.dropout_ratio = max(self.dropout_ratio, final.dropout_ratio)
-        self.use_bn = self.use_bn or normalizes(final)
-
-    def final_logits(self, parts: List[tf.Tensor], training: Any) -> tf.Tensor:
-        if self.final_dnn is None:
-            raise ValueError(f"{type(self).__name__} has no final_dnn (build_final_dnn makes it)")
-        hidden = self.final_dnn(tf.concat(parts, axis=1), training=training)
-        return tf.squeeze(self.final_logit(hidden), axis=1)
-
-    def mlp(self, dnn: pipeline_pb2.DNN, l2: float, name: str) -> MLP:
-        """An MLP of ``dnn`` (its own seeds: two towers of the same DNN start apart); its dropout and batch
-        norm count in ``scores_differ_in_training``."""
-        self._built_mlps += 1
-        self.dropout_ratio = max(self.dropout_ratio, dnn.dropout_ratio)
-        self.use_bn = self.use_bn or normalizes(dnn)
-        return MLP(list(dnn.hidden_units), dnn.activation, dnn.dropout_ratio, dnn.use_bn, l2,
-                   seed=self._seed + 1000 * self._built_mlps, name=name)
-
-    def logit_layer(self, l2: float, name: str, units: int = 1) -> Any:
-        """A Dense layer of ``units`` (a task's logit; 2: a JRC_LOSS task's two classes), seeded like ``mlp``."""
-        self._built_mlps += 1
-        return tf.keras.layers.Dense(units, kernel_regularizer=tf.keras.regularizers.l2(l2) if l2 > 0 else None,
-                                     kernel_initializer=tf.keras.initializers.GlorotUniform(
-                                         seed=self._seed + 1000 * self._built_mlps), name=name)
-
-    def group_input(self, group: str, embeddings: List[tf.Tensor], dense: Optional[tf.Tensor],
-                    training: Any = False) -> tf.Tensor:
-        """The input of feature group ``group`` [B, width] (EasyRec's input layer of a group): its id features'
-        embeddings then its raw features, in the group's order, then the output of each of its
-        sequence_features' target attentions. ``all`` without a group of that name is every deep feature and
-        every target attention. ``embeddings`` and ``dense`` are what ``embed`` returned."""
-        positions, columns = self._groups[group]
-        parts = [embeddings[p] for p in positions]
-        if dense is not None and (columns is None or columns):
-            parts.append(dense if columns is None else tf.gather(dense, columns, axis=1))
-        # a static width (batch norm and the experts build their weights from it), whatever the traced
-        # signature (export's or the training step's) left unknown
-        width = sum(self.tables.table_dim(f.table) for f in self._deep_features(positions))
-        if dense is not None and (columns is None or columns):
-            width += self.specs.dense_width if columns is None else len(columns)
-        attentions = self._sequence_members.get(group, list(self.attentions) if group == "all" else [])
-        for name in attentions:
-            parts.append(self.attentions[name](*self.sequence_input(name, embeddings), training=training))
-            width += self.attentions[name].output_width
-        return tf.reshape(tf.concat(parts, axis=1), [-1, width])
-
-    def sequence_input(self, name: str, embeddings: List[tf.Tensor]) -> SequenceInput:
-        """The parts of target attention ``name`` (a sequence_features group_name): keys [B, Dk] (None: none, a
-        backbone's BST input may have none), sequence
-        [B, L, D], lengths [B], aux [B, L, Da] or None; ``embeddings`` is what ``embed`` returned."""
-        if not isinstance(embeddings, Embeddings):
-            raise TypeError("sequence_input reads what embed returned")
-        group = self.sequence_groups[name]
-        keys = tf.concat([embeddings.by_name[k] for k in group.keys], axis=1) if group.keys else None
-        sequences = [embeddings.sequences[h][0] for h in group.sequences]
-        length = tf.reduce_max(tf.stack([tf.shape(s)[1] for s in sequences]))  # (as long in a parsed batch)
-        padded = [tf.pad(s, [[0, 0], [0, length - tf.shape(s)[1]], [0, 0]]) for s in sequences]
-        hist = len(group.hist_seqs)
-        aux = tf.concat(padded[hist:], axis=2) if len(padded) > hist else None
-        return SequenceInput(keys, tf.concat(padded[:hist], axis=2), embeddings.sequences[group.hist_seqs[0]][1], aux)
-
-    def _deep_features(self, positions: Sequence[int]) -> list:
-        """The id features at ``positions`` of ``embed``'s embeddings list (the deep ids, in spec order)."""
-        deep = [self.specs.id_features[i] for i in sorted(self._deep_ids)]
-        return [deep[p] for p in positions]
-
-    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
-                    training: Any) -> Any:  # [B] logits, or a multi-task model's {task name: logits}
-        raise NotImplementedError
-
-    def compute_loss(self, features: Dict[str, tf.Tensor], labels: Dict[str, tf.Tensor], training: bool = True,
-                     now: Optional[tf.Tensor] = None,
-                     sample_weight: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
-        """(loss, logits by task name) of a batch: every task's weighted loss on its label, plus the
-        regularization losses.
-
-        ``labels`` maps label names to [B] tensors (each task's ``label_name`` must be there); the primary
-        task's label also feeds the id statistics (clicks) when training. ``sample_weight`` [B] weighs
-        each sample in the loss of every task that uses it; ``features`` also give the losses over sessions
-        their session ids.
-        """
-        outputs = self(features, training=training, labels=labels[self.tasks.primary.label_name], now=now)
-        by_task = self.task_logits(outputs)
-        targets = self.tasks.targets(labels)
-        losses = []
-        for task in self.tasks:
-            if task.weight == 0:  # an output only (ESMM's CVR: learnt through the CTCVR task)
-                continue
-            loss = task.loss(targets[task.name], by_task[task.name], sample_weight, features)
-            losses.append(loss if task.weight == 1.0 else task.weight * loss)
-        regularization = self.losses
-        total = losses[0] if len(losses) == 1 else tf.add_n(losses)
-        if regularization:
-            total += tf.add_n(list(regularization))
-        return total, by_task
-
-    def task_logits(self, outputs: Union[tf.Tensor, Dict[str, tf.Tensor]]) -> Dict[str, tf.Tensor]:
-        """Each task's logits, by task name, from what ``call`` returned: a single-task model's one logit,
-        or a multi-task model's dict of them by task name."""
-        if isinstance(outputs, dict):
-            return outputs
-        return {task.name: outputs for task in self.tasks}
-
-    def task_outputs(self, outputs: Union[tf.Tensor, Dict[str, tf.Tensor]]) -> Dict[str, tf.Tensor]:
-        """Every task's prediction outputs under EasyRec's names (``probs``/``logits``/``y`` for one task,
-        ``probs_<tower>``/``logits_<tower>``/``y_<tower>`` for several): what serving returns."""
-        by_task = self.task_logits(outputs)
-        named: Dict[str, tf.Tensor] = {}
-        for task in self.tasks:
-            named.update(task.outputs(by_task[task.name], self.tasks.output_suffix(task)))
-        return named
-
-    def call(self, features: Dict[str, tf.Tensor], training: Any = False, labels: Optional[tf.Tensor] = None,
-             now: Optional[tf.Tensor] = None) -> Any:  # as logits_from
-        embeddings, first_order, dense = self.embed(features, training, labels, now)
-        logits = self.logits_from(embeddings, first_order, dense, training)
-        return logits if self.bias is None else logits + self.bias
-
-
-def one_or_all(logits: tf.Tensor) -> tf.Tensor:
-    """A logit layer's output as a task's logits: [B] of one unit, [B, units] of more (a JRC_LOSS task's)."""
-    return logits[:, 0] if logits.shape[-1] == 1 else logits
-
-
-def _scaled(value: tf.Tensor, feature: RawFeature) -> tf.Tensor:
-    """EasyRec's min_val / max_val scaling of a raw feature, when set."""
-    if feature.max_val > feature.min_val:
-        return (value - feature.min_val) / (feature.max_val - feature.min_val)
-    return value

@@ -20,7 +20,7 @@ T = TypeVar("T")
 @dataclasses.dataclass(frozen=True)
 class ModelEntry:
     """A registered model: its class, its names, and the model_config field of its settings."""
-    model_class: Any  # a RankingModel subclass (not imported here: this module loads no TensorFlow)
+    model_class: Any  # a base.py Model subclass (not imported here: this module loads no TensorFlow)
     names: tuple
     settings_field: str = ""
 

@@ -8,7 +8,10 @@ from typing import Any, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.features.feature_spec import FeatureSpecs
-from easyonline.models.ranking_model import Embeddings, RankingModel
+from easyonline.models.base import Embeddings
+from easyonline.models.deepfm_terms import DeepFMTerms
+from easyonline.models.final_dnn import FinalDNN
+from easyonline.models.ranking_model import RankingModel
 from easyonline.models.registry import register
 from easyonline.protos import pipeline_pb2
 
@@ -16,12 +19,13 @@ tf = ensure_legacy_keras()
 
 
 @register("wide_and_deep", "WideAndDeep")
-class WideAndDeep(RankingModel):
+class WideAndDeep(DeepFMTerms, FinalDNN, RankingModel):
     uses_first_order = True
 
     def __init__(self, specs: FeatureSpecs, model_config: pipeline_pb2.ModelConfig, dnn: pipeline_pb2.DNN,
                  seed: int = 0, **kwargs: Any) -> None:
         super().__init__(specs, model_config, dnn, seed=seed, **kwargs)
+        self.build_linear_term()
         if model_config.wide_and_deep.HasField("final_dnn"):
             self.build_final_dnn(model_config.wide_and_deep.final_dnn, model_config, seed)
 
@@ -30,8 +34,8 @@ class WideAndDeep(RankingModel):
         wide = model_config.wide_and_deep
         return max(1, wide.wide_output_dim) if wide.HasField("final_dnn") else 1
 
-    def logits_from(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
-                    training: Any) -> tf.Tensor:
+    def logit(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
+              training: Any) -> tf.Tensor:
         if self.final_dnn is None:
             return self.linear_part(first_order, dense) + self.deep_part(embeddings, dense, training)
         return self.final_logits([self.wide_vector(first_order, dense), self.deep_hidden(embeddings, dense, training)],

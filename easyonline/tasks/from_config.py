@@ -67,7 +67,7 @@ def tasks_from_towers(towers: Sequence[Tower], label_fields: Sequence[str], wind
 
 
 def tower_task(tower: Tower, position: int, label_fields: Sequence[str], window_samples: int, where: str,
-               **overrides) -> Task:
+               **overrides: Any) -> Task:
     """The task of one tower (``where``: its config field; ``position``: its place among the model's towers,
     whose label field it learns from when it names none). ``overrides``: make_task's arguments to change
     (name, weight, times_label)."""

@@ -1,7 +1,7 @@
 """Which of a task's outputs is its prediction, by EasyRec's names: ``probs`` for a binary task, ``y`` for a
 regression, ``probs_<tower>`` / ``y_<tower>`` in a multi-task model.
 
-Serving returns every output (``RankingModel.task_outputs``: the logits too); the predict job writes these
+Serving returns every output (``Model.task_outputs``: the logits too); the predict job writes these
 columns, one per task, and serving's own scoring (an export's ``score_features``, a checkpoint's ``score``)
 reads the primary task's.
 """

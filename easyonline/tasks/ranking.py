@@ -1,7 +1,7 @@
 """Binary ranking (click / no click): the loss of one label and its prequential metrics.
 
 The model asks each of its tasks for the loss of a batch's logits against
-its label (``models/ranking_model.py`` ``compute_loss``), and the trainer
+its label (``models/base.py`` ``compute_loss``), and the trainer
 hands the primary task the pre-update probabilities of every batch for the
 windowed AUC, logloss and CTR. The loss is the mean sigmoid cross-entropy
 (weighted by the samples' weights, when given), as in TFRS's
@@ -11,7 +11,7 @@ JRC...); the model adds its regularization losses once, whatever the number
 of tasks. A task with JRC_LOSS has two logits per sample (``num_class`` 2):
 its probability is softmax(logits)[:, 1].
 """
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -32,7 +32,7 @@ class RankingTask:
 
     def __init__(self, window_samples: int = 100000, label_name: str = "label", name: str = "ctr",
                  weight: float = 1.0, use_sample_weight: bool = True, times_label: str = "",
-                 terms: Sequence[LossTerm] = ()):
+                 terms: Sequence[LossTerm] = ()) -> None:
         self.name = name
         self.label_name = label_name
         self.times_label = times_label
@@ -59,7 +59,7 @@ class RankingTask:
             named[f"pos_logits{suffix}"] = logits[:, 1]
         return named
 
-    def predictions(self, logits) -> np.ndarray:
+    def predictions(self, logits: Any) -> np.ndarray:
         return self.scores(logits).numpy()
 
     def update_metrics(self, labels: np.ndarray, predictions: np.ndarray) -> None:

@@ -5,7 +5,7 @@ tower's output is the prediction itself (``y`` / ``y_<tower>``, no
 sigmoid); the windowed MSE is scored before each update, like the binary
 tasks' AUC.
 """
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -26,7 +26,7 @@ class RegressionTask:
 
     def __init__(self, window_samples: int = 100000, label_name: str = "label", name: str = "regression",
                  weight: float = 1.0, use_sample_weight: bool = True, times_label: str = "",
-                 terms: Sequence[LossTerm] = ()):
+                 terms: Sequence[LossTerm] = ()) -> None:
         self.name = name
         self.label_name = label_name
         self.times_label = times_label
@@ -48,7 +48,7 @@ class RegressionTask:
         return {f"y{suffix}": logits}
 
     @staticmethod
-    def predictions(logits) -> np.ndarray:
+    def predictions(logits: Any) -> np.ndarray:
         return np.asarray(logits, np.float32)
 
     def update_metrics(self, labels: np.ndarray, predictions: np.ndarray) -> None:

@@ -1,6 +1,6 @@
 """The task contract: what one of a model's objectives is (TFRS's tasks layer, EasyRec's towers).
 
-A model owns its tasks (``models/ranking_model.py`` ``RankingModel.tasks``)
+A model owns its tasks (``models/base.py`` ``Model.tasks``)
 and its ``compute_loss`` sums their weighted losses; the training loop knows
 none of them by kind. Each task names the label it learns from (a
 ``data_config.label_fields`` entry: the parser hands labels over as a dict
@@ -65,7 +65,7 @@ class Tasks:
     clicks). A plain object, not a list, so that Keras does not track it (tasks hold no variables and the
     checkpoint stays as it was)."""
 
-    def __init__(self, tasks: Sequence[Task]):
+    def __init__(self, tasks: Sequence[Task]) -> None:
         if not tasks:
             raise ValueError("a model needs at least one task")
         names = [t.name for t in tasks]

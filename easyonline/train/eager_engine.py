@@ -123,7 +123,7 @@ class EagerEngine:
         return logits
 
     def _score_impl(self, features):
-        return self.model.task_logits(self.model(features, training=False))
+        return self.model(features, training=False)
 
     def _build_variables(self) -> None:
         """Creates every variable and optimizer slot (an empty batch changes nothing) so restore is exact."""

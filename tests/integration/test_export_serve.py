@@ -87,7 +87,8 @@ def instances(lines):
 def trainer_probs(trainer, lines):
     parsed = trainer.parser.parse(lines)
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    return tf.sigmoid(trainer.model(parsed.features, training=False)).numpy()
+    logits, = trainer.model(parsed.features, training=False).values()
+    return tf.sigmoid(logits).numpy()
 
 
 def export(model_dir, export_dir, *flags):

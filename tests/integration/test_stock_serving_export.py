@@ -174,7 +174,8 @@ def test_stock_export_predicts_and_updates_without_tfra_like_the_normal_one(expo
     # What the trainer predicted at the exported checkpoint (the fresh processes run meanwhile)
     restored = restore_model(trainer.config, str(tmp_path / "m" / "model.ckpt-2"), shards=1)
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    at_export = tf.sigmoid(restored.model(trainer.parser.parse(lines).features, training=False)).numpy()
+    logits, = restored.model(trainer.parser.parse(lines).features, training=False).values()
+    at_export = tf.sigmoid(logits).numpy()
     results = []
     for proc in readers:
         out, err = proc.communicate(timeout=300)

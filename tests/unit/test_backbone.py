@@ -27,7 +27,7 @@ from easyonline.models.backbone.masknet import MaskNet  # noqa: E402
 from easyonline.models.backbone.senet import SENet  # noqa: E402
 from easyonline.models.backbone_rank_model import BLOCK_BUILDERS  # noqa: E402
 from easyonline.models.builder import build_model  # noqa: E402
-from easyonline.models.ranking_model import SequenceInput  # noqa: E402
+from easyonline.models.base import SequenceInput  # noqa: E402
 from easyonline.protos import pipeline_pb2  # noqa: E402
 
 # label,user,age,brand,cate,brand_list,cate_list in the form of EasyRec's din_backbone_on_taobao sample
@@ -450,7 +450,7 @@ def test_a_cl4srec_backbone_adds_its_contrastive_loss_in_training_and_scores_wit
     parsed = CsvParser(specs).parse([b"1,u1,30,b1,c1,b1|b2|b3,c1|c2|c3", b"0,u2,20,b2,c2,b4,c4"])
     model(parsed.features, training=True)
     assert len(model.losses) == 1 and model.losses[0].numpy() > 0  # the contrastive loss, weight 0.1
-    scores = model(parsed.features, training=False)
+    scores, = model(parsed.features, training=False).values()
     assert model.losses == [] and np.all(np.isfinite(scores.numpy()))
     # one encoder: its weights are shared by the score's call and the two views'
     assert sum("BST" in v.name and "query" in v.name and "kernel" in v.name for v in model.trainable_variables) == 1
@@ -487,7 +487,8 @@ def test_a_batch_whose_every_history_is_empty_leaves_the_attentions_batch_norm_f
     model(parsed.features, training=True)
     moving = [v.numpy() for v in model.variables if "moving" in v.name]
     assert moving and all(np.all(np.isfinite(m)) for m in moving)
-    assert np.all(np.isfinite(model(parsed.features, training=False).numpy()))
+    scores, = model(parsed.features, training=False).values()
+    assert np.all(np.isfinite(scores.numpy()))
 
 
 def test_a_tail_targets_output_does_not_depend_on_the_batch():

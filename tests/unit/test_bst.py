@@ -129,14 +129,16 @@ def test_easyrecs_multi_tower_bst_reads_as_multi_tower_bst_and_scores_an_empty_s
     model, specs = _model(config)
     lines = [b"1,u,b1,c1,b1|b2|b3|b4|b5,c1|c2|c3|c4|c5", b"0,v,b2,c2,,", b"1,w,b3,c3,b7,c7"]
     batch = CsvParser(specs).parse(lines)
-    scores = model(batch.features).numpy()
+    scores, = model(batch.features).values()
+    scores = scores.numpy()
     assert scores.shape == (3,) and np.all(np.isfinite(scores))
     assert model.bst_towers[0].output_width == 4 * 6  # seq_len positions of [brand, cate] embeddings
     names = " ".join(v.name for v in model.trainable_variables)
     assert "bst_bst/head_2_query" in names and "bst_bst/add_and_norm_2" in names, names
     # a sample scores the same alone as next to a longer history (padding is masked)
     for i, line in enumerate(lines):
-        alone = model(CsvParser(specs).parse([line]).features).numpy()
+        alone, = model(CsvParser(specs).parse([line]).features).values()
+        alone = alone.numpy()
         np.testing.assert_allclose(alone, scores[i:i + 1], rtol=1e-5, atol=1e-6)
 
 

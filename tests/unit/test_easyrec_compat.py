@@ -123,7 +123,8 @@ def test_feature_groups_choose_the_wide_and_deep_features_and_final_dnn_gives_th
     embeddings, first_order, _ = model.embed(tensors)
     assert len(embeddings) == 2                       # u and i feed the deep part
     assert first_order.shape.as_list() == [2, 1, 3]  # only u has wide weights, 3 wide
-    assert model(tensors).shape.as_list() == [2]
+    logits, = model(tensors).values()
+    assert logits.shape.as_list() == [2]
     assert any("final_dnn" in v.name for v in model.trainable_variables)
     with pytest.raises(ConfigError) as e:
         validate_pipeline_config(_load(tmp_path, BASE + groups.replace('["u", "x"]', '["u", "y"]')))
@@ -218,7 +219,8 @@ model_config { model_class: "WideAndDeep" wide_and_deep { dnn { hidden_units: [8
     _, first_order, dense = model.embed(tensors)
     assert first_order.shape.as_list() == [2, 2, 3]  # u and i, 3 wide each
     assert dense.numpy()[:, 0] == pytest.approx([0.0, 0.5])  # (x - 2) / (10 - 2)
-    assert model(tensors).shape.as_list() == [2] and any("final_dnn" in v.name for v in model.trainable_variables)
+    logits, = model(tensors).values()
+    assert logits.shape.as_list() == [2] and any("final_dnn" in v.name for v in model.trainable_variables)
     with pytest.raises(ConfigError) as e:
         validate_pipeline_config(_load(tmp_path, text.replace('input_names: "u" embedding_dim: 4',
                                                               'input_names: "u" embedding_dim: 4 max_val: 3')))

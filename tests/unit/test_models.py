@@ -16,7 +16,10 @@ from easyonline.models import registry
 from easyonline.models.builder import build_model
 from easyonline.models.deepfm import DeepFM
 from easyonline.models.dnn import DNN
+from easyonline.models.base import Model
 from easyonline.models.layers import FMInteraction
+from easyonline.models.multi_task_model import MultiTaskModel
+from easyonline.models.ranking_model import RankingModel
 from easyonline.models.wide_and_deep import WideAndDeep
 from easyonline.protos import pipeline_pb2
 
@@ -46,7 +49,7 @@ def _build(model_class, field, embedding_l2=0.0):
     validate_pipeline_config(config)
     specs = build_feature_specs(config)
     model = build_model(config, specs)
-    logits = model(empty_features(specs), training=False)  # creates the dense variables
+    logits, = model(empty_features(specs), training=False).values()  # creates the dense variables
     assert logits.shape == (0,)
     return model
 
@@ -70,6 +73,29 @@ def _batch(a, b):
 def test_registry_resolves_every_name(name, model_class, field):
     entry = registry.lookup(name)
     assert entry.model_class is model_class and entry.config_field == field
+
+
+def test_every_registered_model_is_of_a_family_base_and_implements_its_hook():
+    """base.py's contract: a single-task model (ranking_model.py) implements ``logit``, a multi-task one
+    (multi_task_model.py) or a model of its own kind (ESMM, on base.py's Model) ``logits_from``."""
+    classes = {registry.lookup(name).model_class for name in registry.model_names()}
+    assert len(classes) >= 14, classes
+    for cls in classes:
+        assert issubclass(cls, Model), cls
+        if issubclass(cls, RankingModel) and not issubclass(cls, MultiTaskModel):
+            assert cls.logit is not RankingModel.logit and cls.logits_from is RankingModel.logits_from, cls
+        else:
+            assert cls.logits_from is not Model.logits_from, cls
+
+
+@pytest.mark.parametrize("model_class, field", [("DeepFM", "deepfm"), ("WideAndDeep", "wide_and_deep"), ("DNN", "dnn")])
+def test_a_single_task_models_call_gives_its_logit_and_bias_to_each_task_by_name(model_class, field):
+    model = _build(model_class, field)
+    model.bias.assign(0.5)
+    outputs = model(_batch([7, 7], [9, 9]), training=False)
+    assert list(outputs) == [t.name for t in model.tasks] == ["ctr"]
+    embeddings, first_order, dense = model.embed(_batch([7, 7], [9, 9]))
+    np.testing.assert_allclose(outputs["ctr"].numpy(), model.logit(embeddings, first_order, dense, False).numpy() + 0.5)
 
 
 def test_registry_names_and_unknown_names():
@@ -149,7 +175,7 @@ def test_deepfm_logits_by_hand():
     kernel, _ = model.deep_logit.get_weights()
     model.deep_logit.set_weights([np.zeros_like(kernel), np.zeros(1, np.float32)])  # deep part = 0
     model.bias.assign(0.1)
-    logits = model(_batch([7, 7], [9, 12345]), training=False)
+    logits, = model(_batch([7, 7], [9, 12345]), training=False).values()
     assert logits.shape == (2,)
     # sample 0: first order 0.5 - 0.25 = 0.25; FM [1, 2].[3, -1] = 3 - 2 = 1; deep 0; bias 0.1 -> 1.35
     # sample 1: b = 12345 is unknown (zeros): first order 0.5; FM 0; deep 0; bias 0.1 -> 0.6
@@ -164,7 +190,7 @@ def test_wide_and_deep_logits_by_hand():
     kernel, _ = model.deep_logit.get_weights()
     model.deep_logit.set_weights([np.zeros_like(kernel), np.array([0.2], np.float32)])  # deep part = 0.2
     model.bias.assign(0.1)
-    logits = model(_batch([7, 7], [9, -1]), training=False)
+    logits, = model(_batch([7, 7], [9, -1]), training=False).values()
     assert logits.shape == (2,)
     # sample 0: linear 0.5 - 0.25 = 0.25; no FM term; deep 0.2; bias 0.1 -> 0.55
     # sample 1: b = -1 is padding (zeros): linear 0.5 + 0.2 + 0.1 -> 0.8
@@ -181,7 +207,7 @@ def test_dnn_logits_by_hand():
     hidden_layer.set_weights([np.array([[1, 0], [0, 1], [1, 0], [0, 1]], np.float32), np.zeros(2, np.float32)])
     model.deep_logit.set_weights([np.array([[1.0], [-2.0]], np.float32), np.array([0.5], np.float32)])
     model.bias.assign(0.1)
-    logits = model(_batch([7, 8], [9, 9]), training=False)
+    logits, = model(_batch([7, 8], [9, 9]), training=False).values()
     assert logits.shape == (2,)
     # sample 0: relu([1 + 3, 2 - 1]) = [4, 1]; 4 * 1 + 1 * -2 + 0.5 = 2.5; + bias 0.1 -> 2.6
     # sample 1: a = 8 unknown (zeros): relu([3, -1]) = [3, 0]; 3 + 0 + 0.5 + 0.1 -> 3.6 (5.6 without the relu)
@@ -272,6 +298,7 @@ def test_deepfm_terms_add_the_shared_first_order_and_fm_terms_scaled_per_task_by
     batch = _tasks_batch([7, 7], [9, 12345], [2.0, 0.0])
     model.deepfm_scales.assign(np.zeros((2, 2), np.float32))
     towers = model(batch, training=False)  # the towers' logits alone (r feeds no tower)
+    assert list(towers) == [t.name for t in model.tasks] == ["t1", "t2"]  # {task: logits}, in tower order
     model.dense_linear.set_weights([np.array([[0.5]], np.float32)])  # r's linear weight
     model.deepfm_scales.assign(np.array([[1.0, 2.0], [0.5, -1.0]], np.float32))  # [first order, FM] x [t1, t2]
     logits = model(batch, training=False)

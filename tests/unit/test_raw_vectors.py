@@ -109,7 +109,8 @@ def test_the_model_scales_each_column_and_feeds_dim_columns_per_vector():
     batch = CsvParser(specs).parse([b"1,a,1|2|3,7", b"0,b,3|3|1,8"])
     _, _, dense = model.embed(dict(batch.features))
     np.testing.assert_allclose(dense.numpy(), [[0, 0.5, 1, 7], [1, 1, 0, 8]])
-    assert model(dict(batch.features)).shape.as_list() == [2]
+    logits, = model(dict(batch.features)).values()
+    assert logits.shape.as_list() == [2]
 
 
 def test_a_cluster_trainer_feeds_the_vector_as_dim_columns(tmp_path):

@@ -317,7 +317,8 @@ def test_every_sequence_model_builds_its_attentions_over_the_groups_sequence_inp
         assert parts.lengths.numpy().tolist() == [2, 0]
         width = model.group_input("all", model.embed(batch.features)[0], None).shape[1]
         assert width == 2 + 2 + sum(a.output_width for a in model.attentions.values()) == 2 + 2 + 8 + 4 + 4
-        assert np.all(np.isfinite(model(batch.features).numpy()))
+        scores, = model(batch.features).values()
+        assert np.all(np.isfinite(scores.numpy()))
 
 
 EASYREC_MULTI_TOWER_DIN = '''
@@ -364,7 +365,8 @@ def test_easyrec_multi_tower_din_reads_as_multi_tower_din_with_its_attention_in_
     assert list(group.sequence_features[0].seq_att_map[0].hist_seq) == ["brand_list"]
     model, specs = _model(config)
     batch = CsvParser(specs).parse([b"1,u,b1,b1|b2", b"0,v,b2,"])
-    assert model(batch.features).shape == (2,)
+    logits, = model(batch.features).values()
+    assert logits.shape == (2,)
     assert "din_dnn" in " ".join(v.name for v in model.trainable_variables)  # the din tower's attention
 
 
@@ -437,7 +439,8 @@ def test_a_position_of_several_ids_is_their_combiner_of_rows(combiner, first):
     batch = _parser(edit=edit).parse([b"1,a,x,a|b,x;y|z,,,", b"0,a,x,,,,,"])
     rows = model.tables(batch.features, training=False)["hist_cate"].numpy()
     np.testing.assert_allclose(rows, [[first, [5, 6]], [[0, 0], [0, 0]]])
-    assert model(batch.features).shape == (2,)  # the attention reads them as any sequence
+    logits, = model(batch.features).values()
+    assert logits.shape == (2,)  # the attention reads them as any sequence
 
 
 @pytest.mark.parametrize("edit, path", [
@@ -472,7 +475,8 @@ def test_numbers_fed_as_numbers_project_each_position_and_a_bad_one_rejects_its_
     # mean (the default combiner) over the two columns of number * row: (0.5 * [1, 0] + 2 * [0, 10]) / 2, ...
     np.testing.assert_allclose(rows, [[[0.25, 10], [-0.5, 0], [1.5, 2.5]], [[0, 0], [0, 0], [0, 0]],
                                       [[2, 0], [0, 0], [0, 0]], [[2, 5], [0, 0], [0, 0]]])
-    assert model(batch.features).shape == (4,)
+    logits, = model(batch.features).values()
+    assert logits.shape == (4,)
     assert array_path_refusal(specs, _config(edit=RAW).data_config) == "nums is a sequence of numbers fed as numbers"
     with pytest.raises(ConfigError) as raised:  # its table is its own: no other feature's ids among its columns
         validate_pipeline_config(parse_pipeline_config((CONFIG % ("", MODEL)).replace(*RAW).replace(

@@ -5,7 +5,7 @@ extra loss, never the scores, so serving and the prequential scores are unchange
 from typing import TYPE_CHECKING, Any, Sequence, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.models.ranking_model import SequenceInput
+from easyonline.models.base import SequenceInput
 from easyonline.protos import pipeline_pb2
 
 if TYPE_CHECKING:

@@ -33,34 +33,34 @@ class LossTerm:
     num_class: int = 1  # logits per sample it takes (JRC: 2)
 
 
-def _optional(param, field: str) -> Optional[float]:
+def _optional(param: Any, field: str) -> Optional[float]:
     return getattr(param, field) if param.HasField(field) else None
 
 
-def _f1(param) -> Dict:
+def _f1(param: Any) -> Dict:
     return dict(f1_beta_square=param.f1_beta_square, label_smoothing=param.label_smoothing)
 
 
-def _focal(param) -> Dict:
+def _focal(param: Any) -> Dict:
     return dict(gamma=param.gamma, alpha=_optional(param, "alpha"), ohem_ratio=param.ohem_ratio,
                 label_smoothing=param.label_smoothing)
 
 
-def _pairwise(param) -> Dict:
+def _pairwise(param: Any) -> Dict:
     return dict(margin=param.margin, temperature=param.temperature)
 
 
-def _pairwise_logistic(param) -> Dict:
+def _pairwise_logistic(param: Any) -> Dict:
     return dict(temperature=param.temperature, hinge_margin=_optional(param, "hinge_margin"),
                 ohem_ratio=param.ohem_ratio, use_label_margin=param.use_label_margin)
 
 
-def _pairwise_focal(param) -> Dict:
+def _pairwise_focal(param: Any) -> Dict:
     return dict(gamma=param.gamma, alpha=_optional(param, "alpha"), hinge_margin=_optional(param, "hinge_margin"),
                 ohem_ratio=param.ohem_ratio, temperature=param.temperature)
 
 
-def _jrc(param) -> Dict:
+def _jrc(param: Any) -> Dict:
     return dict(alpha=param.alpha, same_label_loss=param.same_label_loss)
 
 
@@ -129,7 +129,8 @@ def _check(params: Dict, where: str) -> None:
         raise ConfigError(f"{where}.alpha", f"must be in [0, 1], got {params['alpha']}")
 
 
-def terms_loss(terms: Sequence[LossTerm], labels, logits, weights=None, features: Optional[Mapping] = None):
+def terms_loss(terms: Sequence[LossTerm], labels: Any, logits: Any, weights: Any = None,
+               features: Optional[Mapping] = None) -> Any:
     """sum(weight_i * loss_i) of a task's terms on a batch (``weights``: the samples' weights, or None;
     ``features``: the batch's by name, where a term's session ids are)."""
     total = None
