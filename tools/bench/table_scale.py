@@ -1,0 +1,434 @@
+"""Benchmark: a dynamic table's cost as it grows (bytes per row, seconds to grow, save, restore; step samples/s).
+
+Measured at several table sizes and for several optimizers, each figure
+against the same figure at the smallest size.
+
+The model is samples/online.config's DeepFM (26 TFRA tables of 16 + 1 floats
+a row: the embedding and DeepFM's wide weight) unless --config names another.
+For each optimizer (Adam, Adagrad; FTRL with --optimizers: each table's
+slots are TFRA tables of their own, keys included) and each size N, one child
+process:
+
+- builds the trainer (``easyonline.jobs.online_train.build_trainer``), trains
+  the synthetic stream's batches once (inserts its ids, traces the step), then
+  --passes more times, timed (the fastest: the step on near-empty tables);
+- grows the tables by N rows: keys, values, every optimizer slot and, when the
+  config keeps them, the per-id statistics (``--spread one``: all N in the
+  first table, C1, the one-big-table case; ``all``: N / tables in each). Rows
+  are upserted 1M at a time; the upserts alone are timed (not making the
+  arrays);
+- ``bytes_per_row``: VmRSS (/proc/self/status) after growth minus before it,
+  over N, both read after ``malloc_trim(0)`` (free heap given back: the
+  tables' own memory, not the arrays the bench made and freed). Beside it the
+  theoretical bytes: (1 + slots) x (8 + 4 x width) (+ 8 + 12 for a statistics
+  row), and their ratio, the overhead factor of TFRA's hash tables;
+- trains the same batches again, --passes times (the fastest: the step with
+  the table at N; the stream's ~13k ids a table, so a small working set in a
+  big table);
+- saves a checkpoint with the project's own path (``trainer.save_checkpoint``:
+  ``Checkpointer`` -> tf.train.CheckpointManager), timed, with the peak RSS
+  above the grown tables while saving (VmHWM, reset before: a whole-table
+  copy shows as ~theoretical bytes x N).
+
+A second child process per size builds the same trainer on an empty model_dir
+and restores the checkpoint with the project's ``Checkpointer.restore_latest``
+(the path a trainer's start takes), timed, with its RSS growth per row and its
+peak above the grown RSS.
+
+Every figure is printed with its ratio to the figure at the smallest size of
+the run (the per-row and per-second figures flat = linear growth), and the
+step's samples/s also against the near-empty step of the same process (less
+moved by other processes' load on the machine than figures of two processes).
+
+Sizes are bounded by memory: before each child, its peak is estimated from
+the last size measured for that optimizer (else 4x the theoretical bytes) and
+the run skips that optimizer's larger sizes with a printed reason when it
+would not fit under --max_rss_gib nor in /proc/meminfo's MemAvailable less
+1 GiB.
+
+Seconds are wall-clock; the JSON also has each one's process CPU seconds
+(``*_cpu_seconds``), less moved by other processes' load.
+
+    .venv/bin/python tools/bench/table_scale.py [--sizes 1M,5M,10M,30M] [--optimizers adam,adagrad,ftrl]
+        [--spread one|all] [--batches 30] [--passes 3] [--max_rss_gib 18] [--config samples/online.config]
+"""
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, ROOT)
+
+CHUNK = 1_000_000  # rows per upsert while growing
+GIB = 1 << 30
+OPTIMIZERS = {"adam": "adam_optimizer", "adagrad": "adagrad_optimizer", "ftrl": "ftrl_optimizer"}
+SLOTS = {"adam": 2, "adagrad": 1, "ftrl": 2}  # slot tables per table (Adam m, v; Adagrad accumulator; FTRL accum, linear)
+PRIOR_FACTOR = 4.0  # a size's peak RSS over its theoretical bytes, until one size of the optimizer is measured
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().upper()
+    scale = {"K": 1_000, "M": 1_000_000, "G": 1_000_000_000}.get(text[-1:], 1)
+    return int(float(text.rstrip("KMG")) * scale)
+
+
+def _status(field: str) -> int:
+    """A /proc/self/status field in bytes (VmRSS, VmHWM)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _trim() -> None:
+    """Gives free heap back to the system, so VmRSS counts what is in use."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+
+
+def _rss() -> int:
+    _trim()
+    return _status("VmRSS")
+
+
+def _reset_hwm() -> None:
+    """VmHWM from now on (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def config_for(config_path: str, optimizer: str, model_dir: str):
+    from easyonline.config import load_pipeline_config  # pylint: disable=g-import-not-at-top
+    from easyonline.tools.throughput import throughput_config  # pylint: disable=g-import-not-at-top
+    config = load_pipeline_config(config_path)
+    if OPTIMIZERS[optimizer] not in ("", config.train_config.optimizer_config.WhichOneof("optimizer")):
+        getattr(config.train_config.optimizer_config, OPTIMIZERS[optimizer]).SetInParent()  # its defaults
+    config.train_config.ClearField("sparse_optimizer_config")
+    return throughput_config(config, model_dir)
+
+
+def grown_tables(tables, rows: int, spread: str) -> Dict[str, int]:
+    """Rows to add to each table: all in the first (``one``), or evenly over every table (``all``)."""
+    names = sorted(tables.embeddings)
+    if spread == "one":
+        return {names[0]: rows}
+    share = {name: rows // len(names) for name in names}
+    share[names[0]] += rows - sum(share.values())
+    return share
+
+
+def train_pass(trainer, batches) -> float:
+    """Samples/s of training ``batches`` (parsed) once, as the loop trains them."""
+    from easyonline.inputs.raw_batch import RawBatch  # pylint: disable=g-import-not-at-top
+    samples = 0
+    started = time.perf_counter()
+    for parsed in batches:
+        trainer.engine.train_and_count(RawBatch([], {}), parsed)
+        samples += parsed.size
+    return samples / (time.perf_counter() - started)
+
+
+def best_rate(trainer, batches, passes: int) -> float:
+    """The fastest of ``passes`` passes: the least slowed by other processes on the machine."""
+    return max(train_pass(trainer, batches) for _ in range(passes))
+
+
+def grow_child(args) -> dict:
+    """Builds the trainer, times the step, grows the tables by ``args.count`` rows, times the step and a save."""
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    import easyonline  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    from easyonline.features.csv_parser import ParsedBatch  # pylint: disable=g-import-not-at-top
+    from easyonline.features.vector_csv import VectorCsvParser  # pylint: disable=g-import-not-at-top
+    from easyonline.jobs.online_train import build_trainer  # pylint: disable=g-import-not-at-top
+    from easyonline.tools.stream_producer import SyntheticCtrStream  # pylint: disable=g-import-not-at-top
+
+    trainer = build_trainer(config_for(args.config, args.optimizer, args.model_dir), online=False)
+    tables = trainer.model.tables
+    batch_size = trainer.config.data_config.batch_size
+    lines = SyntheticCtrStream().lines(0, args.batches * batch_size)
+    parser = VectorCsvParser(trainer.specs)
+    batches = [ParsedBatch.from_vectors(parser.parse(lines[i:i + batch_size]))
+               for i in range(0, len(lines), batch_size)]
+    train_pass(trainer, batches)  # traces the step, inserts the stream's ids
+    rate_empty = best_rate(trainer, batches, args.passes)
+    rows_before = sum(tables.sizes().values())
+
+    share = grown_tables(tables, args.count, args.spread)
+    widths, slots, stats = {}, {}, {}
+    for name in share:
+        widths[name] = tables.embeddings[name].embedding_size
+        slots[name] = tables.slot_variables(name)
+        stats[name] = tables.statistics.get(name)
+    rss_before = _rss()
+    _reset_hwm()
+    rng = np.random.default_rng(0)
+    upsert_seconds, upsert_cpu, chunk_seconds = 0.0, 0.0, []
+    offset = 1 << 40  # (keys apart from the stream's hashed ids, which are almost surely elsewhere)
+    for name, count in share.items():
+        for start in range(0, count, CHUNK):
+            n = min(CHUNK, count - start)
+            # distinct keys spread over the int64s: i * an odd number mod 2^63 is one-to-one
+            keys = ((np.arange(offset + start, offset + start + n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+                    & np.uint64((1 << 63) - 1)).astype(np.int64)
+            values = rng.standard_normal((n, widths[name]), dtype=np.float32) * np.float32(0.01)
+            slot_values = np.full((n, widths[name]), 0.1, np.float32)
+            stat_values = np.zeros((n, 3), np.float32) if stats[name] is not None else None
+            started, cpu = time.perf_counter(), time.process_time()
+            tables.embeddings[name].params.upsert(keys, values)
+            for slot in slots[name]:
+                slot.upsert(keys, slot_values)
+            if stats[name] is not None:
+                stats[name].upsert(keys, stat_values)
+            chunk_seconds.append(time.perf_counter() - started)
+            upsert_seconds += chunk_seconds[-1]
+            upsert_cpu += time.process_time() - cpu
+            del keys, values, slot_values, stat_values
+        offset += count
+    peak_grow = _status("VmHWM")
+    rss_after = _rss()
+    rows_after = sum(tables.sizes().values())
+    assert rows_after == rows_before + args.count, (rows_before, rows_after, args.count)
+    slot_rows = sum(int(slot.size()) for name in share for slot in slots[name])
+    rate_grown = best_rate(trainer, batches, args.passes)
+
+    rss_before_save = _rss()
+    _reset_hwm()
+    started, cpu = time.perf_counter(), time.process_time()
+    path = trainer.save_checkpoint()
+    save_seconds, save_cpu = time.perf_counter() - started, time.process_time() - cpu
+    peak_save = _status("VmHWM")
+    folder = os.path.dirname(path)
+    saved_bytes = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)
+                      if f.startswith(os.path.basename(path) + "."))
+    width = sorted(widths.values())[-1]
+    return {"rows": args.count, "tables_grown": len(share), "width": width,
+            "slot_tables": len(next(iter(slots.values()))), "statistics": any(s is not None for s in stats.values()),
+            "slot_rows_grown": slot_rows, "rows_in_model": rows_after,
+            "rss_before": rss_before, "rss_after": rss_after, "peak_grow": peak_grow,
+            "grow_seconds": round(upsert_seconds, 3), "grow_cpu_seconds": round(upsert_cpu, 3),
+            "chunk_seconds_max": round(max(chunk_seconds), 3),
+            "chunk_seconds_median": round(sorted(chunk_seconds)[len(chunk_seconds) // 2], 3),
+            "chunk_seconds": [round(s, 3) for s in chunk_seconds],
+            "rss_before_save": rss_before_save, "peak_save": peak_save, "save_seconds": round(save_seconds, 3),
+            "save_cpu_seconds": round(save_cpu, 3),
+            "checkpoint_bytes": saved_bytes, "checkpoint": path,
+            "samples_per_sec_empty": round(rate_empty), "samples_per_sec": round(rate_grown),
+            "step_samples": len(lines)}
+
+
+def restore_child(args) -> dict:
+    """Builds the trainer on an empty model_dir, then restores ``args.restore_from``'s checkpoint into it."""
+    import easyonline  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    from easyonline.checkpoint.checkpointer import Checkpointer  # pylint: disable=g-import-not-at-top
+    from easyonline.jobs.online_train import build_trainer  # pylint: disable=g-import-not-at-top
+
+    trainer = build_trainer(config_for(args.config, args.optimizer, args.model_dir), online=False)
+    rows_empty = sum(trainer.model.tables.sizes().values())
+    checkpointer = Checkpointer(args.restore_from, trainer.model, trainer.optimizer,
+                                trainer.config.train_config.keep_checkpoint_max)
+    rss_before = _rss()
+    _reset_hwm()
+    started, cpu = time.perf_counter(), time.process_time()
+    path = checkpointer.restore_latest()
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    peak = _status("VmHWM")
+    rss_after = _rss()
+    assert path is not None, f"no checkpoint in {args.restore_from}"
+    return {"restore_seconds": round(seconds, 3), "restore_cpu_seconds": round(cpu, 3),
+            "restore_rss_before": rss_before, "restore_rss_after": rss_after, "restore_peak": peak,
+            "rows_restored": sum(trainer.model.tables.sizes().values()) - rows_empty}
+
+
+def run_child(args, mode: str, optimizer: str, count: int, model_dir: str, restore_from: str = "") -> dict:
+    command = [sys.executable, os.path.abspath(__file__), f"--child={mode}", f"--optimizer={optimizer}",
+               f"--count={count}", f"--model_dir={model_dir}", f"--config={args.config}", f"--spread={args.spread}",
+               f"--batches={args.batches}", f"--passes={args.passes}"]
+    if restore_from:
+        command.append(f"--restore_from={restore_from}")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run(command, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"{mode} child ({optimizer}, {count:,} rows) failed ({out.returncode}):\n"
+                           f"{out.stderr[-4000:]}")
+    return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
+
+
+def theoretical_bytes(width: int, slot_tables: int, statistics: bool) -> int:
+    """Bytes a row's keys and floats take, in the table and each slot table (keys repeated), and statistics."""
+    return (1 + slot_tables) * (8 + 4 * width) + (8 + 12 if statistics else 0)
+
+
+def measure(args, optimizer: str, count: int, work: str) -> dict:
+    model_dir = os.path.join(work, f"{optimizer}_{count}")
+    started = time.perf_counter()
+    grown = run_child(args, "grow", optimizer, count, model_dir)
+    restored = run_child(args, "restore", optimizer, count, os.path.join(work, f"{optimizer}_{count}_restore"),
+                         restore_from=model_dir)
+    shutil.rmtree(model_dir, ignore_errors=True)
+    shutil.rmtree(os.path.join(work, f"{optimizer}_{count}_restore"), ignore_errors=True)
+    r = {"optimizer": optimizer, **grown, **restored, "wall_seconds": round(time.perf_counter() - started, 1)}
+    r.pop("checkpoint")
+    theory = theoretical_bytes(r["width"], r["slot_tables"], r["statistics"])
+    grown_bytes = r["rss_after"] - r["rss_before"]
+    r.update({
+        "theoretical_bytes_per_row": theory,
+        "bytes_per_row": round(grown_bytes / count, 1),
+        "overhead_factor": round(grown_bytes / count / theory, 2),
+        "restored_bytes_per_row": round((r["restore_rss_after"] - r["restore_rss_before"]) / count, 1),
+        # peaks above the grown tables (the save's and the restore's extra memory), per theoretical byte
+        "grow_peak_extra_bytes": r["peak_grow"] - r["rss_after"],
+        "save_peak_extra_bytes": r["peak_save"] - r["rss_before_save"],
+        "save_peak_extra_per_theoretical": round((r["peak_save"] - r["rss_before_save"]) / (count * theory), 2),
+        "restore_peak_extra_bytes": r["restore_peak"] - r["restore_rss_after"],
+        "restore_peak_extra_per_theoretical": round((r["restore_peak"] - r["restore_rss_after"]) / (count * theory),
+                                                    2),
+        "peak_rss": max(r["peak_grow"], r["peak_save"], r["restore_peak"]),
+        "step_ratio_to_empty": round(r["samples_per_sec"] / r["samples_per_sec_empty"], 3),
+    })
+    assert r["rows_restored"] >= count, (r["rows_restored"], count)
+    return r
+
+
+def estimate_peak(count: int, done: List[dict], theory: int) -> int:
+    """The next child's peak RSS, from the largest size measured for this optimizer (else a prior)."""
+    if not done:
+        return int(1.5 * GIB + PRIOR_FACTOR * theory * count)
+    last = done[-1]
+    base = last["rss_before"]
+    return int(base + (last["peak_rss"] - base) / last["rows"] * count * 1.1)
+
+
+def rows_text(rows: int) -> str:
+    return f"{rows / 1e6:g}M" if rows >= 1_000_000 else f"{rows / 1e3:g}K"
+
+
+def ratio(value: float, base: Optional[float]) -> str:
+    return f"{value / base:.2f}x" if base else "-"
+
+
+def print_table(runs: List[dict]) -> None:
+    mib = 1 << 20
+    header = (f"{'opt':<8}{'rows':>6} {'B/row':>6} {'theory':>6} {'factor':>6} {'restored B/row':>14} "
+              f"{'grow s':>7} {'(/row x)':>8} {'chunk max/med s':>15} {'save s':>7} {'(/row x)':>8} "
+              f"{'restore s':>9} {'(/row x)':>8} "
+              f"{'ckpt MiB':>8} {'save peak+ MiB':>14} {'restore peak+ MiB':>17} {'samples/s':>9} {'(x)':>6} "
+              f"{'vs empty':>8} {'peak GiB':>8}")
+    print(header)
+    first: Dict[str, dict] = {}
+    for r in runs:
+        b = first.setdefault(r["optimizer"], r)
+
+        def per_row(key: str) -> str:
+            return ratio(r[key] / r["rows"], b[key] / b["rows"])  # pylint: disable=cell-var-from-loop
+
+        chunks = f"{r['chunk_seconds_max']:.2f}/{r['chunk_seconds_median']:.2f}"
+        print(f"{r['optimizer']:<8}{rows_text(r['rows']):>6} {r['bytes_per_row']:>6.0f} "
+              f"{r['theoretical_bytes_per_row']:>6} {r['overhead_factor']:>6.2f} {r['restored_bytes_per_row']:>14.0f} "
+              f"{r['grow_seconds']:>7.2f} {per_row('grow_seconds'):>8} {chunks:>15} {r['save_seconds']:>7.2f} "
+              f"{per_row('save_seconds'):>8} {r['restore_seconds']:>9.2f} {per_row('restore_seconds'):>8} "
+              f"{r['checkpoint_bytes'] / mib:>8.0f} {r['save_peak_extra_bytes'] / mib:>14.0f} "
+              f"{r['restore_peak_extra_bytes'] / mib:>17.0f} {r['samples_per_sec']:>9} "
+              f"{ratio(r['samples_per_sec'], b['samples_per_sec']):>6} {r['step_ratio_to_empty']:>8.2f} "
+              f"{r['peak_rss'] / GIB:>8.1f}")
+    print("(/row x): seconds per row over the same optimizer's smallest size (1.00x = linear); chunk max/med: the "
+          "slowest and the median upsert of 1M rows (uneven: inserts slow down as a table fills, until it doubles); factor: measured B/row"
+          " over theory; peak+: peak RSS above the grown (saving) or restored tables; (x): samples/s over the "
+          "smallest size's; vs empty: over the same process's step before growth")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="1M,5M,10M", help="rows added to the tables, e.g. 1M,5M,10M,30M,50M")
+    parser.add_argument("--optimizers", default="adam,adagrad",
+                        help=f"of {','.join(OPTIMIZERS)} (FTRL has Adam's two slots: its figures are Adam's)")
+    parser.add_argument("--spread", choices=["one", "all"], default="one",
+                        help="all rows in the first table (C1), or spread evenly over every table")
+    parser.add_argument("--batches", type=int, default=30, help="batches of each timed training pass")
+    parser.add_argument("--passes", type=int, default=3, help="timed passes before and after growth; the fastest")
+    parser.add_argument("--max_rss_gib", type=float, default=18.0, help="largest peak RSS a child may reach")
+    parser.add_argument("--config", default=os.path.join(ROOT, "samples", "online.config"))
+    parser.add_argument("--child", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--optimizer", default="adam", help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--model_dir", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--restore_from", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        from easyonline.utils.logs import setup_logging  # pylint: disable=g-import-not-at-top
+        setup_logging("WARNING")
+        result = grow_child(args) if args.child == "grow" else restore_child(args)
+        print("RESULT " + json.dumps(result), flush=True)
+        return
+    sizes = sorted(parse_size(s) for s in args.sizes.split(","))
+    optimizers = [o.strip() for o in args.optimizers.split(",") if o.strip()]
+    unknown = sorted(set(optimizers) - set(OPTIMIZERS))
+    if unknown:
+        parser.error(f"unknown optimizers {unknown}")
+    work = tempfile.mkdtemp(prefix="easyonline-table-scale-")
+    runs: List[dict] = []
+    stopped: List[str] = []
+    started = time.perf_counter()
+    try:
+        for optimizer in optimizers:
+            done: List[dict] = []
+            for count in sizes:
+                # (the demo model's width; the children report the real one)
+                theory = theoretical_bytes(17, SLOTS[optimizer], False)
+                need = estimate_peak(count, done, theory)
+                room = min(int(args.max_rss_gib * GIB), mem_available() - GIB)
+                if need > room:
+                    reason = (f"{optimizer} at {count:,} rows: estimated peak {need / GIB:.1f} GiB > room "
+                              f"{room / GIB:.1f} GiB (min of --max_rss_gib {args.max_rss_gib} and MemAvailable "
+                              f"less 1 GiB); stopping this optimizer's sizes here")
+                    print(reason, flush=True)
+                    stopped.append(reason)
+                    break
+                print(f"{optimizer} {count:,} rows (estimated peak {need / GIB:.1f} GiB)...", file=sys.stderr,
+                      flush=True)
+                done.append(measure(args, optimizer, count, work))
+                runs.append(done[-1])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    bases: Dict[str, dict] = {}
+    for r in runs:
+        b = bases.setdefault(r["optimizer"], r)
+        r["ratios_to_smallest"] = {
+            "bytes_per_row": round(r["bytes_per_row"] / b["bytes_per_row"], 3),
+            **{f"{key}_per_row": round(r[key] / r["rows"] / (b[key] / b["rows"]), 3)
+               for key in ("grow_seconds", "save_seconds", "restore_seconds", "grow_cpu_seconds", "save_cpu_seconds",
+                           "restore_cpu_seconds", "checkpoint_bytes",
+                           "save_peak_extra_bytes", "restore_peak_extra_bytes")},
+            "samples_per_sec": round(r["samples_per_sec"] / b["samples_per_sec"], 3),
+        }
+    print(json.dumps({"model": os.path.basename(args.config), "spread": args.spread,
+                      "checkpoint_path": "trainer.save_checkpoint / Checkpointer.restore_latest (the project's)",
+                      "rss": "VmRSS after malloc_trim(0), each size in its own processes",
+                      "step": f"the fastest of {args.passes} passes over {args.batches} batches of the synthetic "
+                              "stream, trainer.engine.train_and_count",
+                      "seconds": round(time.perf_counter() - started, 1), "stopped": stopped, "runs": runs}))
+    print()
+    print_table(runs)
+    for reason in stopped:
+        print(reason)
+
+
+if __name__ == "__main__":
+    main()
