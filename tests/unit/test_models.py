@@ -4,6 +4,9 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 
 tf = ensure_legacy_keras()
 
+import os
+import re
+
 import numpy as np
 import pytest
 
@@ -22,6 +25,7 @@ from easyonline.models.multi_task_model import MultiTaskModel
 from easyonline.models.ranking_model import RankingModel
 from easyonline.models.wide_and_deep import WideAndDeep
 from easyonline.protos import pipeline_pb2
+from easyonline.updates.param_ids import dense_variables
 
 # Two int64 id features with a table each, embedding_dim 2, one hidden layer of 2 units.
 _CONFIG = """
@@ -96,6 +100,31 @@ def test_a_single_task_models_call_gives_its_logit_and_bias_to_each_task_by_name
     assert list(outputs) == [t.name for t in model.tasks] == ["ctr"]
     embeddings, first_order, dense = model.embed(_batch([7, 7], [9, 9]))
     np.testing.assert_allclose(outputs["ctr"].numpy(), model.logit(embeddings, first_order, dense, False).numpy() + 0.5)
+
+
+def test_the_adding_a_model_example_of_docs_models_md_registers_and_scores_as_deepfm(monkeypatch):
+    """docs/models.md's single-task example, run as written: it registers itself and, being DeepFM without
+    final_dnn, has DeepFM's parameters and scores what DeepFM scores given the same rows and weights."""
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "models.md")).read()
+    code, = re.findall(r"```python\n(.*?)```", doc[doc.index("## Adding a model"):], re.S)
+    monkeypatch.setattr(registry, "_ENTRIES", dict(registry._ENTRIES))  # (the example's name, for this test only)
+    namespace: dict = {"__name__": "docs_models_example"}
+    exec(compile(code, "docs/models.md", "exec"), namespace)  # pylint: disable=exec-used
+    assert registry.lookup("MyModel").model_class is namespace["MyModel"] is registry.lookup("my_model").model_class
+    deepfm = _build("DeepFM", "deepfm")
+    config = parse_pipeline_config(_CONFIG.format(model_class="DeepFM", field="deepfm", embedding_l2=0.0))
+    specs = build_feature_specs(config)
+    mine = namespace["MyModel"](specs, config.model_config, config.model_config.deepfm.dnn, name="my_model")
+    mine(empty_features(specs), training=False)
+    theirs = dense_variables(deepfm)
+    assert sorted(dense_variables(mine)) == sorted(theirs)
+    for path, variable in dense_variables(mine).items():
+        variable.assign(theirs[path])
+    for model in (deepfm, mine):
+        _upsert(model, "a", [7], [[1.0, 2.0, 0.5]])
+        _upsert(model, "b", [9], [[3.0, -1.0, -0.25]])
+    batch = _batch([7, 7], [9, 12345])
+    np.testing.assert_allclose(mine(batch)["ctr"].numpy(), deepfm(batch)["ctr"].numpy(), rtol=1e-6)
 
 
 def test_registry_names_and_unknown_names():
