@@ -174,9 +174,12 @@ class KafkaReaderProcess(BatchSource):
         try:
             item = self._batches.get(timeout=timeout)
         except queue.Empty:
-            if not self._process.is_alive():
+            if self._process.is_alive():
+                return None
+            try:  # its last words (an error it ended on) may reach the pipe just after the wait above gave up
+                item = self._batches.get(timeout=1.0)
+            except queue.Empty:
                 raise RuntimeError("the Kafka reader process died") from None
-            return None
         if item[0] == "error":
             if item[1] == "ConfigError":
                 raise ConfigError(item[2], item[3])
