@@ -79,9 +79,9 @@ def parse_size(text: str) -> int:
     return int(float(text.rstrip("KMG")) * scale)
 
 
-def _status(field: str) -> int:
-    """A /proc/self/status field in bytes (VmRSS, VmHWM)."""
-    with open("/proc/self/status") as f:
+def _status(field: str, path: str = "/proc/self/status") -> int:
+    """A field of a /proc file in kB, in bytes (VmRSS, VmHWM of /proc/self/status; MemAvailable of /proc/meminfo)."""
+    with open(path) as f:
         for line in f:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
@@ -108,11 +108,7 @@ def _reset_hwm() -> None:
 
 
 def mem_available() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return _status("MemAvailable", "/proc/meminfo")
 
 
 def config_for(config_path: str, optimizer: str, model_dir: str):
