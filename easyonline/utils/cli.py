@@ -7,7 +7,8 @@ this registers them as the main module's key flags, shows the defining
 module's docstring as the description, and exits 0 after help as the
 EasyRec and TensorFlow commands' users expect, and ends the process through ``core/process_exit.py``. A
 command in ``core/exit_codes.py``'s table gets its exit codes rendered from it at the end of the description.
-A flag absl cannot parse (an unknown flag, a bad value) exits 2, a bad flag, as every other bad flag does (absl's own exit code 1 is a bug's).
+A flag absl cannot parse (an unknown flag, a bad value) exits 2, a bad flag, as every other bad flag does
+(absl's own exit code 1 is a bug's).
 """
 import sys
 from typing import Callable
