@@ -8,11 +8,11 @@ this process, so a single process (or an export) gathers them.
 import contextlib
 import dataclasses
 import logging
-from typing import ContextManager, Optional
+from typing import ContextManager, Dict, Optional
 
 from easyonline.checkpoint.checkpointer import checkpoint_step
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.embedding.dynamic_tables import checkpoint_shards, local_shards
+from easyonline.embedding.dynamic_tables import checkpoint_rows, checkpoint_shards, local_shards, table_capacities
 from easyonline.features import FeatureSpecs, build_feature_specs
 from easyonline.features.signature import empty_features
 from easyonline.models.builder import build_model
@@ -24,10 +24,10 @@ log = logging.getLogger(__name__)
 
 
 def model_with_shards(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, shards: int,
-                      scope: Optional[ContextManager] = None) -> Model:
+                      scope: Optional[ContextManager] = None, rows: Optional[Dict[str, int]] = None) -> Model:
     """The config's model, its tables in ``shards`` shards in this process (a checkpoint's
-    ``checkpoint_shards``; 1 without one), built in ``scope``."""
-    with scope or contextlib.nullcontext(), local_shards(shards):
+    ``checkpoint_shards``; 1 without one) and sized for ``rows`` (its ``checkpoint_rows``), built in ``scope``."""
+    with scope or contextlib.nullcontext(), local_shards(shards), table_capacities(rows or {}):
         return build_model(config, specs)
 
 
@@ -64,7 +64,7 @@ def restore_model(config: pipeline_pb2.PipelineConfig, checkpoint: str, specs: O
     """
     specs = specs or build_feature_specs(config)
     shards = shards or checkpoint_shards(checkpoint)
-    model = model_with_shards(config, specs, shards)
+    model = model_with_shards(config, specs, shards, rows=checkpoint_rows(checkpoint))
     model(empty_features(specs), training=False)  # creates the dense variables the checkpoint fills
     model.tables.release_names()
     step = restore_into(model, checkpoint)

@@ -49,6 +49,8 @@ class PsPlacement:
 
 
 _local_shards = [1]
+# Rows per table (by ``table_variable_name``) the tables built now are sized for, innermost last.
+_capacities: List[Dict[str, int]] = [{}]
 # The between-graph cluster being built, innermost last.
 _cluster_devices: List[PsPlacement] = []
 _SHARD = re.compile(r"/tables_of_(.+)-parameter/(\d+)/\.ATTRIBUTES/table-keys$")
@@ -88,6 +90,35 @@ def ps_shards(placement: PsPlacement):
         _cluster_devices.pop()
 
 
+@contextlib.contextmanager
+def table_capacities(rows: Dict[str, int]):
+    """Tables built inside start with room for ``rows[table_variable_name(table)]`` rows (a checkpoint's
+    ``checkpoint_rows``), their optimizer slots too.
+
+    A TFRA table starts small and doubles as rows arrive: a restore of 10M rows
+    went through its doublings, each a rehash holding the old and the new
+    table, 2.4x slower and 0.6 GB higher at its peak than into a table sized
+    for its rows (docs/benchmarks.md, "Tables as they grow"). A table that
+    grows past its size later still doubles as before. Nested, the inner rows
+    add to (and for the same table, replace) the outer ones.
+    """
+    _capacities.append({**_capacities[-1], **rows})
+    try:
+        yield
+    finally:
+        _capacities.pop()
+
+
+def checkpoint_rows(path: str) -> Dict[str, int]:
+    """Rows per table (by ``table_variable_name``) in a checkpoint, its shards together."""
+    rows: Dict[str, int] = {}
+    for name, shape in tf.train.load_checkpoint(path).get_variable_to_shape_map().items():
+        match = _SHARD.search(name)
+        if match and shape:
+            rows[match.group(1)] = rows.get(match.group(1), 0) + int(shape[0])
+    return rows
+
+
 def checkpoint_shards(path: str) -> int:
     """How many shards per table a checkpoint holds (the number of ps that wrote it; 1 for a single process)."""
     shards = [int(m.group(2)) + 1 for name in tf.train.load_checkpoint(path).get_variable_to_shape_map()
@@ -112,13 +143,13 @@ class GraphEmbedding(tf.Module):
     """
 
     def __init__(self, embedding_size: int, initializer, devices: Optional[List[str]], name: str,
-                 placement: PsPlacement):
+                 placement: PsPlacement, capacity: int = 0):
         super().__init__(name=name)
         self.embedding_size = embedding_size
         self.trainer = placement.trainer
         self.params = de.get_variable(name + "-parameter", key_dtype=tf.int64, value_dtype=tf.float32,
                                       dim=embedding_size, devices=devices, initializer=initializer,
-                                      bp_v2=placement.accumulate, short_file_name=True)
+                                      bp_v2=placement.accumulate, short_file_name=True, init_size=capacity)
         # The TrainableWrappers of this graph's lookups (their optimizer slots hang off them). Not
         # checkpointed: reading one needs its batch.
         self.wrappers: List = data_structures.NoDependency([])
@@ -237,21 +268,24 @@ class DynamicTables(tf.keras.layers.Layer):
         self._serving_tables: Dict[str, object] = data_structures.NoDependency({})
         for i, (name, table) in enumerate(sorted(specs.tables.items())):
             devices = self.devices if by_key or not self.devices else [self.devices[i % len(self.devices)]]
+            capacity = _capacities[-1].get(table_variable_name(name), 0)
             if tf.executing_eagerly():
                 initializer = tf.keras.initializers.RandomNormal(0.0, table.initializer_stddev, seed=seed + i)
                 self.embeddings[name] = de.keras.layers.Embedding(
                     table.dim + extra_dims, key_dtype=tf.int64, value_dtype=tf.float32, initializer=initializer,
-                    devices=devices, name=table_variable_name(name))
+                    devices=devices, name=table_variable_name(name), init_capacity=capacity)
             else:
                 # A TF1 initializer: its random op draws new values at every step (a seeded Keras
                 # initializer in a graph would give every step's new rows the same values).
                 initializer = tf.compat.v1.random_normal_initializer(0.0, table.initializer_stddev, seed=seed + i)
                 self.embeddings[name] = GraphEmbedding(table.dim + extra_dims, initializer, devices,
-                                                       table_variable_name(name), placement or PsPlacement([]))
+                                                       table_variable_name(name), placement or PsPlacement([]),
+                                                       capacity)
             if table.keeps_statistics:
                 self.statistics[name] = de.get_variable(table_variable_name(name) + "-parameter-stats",
                                                         key_dtype=tf.int64, value_dtype=tf.float32, dim=3,
-                                                        initializer=0.0, trainable=False, devices=devices)
+                                                        initializer=0.0, trainable=False, devices=devices,
+                                                        init_size=capacity)
         self.release_names()
 
     def release_names(self) -> None:

@@ -30,10 +30,15 @@ process:
   above the grown tables while saving (VmHWM, reset before: a whole-table
   copy shows as ~theoretical bytes x N).
 
-A second child process per size builds the same trainer on an empty model_dir
-and restores the checkpoint with the project's ``Checkpointer.restore_latest``
-(the path a trainer's start takes), timed, with its RSS growth per row and its
-peak above the grown RSS.
+Two more child processes per size each build the same trainer on an empty
+model_dir and restore the checkpoint with the project's
+``Checkpointer.restore_latest`` (the path a trainer's start takes), timed
+with the build, with its RSS growth per row and its peak above the grown RSS:
+one builds its tables sized for the checkpoint's rows
+(``table_capacities(checkpoint_rows(...))``, what a trainer, an export and
+eval do now when they start from a checkpoint), the other empty, as they did
+before (``old``: the tables double as the rows arrive), so both are measured
+in the same run.
 
 Every figure is printed with its ratio to the figure at the smallest size of
 the run (the per-row and per-second figures flat = linear growth), and the
@@ -230,33 +235,53 @@ def grow_child(args) -> dict:
             "step_samples": len(lines)}
 
 
+def tf_latest_checkpoint(model_dir: str) -> str:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    path = tf.train.latest_checkpoint(model_dir)
+    assert path is not None, f"no checkpoint in {model_dir}"
+    return path
+
+
 def restore_child(args) -> dict:
-    """Builds the trainer on an empty model_dir, then restores ``args.restore_from``'s checkpoint into it."""
+    """Builds the trainer on an empty model_dir (its tables sized for the checkpoint's rows with
+    ``--restore_sized``), then restores ``args.restore_from``'s checkpoint into it; times both."""
     import easyonline  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     from easyonline.checkpoint.checkpointer import Checkpointer  # pylint: disable=g-import-not-at-top
     from easyonline.jobs.online_train import build_trainer  # pylint: disable=g-import-not-at-top
 
-    trainer = build_trainer(config_for(args.config, args.optimizer, args.model_dir), online=False)
+    from easyonline.embedding.dynamic_tables import (  # pylint: disable=g-import-not-at-top
+        checkpoint_rows, table_capacities)
+
+    rss_before_build = _rss()
+    _reset_hwm()
+    started, cpu = time.perf_counter(), time.process_time()
+    latest = tf_latest_checkpoint(args.restore_from)
+    with table_capacities(checkpoint_rows(latest) if args.restore_sized else {}):
+        trainer = build_trainer(config_for(args.config, args.optimizer, args.model_dir), online=False)
+    build_seconds, build_cpu = time.perf_counter() - started, time.process_time() - cpu
     rows_empty = sum(trainer.model.tables.sizes().values())
     checkpointer = Checkpointer(args.restore_from, trainer.model, trainer.optimizer,
                                 trainer.config.train_config.keep_checkpoint_max)
     rss_before = _rss()
-    _reset_hwm()
     started, cpu = time.perf_counter(), time.process_time()
     path = checkpointer.restore_latest()
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     peak = _status("VmHWM")
     rss_after = _rss()
     assert path is not None, f"no checkpoint in {args.restore_from}"
-    return {"restore_seconds": round(seconds, 3), "restore_cpu_seconds": round(cpu, 3),
-            "restore_rss_before": rss_before, "restore_rss_after": rss_after, "restore_peak": peak,
+    return {"restore_seconds": round(seconds + build_seconds, 3), "restore_cpu_seconds": round(cpu + build_cpu, 3),
+            "restore_build_seconds": round(build_seconds, 3),
+            "restore_rss_before_build": rss_before_build, "restore_rss_before": rss_before,
+            "restore_rss_after": rss_after, "restore_peak": peak,
             "rows_restored": sum(trainer.model.tables.sizes().values()) - rows_empty}
 
 
-def run_child(args, mode: str, optimizer: str, count: int, model_dir: str, restore_from: str = "") -> dict:
+def run_child(args, mode: str, optimizer: str, count: int, model_dir: str, restore_from: str = "",
+              sized: bool = True) -> dict:
     command = [sys.executable, os.path.abspath(__file__), f"--child={mode}", f"--optimizer={optimizer}",
                f"--count={count}", f"--model_dir={model_dir}", f"--config={args.config}", f"--spread={args.spread}",
-               f"--batches={args.batches}", f"--passes={args.passes}"]
+               f"--batches={args.batches}", f"--passes={args.passes}", f"--restore_sized={int(sized)}"]
     if restore_from:
         command.append(f"--restore_from={restore_from}")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
@@ -276,19 +301,25 @@ def measure(args, optimizer: str, count: int, work: str) -> dict:
     model_dir = os.path.join(work, f"{optimizer}_{count}")
     started = time.perf_counter()
     grown = run_child(args, "grow", optimizer, count, model_dir)
-    restored = run_child(args, "restore", optimizer, count, os.path.join(work, f"{optimizer}_{count}_restore"),
-                         restore_from=model_dir)
+    restore_dir = os.path.join(work, f"{optimizer}_{count}_restore")
+    restored = run_child(args, "restore", optimizer, count, restore_dir, restore_from=model_dir)
+    shutil.rmtree(restore_dir, ignore_errors=True)
+    old = run_child(args, "restore", optimizer, count, restore_dir, restore_from=model_dir, sized=False)
+    shutil.rmtree(restore_dir, ignore_errors=True)
     shutil.rmtree(model_dir, ignore_errors=True)
-    shutil.rmtree(os.path.join(work, f"{optimizer}_{count}_restore"), ignore_errors=True)
-    r = {"optimizer": optimizer, **grown, **restored, "wall_seconds": round(time.perf_counter() - started, 1)}
+    r = {"optimizer": optimizer, **grown, **restored, **{"old_" + k: v for k, v in old.items()},
+         "wall_seconds": round(time.perf_counter() - started, 1)}
     r.pop("checkpoint")
     theory = theoretical_bytes(r["width"], r["slot_tables"], r["statistics"])
+    build_bytes = r["old_restore_rss_before"] - r["old_restore_rss_before_build"]
     grown_bytes = r["rss_after"] - r["rss_before"]
     r.update({
         "theoretical_bytes_per_row": theory,
         "bytes_per_row": round(grown_bytes / count, 1),
         "overhead_factor": round(grown_bytes / count / theory, 2),
-        "restored_bytes_per_row": round((r["restore_rss_after"] - r["restore_rss_before"]) / count, 1),
+        # from before the build, less what building the trainer itself takes (the empty-table child's build)
+        "restored_bytes_per_row": round((r["restore_rss_after"] - r["restore_rss_before_build"] - build_bytes) / count,
+                                        1),
         # peaks above the grown tables (the save's and the restore's extra memory), per theoretical byte
         "grow_peak_extra_bytes": r["peak_grow"] - r["rss_after"],
         "save_peak_extra_bytes": r["peak_save"] - r["rss_before_save"],
@@ -296,10 +327,13 @@ def measure(args, optimizer: str, count: int, work: str) -> dict:
         "restore_peak_extra_bytes": r["restore_peak"] - r["restore_rss_after"],
         "restore_peak_extra_per_theoretical": round((r["restore_peak"] - r["restore_rss_after"]) / (count * theory),
                                                     2),
-        "peak_rss": max(r["peak_grow"], r["peak_save"], r["restore_peak"]),
+        "old_restore_peak_extra_bytes": r["old_restore_peak"] - r["old_restore_rss_after"],
+        "restore_over_old": round(r["restore_seconds"] / r["old_restore_seconds"], 3),
+        "restore_cpu_over_old": round(r["restore_cpu_seconds"] / r["old_restore_cpu_seconds"], 3),
+        "peak_rss": max(r["peak_grow"], r["peak_save"], r["restore_peak"], r["old_restore_peak"]),
         "step_ratio_to_empty": round(r["samples_per_sec"] / r["samples_per_sec_empty"], 3),
     })
-    assert r["rows_restored"] >= count, (r["rows_restored"], count)
+    assert r["rows_restored"] >= count and r["old_rows_restored"] == r["rows_restored"], r
     return r
 
 
@@ -324,8 +358,8 @@ def print_table(runs: List[dict]) -> None:
     mib = 1 << 20
     header = (f"{'opt':<8}{'rows':>6} {'B/row':>6} {'theory':>6} {'factor':>6} {'restored B/row':>14} "
               f"{'grow s':>7} {'(/row x)':>8} {'chunk max/med s':>15} {'save s':>7} {'(/row x)':>8} "
-              f"{'restore s':>9} {'(/row x)':>8} "
-              f"{'ckpt MiB':>8} {'save peak+ MiB':>14} {'restore peak+ MiB':>17} {'samples/s':>9} {'(x)':>6} "
+              f"{'restore s':>9} {'(/row x)':>8} {'old s':>6} {'new/old':>7} "
+              f"{'ckpt MiB':>8} {'save peak+ MiB':>14} {'restore peak+ MiB':>17} {'old':>5} {'samples/s':>9} {'(x)':>6} "
               f"{'vs empty':>8} {'peak GiB':>8}")
     print(header)
     first: Dict[str, dict] = {}
@@ -340,13 +374,16 @@ def print_table(runs: List[dict]) -> None:
               f"{r['theoretical_bytes_per_row']:>6} {r['overhead_factor']:>6.2f} {r['restored_bytes_per_row']:>14.0f} "
               f"{r['grow_seconds']:>7.2f} {per_row('grow_seconds'):>8} {chunks:>15} {r['save_seconds']:>7.2f} "
               f"{per_row('save_seconds'):>8} {r['restore_seconds']:>9.2f} {per_row('restore_seconds'):>8} "
+              f"{r['old_restore_seconds']:>6.2f} {r['restore_over_old']:>7.2f} "
               f"{r['checkpoint_bytes'] / mib:>8.0f} {r['save_peak_extra_bytes'] / mib:>14.0f} "
-              f"{r['restore_peak_extra_bytes'] / mib:>17.0f} {r['samples_per_sec']:>9} "
+              f"{r['restore_peak_extra_bytes'] / mib:>17.0f} {r['old_restore_peak_extra_bytes'] / mib:>5.0f} "
+              f"{r['samples_per_sec']:>9} "
               f"{ratio(r['samples_per_sec'], b['samples_per_sec']):>6} {r['step_ratio_to_empty']:>8.2f} "
               f"{r['peak_rss'] / GIB:>8.1f}")
     print("(/row x): seconds per row over the same optimizer's smallest size (1.00x = linear); chunk max/med: the "
           "slowest and the median upsert of 1M rows (uneven: inserts slow down as a table fills, until it doubles); factor: measured B/row"
-          " over theory; peak+: peak RSS above the grown (saving) or restored tables; (x): samples/s over the "
+          " over theory; restore s: build + restore into tables sized for the checkpoint's rows; old: into empty "
+          "tables (before they were sized); peak+: peak RSS above the grown (saving) or restored tables; (x): samples/s over the "
           "smallest size's; vs empty: over the same process's step before growth")
 
 
@@ -366,6 +403,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--model_dir", default="", help=argparse.SUPPRESS)
     parser.add_argument("--restore_from", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--restore_sized", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         from easyonline.utils.logs import setup_logging  # pylint: disable=g-import-not-at-top
@@ -409,7 +447,8 @@ def main() -> None:
         r["ratios_to_smallest"] = {
             "bytes_per_row": round(r["bytes_per_row"] / b["bytes_per_row"], 3),
             **{f"{key}_per_row": round(r[key] / r["rows"] / (b[key] / b["rows"]), 3)
-               for key in ("grow_seconds", "save_seconds", "restore_seconds", "grow_cpu_seconds", "save_cpu_seconds",
+               for key in ("grow_seconds", "save_seconds", "restore_seconds", "old_restore_seconds", "grow_cpu_seconds",
+                           "save_cpu_seconds",
                            "restore_cpu_seconds", "checkpoint_bytes",
                            "save_peak_extra_bytes", "restore_peak_extra_bytes")},
             "samples_per_sec": round(r["samples_per_sec"] / b["samples_per_sec"], 3),
