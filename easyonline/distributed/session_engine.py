@@ -19,6 +19,7 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ClusterFailure
 from easyonline.distributed.checkpoint_io import SessionIO
 from easyonline.distributed.cluster_config import ClusterConfig
+from easyonline.distributed.save_pause import SavePause
 from easyonline.distributed.server import start_server
 from easyonline.distributed.session_tables import SessionTableOps, SessionTableRows
 from easyonline.distributed.shared_state import ClusterMetrics, positions_array, positions_dict
@@ -91,6 +92,8 @@ class SessionEngine:
             samples=self.state.samples, positions=self.graph.positions,
             io=SessionIO(self.graph.graph, self.session, self._session_run, cluster), pull=False)
         self._start_samples: Optional[int] = None
+        self.pause = SavePause(self._session_run, self.state, self.graph.begin_step, self.trainer_index,
+                               cluster.num_trainers, loop.stop_signal.should_stop)
         self.restored_from = self._join()
         self.metrics = self.cluster_metrics = ClusterMetrics(self._session_run, self.state, train.metrics_window_samples)
         # every trainer records its trained keys on the ps; the chief's publishers drain them there
@@ -127,6 +130,7 @@ class SessionEngine:
             return None
         if self._ps_ready():
             log.info("the ps hold a ready model (the chief restarted alone): continuing with it")
+            self.pause.lower()
             return None
         self._session_run(self.graph.global_init)
         path = self._restore()
@@ -231,7 +235,11 @@ class SessionEngine:
         labels = parsed.labels_by_name(self.specs.label_names[0])
         feed = self.graph.feed(parsed.host_features(), {name: labels[name] for name in self.graph.label_names},
                                self._loop.clock() - STATS_EPOCH, raw.positions, raw.lag or 0, parsed.sample_weights)
+        if not self.cluster.is_chief:
+            self.pause.before_step()
         out = self._session_run(self.graph.train_op, feed)
+        if not self.cluster.is_chief:
+            self.pause.after_step(int(out["pause"]))
         self.step, self._samples = int(out["step"]), int(out["samples"])
         self.cluster_metrics.after_step(self._samples)
         return out["probabilities"]
@@ -271,15 +279,18 @@ class SessionEngine:
     def save(self, positions: Dict[int, int], topic: str, topic_id: str = "") -> Tuple[str, Dict[int, int]]:
         """The chief: the shared positions first, then the parameters (they hold at least every update up to
         them); ``positions`` (this trainer's own) are not the cluster's."""
-        positions = positions_dict(self._session_run(self.state.positions))
         started = time.time()
         try:
-            path = self.checkpointer.save(positions, topic, topic_id)
+            with self.pause.others_paused():  # a row another trainer inserts could move rows out of the save
+                positions = positions_dict(self._session_run(self.state.positions))
+                rows = sum(self.table_sizes().values())
+                path = self.checkpointer.save(positions, topic, topic_id)
         except Exception as e:  # pylint: disable=broad-except
             if _is_lost_task(e):
                 raise self._lost(e) from None
             raise
-        log.info("saved checkpoint %s (positions %s) in %.2fs", path, positions, time.time() - started)
+        log.info("saved checkpoint %s (positions %s, %d rows; the other trainers held still %.2fs first) in %.2fs",
+                 path, positions, rows, self.pause.last_wait_secs, time.time() - started)
         return path, positions
 
     def before_final_checkpoint(self, stop_reason: str) -> Optional[Dict[int, int]]:

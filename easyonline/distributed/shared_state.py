@@ -16,6 +16,10 @@ an offline run is over.
   begin stepping together, as Paddle's ``barrier_worker``.
 - ``finished``: per trainer, 1 once it caught up in an offline run.
 - ``lags``: per trainer, the messages it had not read at its last batch.
+- ``pause``, ``paused``, ``stepping``: the chief's request that the other
+  trainers hold still while it saves a checkpoint (a generation, 0: none),
+  each trainer's acknowledgement, and whether it is inside a step
+  (``save_pause.py``).
 - the prequential metrics of every task, summed over every trainer's
   batches: a binary task's score histograms per label (as Paddle's global
   AUC), logloss and label sums; a regression task's squared error and label
@@ -51,6 +55,9 @@ class ClusterState:
         self.started = tf.Variable(tf.zeros([num_trainers], tf.int32), trainable=False, name="trainers_started")
         self.finished = tf.Variable(tf.zeros([num_trainers], tf.int32), trainable=False, name="trainers_finished")
         self.lags = tf.Variable(tf.zeros([num_trainers], tf.int64), trainable=False, name="trainer_lags")
+        self.pause = tf.Variable(0, dtype=tf.int64, trainable=False, name="save_pause")
+        self.paused = tf.Variable(tf.zeros([num_trainers], tf.int64), trainable=False, name="trainers_paused")
+        self.stepping = tf.Variable(tf.zeros([num_trainers], tf.int32), trainable=False, name="trainers_stepping")
         self.tasks = tuple(tasks)
         # {task name: {sum name: variable}}: "pos", "neg", "logloss", "labels" (binary); "squared", "labels"
         self.task_sums: Dict[str, Dict[str, tf.Variable]] = {
@@ -63,12 +70,26 @@ class ClusterState:
         self.all_positions_in = v1.placeholder(tf.int64, [MAX_PARTITIONS], name="all_positions")
         self.set_positions = self.positions.assign(self.all_positions_in)
         self.set_ready = self.ready.assign(1)
+        self.generation_in = v1.placeholder(tf.int64, [], name="pause_generation")
+        self.set_pause = self.pause.assign(self.generation_in)
+        trainer = tf.reshape(self.trainer_in, [1])
+        self.ack_pause = tf.group(self.paused.scatter_update(tf.IndexedSlices(tf.reshape(self.generation_in, [1]),
+                                                                              trainer)),
+                                  self.stepping.scatter_update(tf.IndexedSlices(tf.zeros([1], tf.int32), trainer)))
+        self.pause_reads = {"paused": self.paused, "stepping": self.stepping, "started": self.started,
+                            "finished": self.finished}
         one = tf.IndexedSlices(tf.ones([1], tf.int32), tf.reshape(self.trainer_in, [1]))
         self.mark_started = self.started.scatter_update(one)
         self.mark_finished = self.finished.scatter_update(one)
         self.reads = {"step": self.global_step, "samples": self.samples, "positions": self.positions,
                       "ready": self.ready, "started": self.started, "finished": self.finished, "lags": self.lags}
         self.metric_reads = {"samples": self.samples, "tasks": self.task_sums}
+
+    def begin_step(self, trainer_index: int) -> tf.Tensor:
+        """Marks ``trainer_index`` inside a step, then reads ``pause`` (in that order: save_pause.py)."""
+        mark = self.stepping.scatter_update(tf.IndexedSlices(tf.ones([1], tf.int32), tf.constant([trainer_index])))
+        with tf.control_dependencies([mark]):
+            return self.pause.read_value()
 
     def step_updates(self, labels: Union[tf.Tensor, Dict[str, tf.Tensor]],
                      predictions: Union[tf.Tensor, Dict[str, tf.Tensor]], trainer_index: int,
@@ -107,6 +128,8 @@ class ClusterState:
                 self.positions.scatter_update(tf.IndexedSlices(self.offsets_in, self.partitions_in)),
                 self.global_step.assign_add(one), self.samples.assign_add(count),
                 self.lags.scatter_update(tf.IndexedSlices(lag, index)),
+                # out of the step once its updates are written (save_pause.py: a save may begin)
+                self.stepping.scatter_update(tf.IndexedSlices(tf.zeros([1], tf.int32), index)),
                 *[variable.assign_add(value) if bucket is None else
                   variable.scatter_add(tf.IndexedSlices(value, bucket)) for variable, value, bucket in writes])
 

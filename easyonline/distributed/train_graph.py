@@ -193,7 +193,9 @@ class TrainGraph:
                 # read after this step's own increments: the cluster's step and samples so far
                 self.train_op = {"probabilities": tf.identity(self.probabilities),
                                  "step": self.state.global_step.read_value(),
-                                 "samples": self.state.samples.read_value()}
+                                 "samples": self.state.samples.read_value(),
+                                 "pause": self.state.pause.read_value()}  # the chief's save (save_pause.py)
+            self.begin_step = self.state.begin_step(cluster.trainer_index)
             self.table_sizes = {name: layer.params.size() for name, layer in self.model.tables.embeddings.items()}
             with v1.device(cluster.device):  # the chief's copy of the positions it checkpoints
                 self.positions = StreamPositions()  # (the single process's own; bound to the session later)

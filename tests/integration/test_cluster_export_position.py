@@ -9,14 +9,18 @@ serving follows (``ParameterReplica``). Computing the position after the run ins
 changes nothing: it depends only on the messages' headers and the checkpoint's step.
 
 The ids are nearly unique (a vocabulary of 100,000 per feature for 16,000 samples), so a row trained
-once and missed by the server stays missing to the end. The worker keeps training while the chief
-saves; the chief published the rows it trained then with the chief's own last step, at or below the
-checkpoint's, and the export skipped them.
+once and missed by the server stays missing to the end. The worker kept training while the chief
+saved; the chief published the rows it trained then with the chief's own last step, at or below the
+checkpoint's, and the export skipped them. Now the worker also holds still while the chief saves
+(save_pause.py): every checkpoint holds exactly the rows its save began with.
 """
+import re
+
 import numpy as np
 import tensorflow as tf
 
 from easyonline.checkpoint.checkpointer import checkpoint_step
+from easyonline.embedding.dynamic_tables import checkpoint_rows
 from easyonline.export.exporter import update_stream_info
 from easyonline.scoring.checkpoint_model import CheckpointModel
 from easyonline.tools.local_cluster import LocalCluster
@@ -80,6 +84,13 @@ def test_servers_of_exports_of_checkpoints_saved_while_a_worker_trains_end_equal
     checkpoints = tf.train.get_checkpoint_state(str(tmp_path / MODEL)).all_model_checkpoint_paths
     mid_run = [path for path in checkpoints if not summary["checkpoint"].endswith(path.rsplit("/", 1)[-1])]
     assert len(mid_run) >= 5, checkpoints
+    # The worker held still while the chief saved (save_pause.py): each checkpoint holds exactly the rows
+    # the tables had when its save began, none moved out of the export by the worker's inserts
+    saved = re.findall(r"saved checkpoint (\S+) \(positions .*?, (\d+) rows; the other trainers held still",
+                       cluster.chief_output())
+    assert len(saved) >= len(mid_run), cluster.chief_output()[-4000:]
+    assert {path: sum(checkpoint_rows(path).values()) for path, _ in saved} == \
+        {path: int(rows) for path, rows in saved}
     differing = {}
     for path in mid_run:
         found = differences_from_model(_server_of_export(config, path, ids, records), final.model, ids)

@@ -1,0 +1,82 @@
+"""The chief's save pause (distributed/save_pause.py) over the real shared variables and step updates.
+
+The cluster's shared state (``ClusterState``) in one local graph and session, as a ps holds it: a worker
+thread runs the real ``begin_step`` / ``step_updates`` protocol as fast as it can while the chief thread
+pauses it again and again; inside each pause the worker must not write (the cluster's step stands still),
+and outside the worker steps on. A worker that never answers delays a save by the bounded wait only.
+"""
+import threading
+import time
+
+import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.distributed import save_pause
+from easyonline.distributed.save_pause import SavePause
+from easyonline.distributed.shared_state import ClusterState
+
+tf = ensure_legacy_keras()
+
+
+def _cluster_state():
+    graph = tf.Graph()
+    with graph.as_default():
+        state = ClusterState(2)
+        shared = state.step_updates(tf.constant([1.0]), tf.constant([0.5]), trainer_index=1)
+        with tf.control_dependencies([shared]):
+            step = {"pause": state.pause.read_value()}
+        begin = {i: state.begin_step(i) for i in (0, 1)}
+        session = tf.compat.v1.Session(graph=graph)
+        session.run(tf.compat.v1.global_variables_initializer())
+    for i in (0, 1):
+        session.run(state.mark_started, {state.trainer_in: i})
+    feed = {state.partitions_in: [0], state.offsets_in: [1], state.lag_in: 0}
+    return session, state, step, begin, feed
+
+
+def test_the_worker_writes_nothing_while_the_chief_saves_and_steps_on_after():
+    session, state, step, begin, feed = _cluster_state()
+    stop = threading.Event()
+    worker = SavePause(session.run, state, begin[1], 1, 2, stop.is_set)
+    chief = SavePause(session.run, state, begin[0], 0, 2, stop.is_set)
+
+    def work():
+        while not stop.is_set():
+            worker.before_step()
+            worker.after_step(int(session.run(step, feed)["pause"]))
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    try:
+        moved_inside, moved_outside = [], []
+        for _ in range(5):
+            before = session.run(state.global_step)
+            time.sleep(0.1)
+            moved_outside.append(session.run(state.global_step) - before)
+            with chief.others_paused():
+                before = session.run(state.global_step)
+                time.sleep(0.2)
+                moved_inside.append(session.run(state.global_step) - before)
+                assert session.run(state.paused)[1] == session.run(state.pause)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert moved_inside == [0] * 5
+    assert sum(moved_outside) > 0  # the worker stepped between the saves
+    assert session.run(state.pause) == 0
+
+
+def test_a_worker_stuck_inside_a_step_delays_the_save_by_the_bounded_wait_only(monkeypatch, caplog):
+    session, state, _, begin, _ = _cluster_state()
+    session.run(begin[1])  # trainer 1 entered a step and never ends it (killed)
+    monkeypatch.setattr(save_pause, "CHIEF_WAIT_SECS", 0.5)
+    chief = SavePause(session.run, state, begin[0], 0, 2, lambda: False)
+    started = time.time()
+    with chief.others_paused():
+        pass
+    assert 0.5 <= time.time() - started < 5
+    assert "trainer(s) [1] did not hold still" in caplog.text
+    session.run(state.mark_finished, {state.trainer_in: 1})  # a finished trainer is not waited for
+    started = time.time()
+    with chief.others_paused():
+        pass
+    assert time.time() - started < 0.5
