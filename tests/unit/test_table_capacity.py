@@ -10,17 +10,10 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.dynamic_tables import DynamicTables, checkpoint_rows, table_capacities
 from easyonline.features import build_feature_specs
 from easyonline.features.signature import empty_features
+from tests.unit.test_full_sync_stream import CONFIG  # two tables, user (dim 4) and item (dim 2), a DNN
 
 tf = ensure_legacy_keras()
 
-CONFIG = """
-model_dir: "/tmp/unused"
-data_config { input_fields { input_name: "label" input_type: INT32 } input_fields { input_name: "user" }
-              input_fields { input_name: "item" } label_fields: "label" }
-feature_configs { input_names: "user" embedding_dim: 4 }
-feature_configs { input_names: "item" embedding_dim: 2 }
-model_config { model_class: "dnn" }
-"""
 ROWS = {"user": 1000, "item": 300}
 
 
