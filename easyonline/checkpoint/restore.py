@@ -12,7 +12,7 @@ from typing import ContextManager, Dict, Optional
 
 from easyonline.checkpoint.checkpointer import checkpoint_step
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.embedding.dynamic_tables import checkpoint_rows, checkpoint_shards, local_shards, table_capacities
+from easyonline.embedding.dynamic_tables import CheckpointTables, checkpoint_tables, local_shards, table_capacities
 from easyonline.features import FeatureSpecs, build_feature_specs
 from easyonline.features.signature import empty_features
 from easyonline.models.builder import build_model
@@ -25,8 +25,8 @@ log = logging.getLogger(__name__)
 
 def model_with_shards(config: pipeline_pb2.PipelineConfig, specs: FeatureSpecs, shards: int,
                       scope: Optional[ContextManager] = None, rows: Optional[Dict[str, int]] = None) -> Model:
-    """The config's model, its tables in ``shards`` shards in this process (a checkpoint's
-    ``checkpoint_shards``; 1 without one) and sized for ``rows`` (its ``checkpoint_rows``), built in ``scope``."""
+    """The config's model, its tables in ``shards`` shards in this process and sized for ``rows`` (a
+    checkpoint's ``checkpoint_tables``; 1 shard and empty tables without one), built in ``scope``."""
     with scope or contextlib.nullcontext(), local_shards(shards), table_capacities(rows or {}):
         return build_model(config, specs)
 
@@ -57,14 +57,15 @@ class RestoredModel:
 
 
 def restore_model(config: pipeline_pb2.PipelineConfig, checkpoint: str, specs: Optional[FeatureSpecs] = None,
-                  shards: Optional[int] = None) -> RestoredModel:
+                  tables: Optional[CheckpointTables] = None) -> RestoredModel:
     """The config's model with the parameters of ``checkpoint`` (a prefix), ready to score (no optimizer).
 
-    ``shards``: the checkpoint's, when the caller has already read it.
+    ``tables``: the checkpoint's ``checkpoint_tables``, when the caller has already read them.
     """
     specs = specs or build_feature_specs(config)
-    shards = shards or checkpoint_shards(checkpoint)
-    model = model_with_shards(config, specs, shards, rows=checkpoint_rows(checkpoint))
+    tables = tables or checkpoint_tables(checkpoint)
+    shards = tables.shards
+    model = model_with_shards(config, specs, shards, rows=tables.rows)
     model(empty_features(specs), training=False)  # creates the dense variables the checkpoint fills
     model.tables.release_names()
     step = restore_into(model, checkpoint)

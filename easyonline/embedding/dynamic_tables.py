@@ -93,11 +93,11 @@ def ps_shards(placement: PsPlacement):
 @contextlib.contextmanager
 def table_capacities(rows: Dict[str, int]):
     """Tables built inside start with room for ``rows[table_variable_name(table)]`` rows (a checkpoint's
-    ``checkpoint_rows``), their optimizer slots too.
+    ``checkpoint_tables(...).rows``), their optimizer slots too.
 
-    A TFRA table starts small and doubles as rows arrive: a restore of 10M rows
+    A TFRA table starts small and doubles as rows arrive: a restore of 20M rows
     went through its doublings, each a rehash holding the old and the new
-    table, 2.4x slower and 0.6 GB higher at its peak than into a table sized
+    table, 2.2x slower and 1.3 GiB higher at its peak than into a table sized
     for its rows (docs/benchmarks.md, "Tables as they grow"). A table that
     grows past its size later still doubles as before. Nested, the inner rows
     add to (and for the same table, replace) the outer ones.
@@ -109,21 +109,25 @@ def table_capacities(rows: Dict[str, int]):
         _capacities.pop()
 
 
-def checkpoint_rows(path: str) -> Dict[str, int]:
-    """Rows per table (by ``table_variable_name``) in a checkpoint, its shards together."""
+@dataclasses.dataclass(frozen=True)
+class CheckpointTables:
+    """What a checkpoint's index says of its tables. ``shards``: per table (the number of ps that wrote it; 1
+    for a single process). ``rows``: per table (by ``table_variable_name``), its shards together."""
+
+    shards: int
+    rows: Dict[str, int]
+
+
+def checkpoint_tables(path: str) -> CheckpointTables:
+    """The shards and rows of a checkpoint's tables, from one read of its index (a model is built to match)."""
+    shards = 1
     rows: Dict[str, int] = {}
     for name, shape in tf.train.load_checkpoint(path).get_variable_to_shape_map().items():
         match = _SHARD.search(name)
-        if match and shape:
-            rows[match.group(1)] = rows.get(match.group(1), 0) + int(shape[0])
-    return rows
-
-
-def checkpoint_shards(path: str) -> int:
-    """How many shards per table a checkpoint holds (the number of ps that wrote it; 1 for a single process)."""
-    shards = [int(m.group(2)) + 1 for name in tf.train.load_checkpoint(path).get_variable_to_shape_map()
-              for m in [_SHARD.search(name)] if m]
-    return max(shards, default=1)
+        if match:
+            shards = max(shards, int(match.group(2)) + 1)
+            rows[match.group(1)] = rows.get(match.group(1), 0) + (int(shape[0]) if shape else 0)
+    return CheckpointTables(shards, rows)
 
 
 def table_variable_name(table: str) -> str:

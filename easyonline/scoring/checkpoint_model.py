@@ -15,7 +15,7 @@ import numpy as np
 from easyonline.checkpoint.restore import restore_model, restore_into
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.config.secrets import apply_oss_config
-from easyonline.embedding.dynamic_tables import checkpoint_shards
+from easyonline.embedding.dynamic_tables import checkpoint_tables
 from easyonline.features import build_feature_specs
 from easyonline.features.signature import feature_signature
 from easyonline.protos import pipeline_pb2
@@ -40,12 +40,12 @@ class CheckpointModel:
 
     def restore(self, path: str) -> int:
         """Loads the checkpoint prefix ``path``; returns its training step (-1 for a model-only checkpoint)."""
-        shards = checkpoint_shards(path)
-        if self.model is not None and shards == self.shards:
+        tables = checkpoint_tables(path)
+        if self.model is not None and tables.shards == self.shards:
             self.step = restore_into(self.model, path)  # the traced scoring function is kept
             log.info("loaded %s (step %d, %d keys)", path, self.step, sum(self.model.tables.sizes().values()))
         else:  # the first, or one written by a cluster with another number of ps
-            restored = restore_model(self.config, path, self.specs, shards)
+            restored = restore_model(self.config, path, self.specs, tables)
             self.model, self.shards, self.step = restored.model, restored.shards, restored.step
             model = self.model
             self._score = tf.function(lambda features: model.task_outputs(model(features, training=False)),

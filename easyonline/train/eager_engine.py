@@ -17,7 +17,7 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
 from easyonline.core.metrics import WindowFigures
 from easyonline.embedding.change_tracker import ChangeTracker
-from easyonline.embedding.dynamic_tables import STATS_EPOCH, checkpoint_rows, checkpoint_shards
+from easyonline.embedding.dynamic_tables import STATS_EPOCH, checkpoint_tables
 from easyonline.embedding.eviction import EagerTableOps, TableOps
 from easyonline.features.label_kinds import SAMPLE_WEIGHT_KEY
 from easyonline.features.signature import empty_features, feature_signature
@@ -54,10 +54,10 @@ class EagerEngine:
         config = self.config = loop.config
         self.specs = loop.specs
         latest = self._latest_local_checkpoint()
-        saved_shards = checkpoint_shards(latest) if latest else None
+        saved = checkpoint_tables(latest) if latest else None
+        saved_shards = saved.shards if saved else None
         # Tables sized for the checkpoint's rows: a restore of millions of rows skips the doublings
-        self.model = model_with_shards(config, self.specs, saved_shards or 1,
-                                       rows=checkpoint_rows(latest) if latest else None)
+        self.model = model_with_shards(config, self.specs, saved_shards or 1, rows=saved.rows if saved else None)
         self.optimizer = build_train_optimizer(config.train_config)
         self.task = self.model.tasks.primary
         self._label_names = check_task_labels(self.model.tasks.label_names, self.specs.label_names)

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from easyonline.checkpoint.checkpointer import checkpoint_step
-from easyonline.embedding.dynamic_tables import checkpoint_rows
+from easyonline.embedding.dynamic_tables import checkpoint_tables
 from easyonline.export.exporter import update_stream_info
 from easyonline.scoring.checkpoint_model import CheckpointModel
 from easyonline.tools.local_cluster import LocalCluster
@@ -89,7 +89,7 @@ def test_servers_of_exports_of_checkpoints_saved_while_a_worker_trains_end_equal
     saved = re.findall(r"saved checkpoint (\S+) \(positions .*?, (\d+) rows; the other trainers held still",
                        cluster.chief_output())
     assert len(saved) >= len(mid_run), cluster.chief_output()[-4000:]
-    assert {path: sum(checkpoint_rows(path).values()) for path, _ in saved} == \
+    assert {path: sum(checkpoint_tables(path).rows.values()) for path, _ in saved} == \
         {path: int(rows) for path, rows in saved}
     differing = {}
     for path in mid_run:

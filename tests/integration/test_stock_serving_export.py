@@ -172,7 +172,7 @@ def test_stock_export_predicts_and_updates_without_tfra_like_the_normal_one(expo
                                 env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for version in (stock, normal)]
     # What the trainer predicted at the exported checkpoint (the fresh processes run meanwhile)
-    restored = restore_model(trainer.config, str(tmp_path / "m" / "model.ckpt-2"), shards=1)
+    restored = restore_model(trainer.config, str(tmp_path / "m" / "model.ckpt-2"))
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     logits, = restored.model(trainer.parser.parse(lines).features, training=False).values()
     at_export = tf.sigmoid(logits).numpy()

@@ -1,5 +1,5 @@
 """A model restored from a checkpoint starts with tables sized for the checkpoint's rows (embedding/dynamic_tables.py
-``checkpoint_rows`` / ``table_capacities``; checkpoint/restore.py), so a restore of millions of rows does not go
+``checkpoint_tables`` / ``table_capacities``; checkpoint/restore.py), so a restore of millions of rows does not go
 through the tables' doublings. Real TFRA tables and a real checkpoint written in two shards."""
 import numpy as np
 
@@ -7,7 +7,7 @@ import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loa
 from easyonline.checkpoint.restore import model_with_shards, restore_model
 from easyonline.config import parse_pipeline_config
 from easyonline.core.bootstrap import ensure_legacy_keras
-from easyonline.embedding.dynamic_tables import DynamicTables, checkpoint_rows, table_capacities
+from easyonline.embedding.dynamic_tables import DynamicTables, checkpoint_tables, table_capacities
 from easyonline.features import build_feature_specs
 from easyonline.features.signature import empty_features
 from tests.unit.test_full_sync_stream import CONFIG  # two tables, user (dim 4) and item (dim 2), a DNN
@@ -32,9 +32,9 @@ def _checkpoint(path: str) -> str:
     return tf.train.Checkpoint(model=model).write(path)
 
 
-def test_checkpoint_rows_counts_every_shard_and_a_restored_model_is_sized_for_them(tmp_path):
+def test_checkpoint_tables_count_every_shard_and_a_restored_model_is_sized_for_them(tmp_path):
     path = _checkpoint(str(tmp_path / "ckpt"))
-    assert checkpoint_rows(path) == {"emb_user": 1000, "emb_item": 300}
+    assert checkpoint_tables(path).rows == {"emb_user": 1000, "emb_item": 300}
 
     restored = restore_model(parse_pipeline_config(CONFIG), path)
     tables = restored.model.tables

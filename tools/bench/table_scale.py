@@ -46,7 +46,7 @@ model_dir and restore the checkpoint with the project's
 ``Checkpointer.restore_latest`` (the path a trainer's start takes), timed
 with the build, with its RSS growth per row and its peak above the grown RSS:
 one builds its tables sized for the checkpoint's rows
-(``table_capacities(checkpoint_rows(...))``, what a trainer, an export and
+(``table_capacities(checkpoint_tables(...).rows)``, what a trainer, an export and
 eval do now when they start from a checkpoint), the other empty, as they did
 before (``old``: the tables double as the rows arrive), so both are measured
 in the same run.
@@ -333,13 +333,13 @@ def restore_child(args) -> dict:
     from easyonline.jobs.online_train import build_trainer  # pylint: disable=g-import-not-at-top
 
     from easyonline.embedding.dynamic_tables import (  # pylint: disable=g-import-not-at-top
-        checkpoint_rows, table_capacities)
+        checkpoint_tables, table_capacities)
 
     rss_before_build = _rss()
     _reset_hwm()
     started, cpu = time.perf_counter(), time.process_time()
     latest = tf_latest_checkpoint(args.restore_from)
-    with table_capacities(checkpoint_rows(latest) if args.restore_sized else {}):
+    with table_capacities(checkpoint_tables(latest).rows if args.restore_sized else {}):
         trainer = build_trainer(config_for(args.config, args.optimizer, args.model_dir), online=False)
     build_seconds, build_cpu = time.perf_counter() - started, time.process_time() - cpu
     rows_empty = sum(trainer.model.tables.sizes().values())
