@@ -80,3 +80,38 @@ def test_a_worker_stuck_inside_a_step_delays_the_save_by_the_bounded_wait_only(m
     with chief.others_paused():
         pass
     assert time.time() - started < 0.5
+
+
+def test_a_chief_that_died_while_saving_leaves_workers_held_until_its_restart_lowers_the_pause():
+    """A chief killed inside ``others_paused`` never lowers the flag: simulated by raising it and dropping that
+    SavePause (its ``finally`` never runs, as in a SIGKILL); the restarted chief's ``lower`` (SessionEngine._join
+    calls it when it finds the ps ready) lets the held worker step on, and its next pause is a new generation."""
+    session, state, step, begin, feed = _cluster_state()
+    stop = threading.Event()
+    worker = SavePause(session.run, state, begin[1], 1, 2, stop.is_set)
+    session.run(state.set_pause, {state.generation_in: 7})  # the dead chief's pause, never lowered
+
+    def work():
+        while not stop.is_set():
+            worker.before_step()
+            worker.after_step(int(session.run(step, feed)["pause"]))
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        held_at = session.run(state.global_step)
+        time.sleep(0.3)
+        assert session.run(state.global_step) == held_at  # held: the flag stays raised with nobody to lower it
+        assert session.run(state.paused)[1] == 7
+        restarted = SavePause(session.run, state, begin[0], 0, 2, stop.is_set)
+        restarted.lower()
+        deadline = time.time() + 10
+        while session.run(state.global_step) == held_at and time.time() < deadline:
+            time.sleep(0.05)
+        assert session.run(state.global_step) > held_at  # stepping again
+        with restarted.others_paused():
+            assert session.run(state.pause) == 8  # past every generation the worker acknowledged
+    finally:
+        stop.set()
+        thread.join(30)
