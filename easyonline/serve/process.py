@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from easyonline.utils import preloaded_python
 from easyonline.utils.net import free_port
 
 
@@ -30,7 +31,7 @@ class ServingProcess:
         self.model_name = model_name
         self._log = open(log_path, "ab")
         self._log_path = log_path
-        self.proc = subprocess.Popen([sys.executable, "-m", "easyonline.serve", f"--export_dir={export_dir}",
+        self.proc = preloaded_python.Popen([sys.executable, "-m", "easyonline.serve", f"--export_dir={export_dir}",
                                       f"--port={self.port}", *flags], env=env or dict(os.environ),
                                      stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.time() + start_timeout

@@ -24,6 +24,7 @@ from typing import Deque, Dict, List, Optional, TextIO
 
 from absl import flags
 
+from easyonline.utils import preloaded_python
 from easyonline.utils.child_process import die_with_parent
 from easyonline.utils.cli import run_command
 from easyonline.utils.net import free_port
@@ -88,7 +89,7 @@ class LocalCluster:
     def start_task(self, role: str, index: int) -> subprocess.Popen:
         """Starts (or restarts) one task."""
         name = "chief" if role == "chief" else f"{role}{index}"
-        proc = subprocess.Popen(self.task_command(role, index),
+        proc = preloaded_python.Popen(self.task_command(role, index),
                                 env=self.task_env(role, index), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
         self.processes[name] = proc

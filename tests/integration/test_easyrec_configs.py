@@ -14,6 +14,8 @@ import subprocess
 import numpy as np
 import pytest
 
+from easyonline.utils import preloaded_python
+
 from tests.conftest import PYTHON, ROOT, python_env
 
 INT64_FIELDS = ("hour", "c1", "banner_pos", "c19", "c20", "c21")
@@ -143,7 +145,7 @@ def _train(config_text: str, broker, topic: str, tmp_path) -> subprocess.Complet
     path.write_text(config_text)
     edits = {"kafka_train_input.server": broker.bootstrap, "kafka_train_input.topic": topic,
              "model_dir": str(tmp_path / "model")}
-    proc = subprocess.run([PYTHON, "-m", "easyonline.train", f"--pipeline_config_path={path}",
+    proc = preloaded_python.run([PYTHON, "-m", "easyonline.train", f"--pipeline_config_path={path}",
                            f"--edit_config_json={json.dumps(edits)}"],
                           cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]

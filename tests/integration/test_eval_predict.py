@@ -16,6 +16,7 @@ from easyonline.scoring.checkpoint_model import CheckpointModel
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.checkpoint.checkpointer import latest_checkpoint
 from easyonline.utils.net import free_port
+from easyonline.utils import preloaded_python
 from tests.conftest import PYTHON, online_config, python_env
 
 FAST = {"data_config.batch_size": 500, "data_config.batch_timeout_ms": 300, "train_config.log_step_count_secs": 1,
@@ -23,7 +24,7 @@ FAST = {"data_config.batch_size": 500, "data_config.batch_timeout_ms": 300, "tra
 
 
 def _cli(verb, *args, timeout=240):
-    return subprocess.run([PYTHON, "-m", f"easyonline.{verb}", *args], env=python_env(), capture_output=True,
+    return preloaded_python.run([PYTHON, "-m", f"easyonline.{verb}", *args], env=python_env(), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -55,10 +56,10 @@ def test_eval_job_follows_a_running_trainer_one_result_per_checkpoint(broker, to
         "kafka_eval_input.server": broker.bootstrap, "kafka_eval_input.topic": topic + "_eval"})
     config.eval_config.metrics_set.add().gauc.uid_field = "C1"  # EasyRec's grouped AUC, by one id feature's ids
     config_path = _write_config(config, tmp_path / "online.config")
-    trainer = subprocess.Popen([PYTHON, "-m", "easyonline.train", f"--config={config_path}", "--online"],
+    trainer = preloaded_python.Popen([PYTHON, "-m", "easyonline.train", f"--config={config_path}", "--online"],
                                env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     port = free_port()
-    evaluator = subprocess.Popen([PYTHON, "-m", "easyonline.eval", f"--config={config_path}", "--poll_secs=0.5",
+    evaluator = preloaded_python.Popen([PYTHON, "-m", "easyonline.eval", f"--config={config_path}", "--poll_secs=0.5",
                                   "--stop_grace_secs=8", f"--metrics_port={port}"], env=python_env(),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     scraped = ""

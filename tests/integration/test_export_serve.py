@@ -32,6 +32,7 @@ from easyonline.tools.stream_producer import SyntheticCtrStream, input_field_nam
 from easyonline.utils.net import free_port
 from easyonline.core.callbacks import Callback
 from easyonline.jobs.online_train import build_trainer
+from easyonline.utils import preloaded_python
 from tests.conftest import PYTHON, TEST_TABLES, online_config, python_env
 from tests.fake_oss import FakeOss
 from tests.log_noise import foreign_lines
@@ -92,7 +93,7 @@ def trainer_probs(trainer, lines):
 
 
 def export(model_dir, export_dir, *flags):
-    proc = subprocess.run([PYTHON, "-m", "easyonline.export", f"--config={model_dir}/pipeline.config",
+    proc = preloaded_python.run([PYTHON, "-m", "easyonline.export", f"--config={model_dir}/pipeline.config",
                            f"--export_dir={export_dir}", *flags], env=python_env(), capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -579,14 +580,14 @@ def test_export_and_embeddings_to_oss(served_from_files):
     _, _, _, _, tmp_path = served_from_files
     # Without credentials the export stops (exit 2) naming what is missing: a process of its own, run
     # meanwhile (it loads TensorFlow first), its answer checked at the end.
-    no_credentials = subprocess.Popen([PYTHON, "-m", "easyonline.export", f"--config={tmp_path}/m/pipeline.config",
+    no_credentials = preloaded_python.Popen([PYTHON, "-m", "easyonline.export", f"--config={tmp_path}/m/pipeline.config",
                                        "--export_dir=oss://models/export"],
                                       env={k: v for k, v in python_env().items() if not k.startswith("OSS_")},
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     with FakeOss() as fake:
         env = dict(python_env(), OSS_ENDPOINT=fake.endpoint, OSS_ACCESS_KEY_ID="test-id",
                    OSS_ACCESS_KEY_SECRET="test-secret-never-printed")
-        proc = subprocess.run([PYTHON, "-m", "easyonline.export", f"--config={tmp_path}/m/pipeline.config",
+        proc = preloaded_python.run([PYTHON, "-m", "easyonline.export", f"--config={tmp_path}/m/pipeline.config",
                                "--export_dir=oss://models/export", "--embedding_export_dir=oss://models/vectors"],
                               env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]

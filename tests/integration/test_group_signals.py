@@ -14,6 +14,7 @@ import time
 import pytest
 
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
+from easyonline.utils import preloaded_python
 from tests.conftest import PYTHON, SAMPLES, python_env
 
 
@@ -34,7 +35,7 @@ def test_a_signal_to_the_whole_group_stops_the_trainer_cleanly(broker, topic, tm
              "train_config.incr_save_config.kafka.server": updates,
              "train_config.incr_save_config.kafka.topic": topic + "_updates",
              "train_config.incr_save_config.flush_timeout_secs": 3}
-    proc = subprocess.Popen([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
+    proc = preloaded_python.Popen([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
                              "--online", f"--model_dir={tmp_path / 'm'}", f"--edit_config_json={json.dumps(edits)}"],
                             env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)  # its own group, as a terminal's foreground job

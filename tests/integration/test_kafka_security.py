@@ -16,7 +16,6 @@ grants). Each role runs with the least ACLs it needs (docs/operations.md, "ACLs 
 replaced by the test's).
 """
 import os
-import subprocess
 import threading
 import time
 
@@ -33,6 +32,7 @@ from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.tools.tls_certs import make_ca
 from easyonline.updates.readers import KafkaUpdateReader
 from easyonline.updates.replica import replay
+from easyonline.utils import preloaded_python
 from tests.conftest import PYTHON, SAMPLES, TEST_TABLES, python_env
 from tests.integration.test_incremental_updates import assert_replica_equals_trainer
 
@@ -196,7 +196,7 @@ def test_the_train_command_exits_7_naming_user_and_mechanism(apache_kafka, kafka
     path = tmp_path / "sasl.config"
     path.write_text(text_format.MessageToString(config))
     started = time.time()
-    done = subprocess.run([PYTHON, "-m", "easyonline.train", f"--config={path}"], capture_output=True, text=True,
+    done = preloaded_python.run([PYTHON, "-m", "easyonline.train", f"--config={path}"], capture_output=True, text=True,
                           env={**python_env(), "KAFKA_PASSWORD": "wrong"}, timeout=120)
     took = time.time() - started
     assert done.returncode == 7, done.stderr[-3000:]

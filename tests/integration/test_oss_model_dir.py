@@ -2,7 +2,6 @@
 export from it. Against tests/fake_oss.py (real HTTP through oss2): no real OSS is reachable here."""
 import os
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from easyonline.core.stop_signal import STOP_SIGNAL_FILE
 from easyonline.jobs.online_train import build_trainer
 from easyonline.tools.stream_producer import SyntheticCtrStream
 from easyonline.utils import fileio, oss
+from easyonline.utils import preloaded_python
 from tests.conftest import PYTHON, online_config, python_env
 from tests.fake_oss import FakeOss, configured_fake_oss
 
@@ -107,7 +107,7 @@ def test_readers_export_and_a_restart_use_what_reached_oss_not_the_trainers_cach
     assert again.restored_from == summary.checkpoint and again.step == summary.steps
     env = dict(python_env(), OSS_ENDPOINT=fake_oss.endpoint, OSS_ACCESS_KEY_ID="id", OSS_ACCESS_KEY_SECRET="secret",
                EASYONLINE_CACHE_DIR=str(tmp_path / "export-cache"))
-    proc = subprocess.run([PYTHON, "-m", "easyonline.export", f"--config={MODEL_DIR}/pipeline.config",
+    proc = preloaded_python.run([PYTHON, "-m", "easyonline.export", f"--config={MODEL_DIR}/pipeline.config",
                            f"--export_dir={tmp_path / 'export'}"], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

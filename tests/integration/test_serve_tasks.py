@@ -8,7 +8,6 @@ real TF/TFRA, real HTTP and gRPC on 127.0.0.1.
 """
 import json
 import re
-import subprocess
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ from easyonline.jobs.online_train import build_trainer
 from easyonline.predict.sinks import prediction_lines
 from easyonline.scoring.checkpoint_model import CheckpointModel
 from easyonline.tools.stream_producer import SyntheticCtrStream
+from easyonline.utils import preloaded_python
 from tests.conftest import PYTHON, online_config, python_env
 from tests.integration import test_multi_task_models as multi_task
 from tests.integration.test_export_serve import Server, _file_numbers, instances
@@ -133,7 +133,7 @@ def test_predict_writes_the_regression_column_named(regression_served):
     lines = list(SyntheticCtrStream().lines(60000, 5))
     (tmp_path / "score.csv").write_bytes(b"\n".join(lines) + b"\n")
     out = tmp_path / "scores.tsv"
-    proc = subprocess.run([PYTHON, "-m", "easyonline.predict", f"--config={tmp_path / 'm' / 'pipeline.config'}",
+    proc = preloaded_python.run([PYTHON, "-m", "easyonline.predict", f"--config={tmp_path / 'm' / 'pipeline.config'}",
                            f"--input_path={tmp_path / 'score.csv'}", f"--output_path={out}", "--output_header"],
                           env=python_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -144,7 +144,7 @@ def test_predict_writes_the_regression_column_named(regression_served):
     np.testing.assert_allclose([float(line.split(b"\t")[0]) for line in scored],
                                trained_outputs(trainer, lines)["y"], atol=2e-6)  # six decimals
     # the export of step 2 writes the same column, with that checkpoint's values
-    proc = subprocess.run([PYTHON, "-m", "easyonline.predict", f"--export_dir={version}",
+    proc = preloaded_python.run([PYTHON, "-m", "easyonline.predict", f"--export_dir={version}",
                            f"--input_path={tmp_path / 'score.csv'}", f"--output_path={tmp_path / 'early.tsv'}"],
                           env=python_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -20,6 +20,7 @@ from easyonline.publish.publish_callback import IncrementalPublish
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce
 from easyonline.utils.net import free_port
 from easyonline.jobs.online_train import build_trainer
+from easyonline.utils import preloaded_python
 from tests.conftest import PYTHON, online_config, python_env
 from tests.integration.test_export_serve import Count, Server, _wait, export, instances, trainer_probs
 
@@ -57,7 +58,7 @@ def _probs(stub, rows) -> np.ndarray:
 
 def _follower(export_dir, grpc_port, log_path, *flags):
     log = open(log_path, "ab")
-    proc = subprocess.Popen([PYTHON, "-m", "easyonline.tools.tfserving_follower", f"--export_dir={export_dir}",
+    proc = preloaded_python.Popen([PYTHON, "-m", "easyonline.tools.tfserving_follower", f"--export_dir={export_dir}",
                              f"--target=127.0.0.1:{grpc_port}", "--model_name=m", "--status_secs=0.5", *flags],
                             env=python_env(), stdout=log, stderr=subprocess.STDOUT)
     log.close()
@@ -83,7 +84,7 @@ def _stop(proc) -> int:
 
 def test_the_follower_keeps_a_grpc_server_fresh_through_restarts(broker, topic, tmp_path):
     import grpc  # pylint: disable=g-import-not-at-top
-    missing = subprocess.Popen([PYTHON, "-m", "easyonline.tools.tfserving_follower", f"--export_dir={tmp_path / 'none'}"],
+    missing = preloaded_python.Popen([PYTHON, "-m", "easyonline.tools.tfserving_follower", f"--export_dir={tmp_path / 'none'}"],
                                env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     unreachable = None
     broker.create_topic(topic, 1)
@@ -109,7 +110,7 @@ def test_the_follower_keeps_a_grpc_server_fresh_through_restarts(broker, topic, 
     try:
         assert _wait(lambda: count.samples >= 1500 and trainer.last_checkpoint, 120)
         export(model_dir, export_dir, *EXPORT_FLAGS)
-        unreachable = subprocess.Popen([PYTHON, "-m", "easyonline.tools.tfserving_follower",
+        unreachable = preloaded_python.Popen([PYTHON, "-m", "easyonline.tools.tfserving_follower",
                                         f"--export_dir={export_dir}", f"--target=127.0.0.1:{free_port()}",
                                         "--connect_timeout_secs=1"], env=python_env(), stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, text=True)

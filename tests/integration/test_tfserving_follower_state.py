@@ -29,6 +29,7 @@ from easyonline.protos import update_pb2
 from easyonline.tools.stream_producer import SyntheticCtrStream
 from easyonline.updates.readers import DONE_SUFFIX, list_update_files, update_file_name
 from easyonline.utils.net import free_port
+from easyonline.utils import preloaded_python
 from tests.conftest import PYTHON, online_config, python_env
 from tests.integration.test_export_serve import Server, _wait
 from tests.integration.test_stock_serving_export import export_in_one_process
@@ -155,7 +156,7 @@ def _start_position(version_dir: str) -> int:
 
 def _follower(export_dir, target: str, log_path):
     with open(log_path, "ab") as log:
-        return subprocess.Popen([PYTHON, "-m", "easyonline.tools.tfserving_follower", f"--export_dir={export_dir}",
+        return preloaded_python.Popen([PYTHON, "-m", "easyonline.tools.tfserving_follower", f"--export_dir={export_dir}",
                                  f"--target={target}", "--model_name=m", "--status_secs=0.5"],
                                 env=python_env(), stdout=log, stderr=subprocess.STDOUT)
 

@@ -15,6 +15,7 @@ from easyonline.core.callbacks import Callback
 from easyonline.core.errors import ConfigError
 from easyonline.core.stop_signal import STOP_SIGNAL_FILE
 from easyonline.jobs.online_train import build_trainer
+from easyonline.utils import preloaded_python
 from tests.conftest import PYTHON, SAMPLES, online_config, python_env
 
 FAST = {"data_config.batch_size": 256, "data_config.batch_timeout_ms": 200, "train_config.log_step_count_secs": 1,
@@ -75,7 +76,7 @@ def test_sigterm_stops_the_cli_cleanly_with_a_checkpoint(broker, topic, tmp_path
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         metrics_port = s.getsockname()[1]
-    proc = subprocess.Popen([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
+    proc = preloaded_python.Popen([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
                              "--online", f"--model_dir={model_dir}", f"--edit_config_json={json.dumps(edits)}",
                              f"--metrics_port={metrics_port}"],
                             env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -102,12 +103,12 @@ def test_sigterm_stops_the_cli_cleanly_with_a_checkpoint(broker, topic, tmp_path
     assert re.search(r'^easyonline_trainer_table_keys\{table="C1"\} [1-9]', metrics, re.M), metrics
     assert re.search(r"^easyonline_trainer_published_sequence [1-9]", metrics, re.M), metrics
     # a port in use is a clear error, before anything starts
-    taken = subprocess.run([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
+    taken = preloaded_python.run([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
                             "--online", f"--model_dir={tmp_path / 'other'}", f"--metrics_port={metrics_port}"],
                            env=python_env(), capture_output=True, text=True, timeout=120)
     assert taken.returncode == 2 and f"--metrics_port {metrics_port}" in taken.stderr, taken.stderr[-3000:]
     # a second trainer on the same model_dir stops with its own exit code, and writes nothing
-    second = subprocess.run([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
+    second = preloaded_python.run([PYTHON, "-m", "easyonline.train", f"--config={os.path.join(SAMPLES, 'online.config')}",
                              "--online", f"--model_dir={model_dir}", f"--edit_config_json={json.dumps(edits)}"],
                             env=python_env(), capture_output=True, text=True, timeout=120)
     assert second.returncode == 6, second.stderr[-3000:]
@@ -128,7 +129,7 @@ def test_sigterm_stops_the_cli_cleanly_with_a_checkpoint(broker, topic, tmp_path
 @pytest.mark.parametrize("config_flag", ["--config", pytest.param("--pipeline_config_path", marks=pytest.mark.scenario)])
 def test_config_error_exits_2_and_names_the_field(tmp_path, config_flag):
     """Also through EasyRec's flag names (--pipeline_config_path, --continue_train)."""
-    proc = subprocess.run([PYTHON, "-m", "easyonline.train", f"{config_flag}={os.path.join(SAMPLES, 'online.config')}",
+    proc = preloaded_python.run([PYTHON, "-m", "easyonline.train", f"{config_flag}={os.path.join(SAMPLES, 'online.config')}",
                            "--online", "--continue_train", '--edit_config_json={"data_config.batch_size": 0}'],
                           env=python_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2

@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import ssl
-import subprocess
 import urllib.request
 
 import numpy as np
@@ -29,6 +28,7 @@ from easyonline.tools.stream_producer import SyntheticCtrStream
 from easyonline.tools.tls_certs import make_server_certificate
 from easyonline.updates.signing import UpdateSigner, UpdateVerifier
 from easyonline.jobs.online_train import build_trainer
+from easyonline.utils import preloaded_python
 from tests.conftest import PYTHON, online_config, python_env
 from tests.integration.test_export_serve import Server, _file_numbers, instances, trainer_probs
 from tests.integration.test_stock_serving_export import export_in_one_process
@@ -174,7 +174,7 @@ def test_grpc_updates_unsigned_forged_nan_or_oversized_are_refused_and_change_no
 def test_a_server_without_the_secret_refuses_to_start_or_refuses_grpc_updates(signed, tmp_path):
     _, messages, exports, _ = signed
     env = {k: v for k, v in python_env().items() if k != SECRET_VAR}
-    run = subprocess.run([PYTHON, "-m", "easyonline.serve", f"--export_dir={exports['normal']}", "--port=0"],
+    run = preloaded_python.run([PYTHON, "-m", "easyonline.serve", f"--export_dir={exports['normal']}", "--port=0"],
                          env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and f"set the environment variable {SECRET_VAR}" in run.stderr, run.stderr[-2000:]
 

@@ -1,0 +1,85 @@
+"""Commands forked from a preloaded server behave as new processes: output, exit codes, signals, cwd, refusals.
+
+Each check runs the same command both ways (a new process, and forked) and compares what a caller sees.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from easyonline.utils import preloaded_python
+from tests.conftest import SAMPLES, python_env
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    with preloaded_python.PreloadedServers(str(tmp_path_factory.mktemp("pp")), env=python_env()) as s:
+        yield s
+
+
+def _both(argv, **kwargs):
+    forked = preloaded_python.run(argv, capture_output=True, text=True, timeout=120, **kwargs)
+    real = subprocess.run(argv, capture_output=True, text=True, timeout=120, **kwargs)
+    return forked, real
+
+
+def test_a_failing_command_prints_and_exits_as_a_new_process(servers, tmp_path):
+    argv = [sys.executable, "-m", "easyonline.train", f"--config={tmp_path}/missing.config", "--online"]
+    with preloaded_python.Popen(argv, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        out, err = proc.communicate(timeout=120)
+        assert proc.forked
+    real = subprocess.run(argv, env=python_env(), capture_output=True, timeout=120)
+    assert (proc.returncode, out, err) == (real.returncode, real.stdout, real.stderr)
+    assert proc.returncode == 2 and b"missing.config does not exist" in err
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_the_working_directory_pythonpath_and_stdin_are_the_callers(servers, tmp_path):
+    """A relative --config resolves against cwd; a module on the caller's PYTHONPATH is importable (the
+    config's ``data_config.parse_fn`` style imports happen in the child); stdin is the caller's."""
+    env = python_env()
+    argv = [sys.executable, "-m", "easyonline.predict", "--config=online.config", f"--model_dir={tmp_path}/m",
+            f"--output_path={tmp_path}/out.jsonl", "--input_path=/dev/stdin"]
+    forked, real = _both(argv, cwd=SAMPLES, env=env, input="")
+    assert forked.returncode == real.returncode
+    assert forked.stderr.splitlines()[-1:] == real.stderr.splitlines()[-1:], (forked.stderr, real.stderr)
+
+
+def test_a_signal_ends_the_forked_child_and_its_status_is_the_callers(servers, tmp_path):
+    config = os.path.join(SAMPLES, "online.config")
+    argv = [sys.executable, "-m", "easyonline.eval", f"--config={config}", f"--model_dir={tmp_path}/m",
+            "--poll_secs=0.2"]
+    proc = preloaded_python.Popen(argv, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    assert proc.forked and _parent(proc.pid) == servers.processes["trainer"].pid
+    assert os.getsid(proc.pid) == proc.pid  # its own session, as asked
+    time.sleep(3)
+    assert proc.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(0.2)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(30) == -signal.SIGKILL
+    proc.stdout.close()
+
+
+def test_what_a_server_cannot_run_exactly_starts_a_new_process(servers, tmp_path):
+    """An import-time variable that differs (TensorFlow's log level), a module outside the profiles, a
+    preexec_fn: each is an ordinary child of the caller."""
+    missing = f"--config={tmp_path}/missing.config"
+    cases = [([sys.executable, "-m", "easyonline.train", missing], {"env": {**python_env(), "TF_CPP_MIN_LOG_LEVEL": "0"}}),
+             ([sys.executable, "-m", "easyonline.tools.read_updates", "--help"], {"env": python_env()}),
+             ([sys.executable, "-m", "easyonline.train", missing], {"env": python_env(), "preexec_fn": os.getpid})]
+    for argv, kwargs in cases:
+        with preloaded_python.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs) as proc:
+            assert not proc.forked and _parent(proc.pid) == os.getpid(), argv
+            assert proc.wait(120) in (0, 2)
+    with preloaded_python.Popen([sys.executable, "-m", "easyonline.train", missing], env=python_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
+        assert proc.forked and proc.wait(120) == 2
