@@ -11,7 +11,8 @@ through ``core/process_exit.py`` as the commands do. ``Popen`` is ``subprocess.P
 exit status from the server, whose child it is (signals go straight to the child's pid).
 
 It is used only where ``EASYONLINE_PRELOADED_PYTHON`` names a folder of running servers (the test suite sets it)
-and a request can be served exactly: this interpreter, ``-m`` with a module of a profile, no ``preexec_fn`` (but
+and a request can be served exactly: this interpreter, ``-m`` with a module of a profile (or ``-c`` code whose
+caller names the profile it imports anyway: ``preload=``), no ``preexec_fn`` (but
 ``child_process.die_with_parent``, done by a thread that watches the caller's pid),
 ``pass_fds`` or user change, the requester in the server's session, and an environment that agrees with the
 server's on everything read while importing (``_import_time_env``: ``TF_*``, thread-pool, locale and ``PYTHON*``
@@ -94,6 +95,11 @@ class Popen(subprocess.Popen):
     _preloaded: Optional[socket.socket] = None
     forked = False  # True: a server forked it (its parent is the server)
 
+    def __init__(self, *args, preload: Optional[str] = None, **kwargs):
+        """``preload``: the profile whose modules a ``python -c`` code imports anyway (``-m`` modules name theirs)."""
+        self._preload = preload
+        super().__init__(*args, **kwargs)
+
     def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
                        creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite,
                        restore_signals, gid, gids, uid, umask, start_new_session, process_group):
@@ -101,7 +107,7 @@ class Popen(subprocess.Popen):
         die_with_caller = preexec_fn is die_with_parent  # done in the child by watching this process
         if not ((preexec_fn and not die_with_caller) or pass_fds or shell or executable or gid is not None or gids or uid is not None
                 or umask >= 0 or not close_fds):
-            conn = _request(args, cwd, env, start_new_session, process_group, die_with_caller,
+            conn = _request(args, self._preload, cwd, env, start_new_session, process_group, die_with_caller,
                             [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
                              errwrite if errwrite != -1 else 2])
         if conn is None:
@@ -165,7 +171,7 @@ def _is_zombie(pid: int) -> bool:
 
 
 def run(*popenargs, input=None, capture_output=False, timeout=None, check=False,  # pylint: disable=redefined-builtin
-        **kwargs) -> subprocess.CompletedProcess:
+        **kwargs) -> subprocess.CompletedProcess:  # (preload= is Popen's)
     """``subprocess.run`` with this module's ``Popen``."""
     if input is not None:
         kwargs["stdin"] = subprocess.PIPE
@@ -188,19 +194,19 @@ def run(*popenargs, input=None, capture_output=False, timeout=None, check=False,
     return subprocess.CompletedProcess(process.args, retcode, stdout, stderr)
 
 
-def _request(args, cwd, env, start_new_session: bool, process_group: int, die_with_caller: bool,
+def _request(args, preload: Optional[str], cwd, env, start_new_session: bool, process_group: int, die_with_caller: bool,
              fds: List[int]) -> Optional[Tuple[socket.socket, int]]:
     """(the connection, the child's pid) if a server forked the command; None to start it the ordinary way."""
     folder = os.environ.get(ENV_VAR, "")
     if not folder or isinstance(args, (str, bytes, os.PathLike)):
         return None
     argv = [os.fsdecode(a) for a in args]
-    if len(argv) < 3 or argv[1] != "-m":
+    if len(argv) < 3 or argv[1] not in ("-m", "-c") or (argv[1] == "-c" and preload not in PROFILES):
         return None
     work_dir = os.fsdecode(cwd) if cwd is not None else os.getcwd()
     if os.path.abspath(os.path.join(work_dir, argv[0])) != os.path.abspath(sys.executable):
         return None
-    profile = _profile_of(argv[2])
+    profile = _profile_of(argv[2]) if argv[1] == "-m" else preload
     if profile is None or not os.path.isdir(work_dir):
         return None
     environment = {os.fsdecode(k): os.fsdecode(v) for k, v in (env if env is not None else os.environ).items()}
@@ -416,7 +422,7 @@ class _Server:
             for key, value in self.added.items():  # what importing set (TF_CPP_MIN_LOG_LEVEL, TF_USE_LEGACY_KERAS)
                 os.environ.setdefault(key, value)
             extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-            sys.path[:] = [request["cwd"], *extra, *self.base_path]
+            sys.path[:] = [request["cwd"] if request["argv"][1] == "-m" else "", *extra, *self.base_path]
             sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
             _new_stdio(unbuffered=bool(env.get("PYTHONUNBUFFERED")))
             _reseed()
@@ -427,7 +433,7 @@ class _Server:
         except BaseException:  # pylint: disable=broad-except
             traceback.print_exc()
             os._exit(1)  # pylint: disable=protected-access
-        _run_module(request["argv"][2], request["argv"][3:])
+        _run(request["argv"][1:])
 
 
 def _die_with_caller(pid: int) -> None:
@@ -460,12 +466,22 @@ def _reseed() -> None:
         numpy.random.seed()
 
 
-def _run_module(module: str, args: List[str]) -> None:
+def _run(options: List[str]) -> None:
+    """``-m module args...`` or ``-c code args...``, as Python runs them; then the process ends."""
+    import builtins  # pylint: disable=g-import-not-at-top
     import runpy  # pylint: disable=g-import-not-at-top
+    import types  # pylint: disable=g-import-not-at-top
     from easyonline.core.process_exit import exit_process  # pylint: disable=g-import-not-at-top
-    sys.argv = ["-m", *args]
+    option, target, args = options[0], options[1], options[2:]
+    sys.argv = [option, *args]
     try:
-        runpy._run_module_as_main(module, alter_argv=True)  # pylint: disable=protected-access  (what -m runs)
+        if option == "-m":
+            runpy._run_module_as_main(target, alter_argv=True)  # pylint: disable=protected-access  (what -m runs)
+        else:
+            main = types.ModuleType("__main__")
+            main.__dict__["__builtins__"] = builtins
+            sys.modules["__main__"] = main
+            exec(compile(target, "<string>", "exec"), main.__dict__)  # pylint: disable=exec-used  (what -c runs)
         code = 0
     except SystemExit as stop:
         code = stop.code

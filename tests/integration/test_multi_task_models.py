@@ -4,7 +4,6 @@ the updates they publish replay into a copy equal to the trained model, bit for 
 One small stream for all: two labels (clk, and buy, a conversion only ever after a click), three raw
 features and six id features in two feature groups (user, item).
 """
-import subprocess
 
 import numpy as np
 import pytest
@@ -30,6 +29,7 @@ from easyonline.tools.local_cluster import LocalCluster
 from easyonline.updates.codec import decode_update
 from easyonline.updates.readers import DirectoryUpdateReader, KafkaUpdateReader
 from easyonline.updates.replica import ParameterReplica
+from easyonline.utils import preloaded_python
 from tests.conftest import PYTHON, python_env
 from tests.integration.test_cluster import _summary
 from tests.integration.test_incremental_updates import ShrinkEvery, _replay
@@ -395,7 +395,7 @@ def test_single_task_tower_models_export_and_serve_what_the_trainer_scores(tmp_p
             "from easyonline.export.exporter import export_saved_model\n"
             "for model_dir in sys.argv[1:]:\n"
             "    print(export_saved_model(load_pipeline_config(model_dir + '/pipeline.config'), model_dir + '_export'))\n")
-    proc = subprocess.run([PYTHON, "-c", code] + [str(tmp_path / model / "model") for model in models],
+    proc = preloaded_python.run([PYTHON, "-c", code] + [str(tmp_path / model / "model") for model in models], preload="trainer",
                           env=python_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not foreign_lines(proc.stderr), proc.stderr[-3000:]  # no TensorFlow/TFRA noise in what export logs

@@ -6,12 +6,12 @@ The model trains from a file (the broker adds nothing to what an export holds); 
 the same kinds of sequence through the broker, serves them over REST and replays their updates.
 """
 import json
-import subprocess
 
 import numpy as np
 
 from easyonline.config import parse_pipeline_config
 from easyonline.config.validate import validate_pipeline_config
+from easyonline.utils import preloaded_python
 from easyonline.jobs.online_train import build_trainer
 from tests.conftest import PYTHON, python_env
 from tests.integration.test_stock_serving_export import export_in_one_process
@@ -37,7 +37,7 @@ for version in sys.argv[2:]:
 
 def read_exports(rows, *versions):
     """What READER prints for each of ``versions`` (in one fresh process, in that order), as dicts."""
-    out = subprocess.run([PYTHON, "-c", READER, str(rows), *versions], env=python_env(), capture_output=True,
+    out = preloaded_python.run([PYTHON, "-c", READER, str(rows), *versions], preload="serving", env=python_env(), capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.strip().splitlines()[-len(versions):]

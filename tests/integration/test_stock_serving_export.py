@@ -22,6 +22,7 @@ from easyonline.updates.codec import UpdateSnapshot, encode_update
 from easyonline.updates.param_ids import read_parameter_ids
 from easyonline.updates.readers import list_update_files, update_file_name
 from easyonline.updates.signing import UpdateSigner
+from easyonline.utils import preloaded_python
 from tests.conftest import PYTHON, online_config, python_env
 from tests.integration.test_export_serve import Server, instances, trainer_probs
 from tests.log_noise import foreign_lines
@@ -110,8 +111,8 @@ def export_in_one_process(model_dir, *exports):
     flags of those names would; their version paths."""
     jobs = [(f"{export[2] if len(export) > 2 else model_dir}/pipeline.config", str(export[0]), export[1])
             for export in exports]
-    proc = subprocess.run([PYTHON, "-c", EXPORTS, json.dumps(jobs)],
-                          env=python_env(), capture_output=True, text=True, timeout=600)
+    proc = preloaded_python.run([PYTHON, "-c", EXPORTS, json.dumps(jobs)], preload="trainer",
+                                env=python_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not foreign_lines(proc.stderr), proc.stderr[-3000:]  # no TensorFlow/TFRA noise in what export logs
     versions = proc.stdout.strip().splitlines()[-len(exports):]
@@ -167,9 +168,10 @@ def test_stock_export_predicts_and_updates_without_tfra_like_the_normal_one(expo
     delete = encode_update(snapshot, info["model_name"], sequences[-1] + 1, 10**6, 1 << 20, {table_id: width},
                            stream)[0]
     (tmp_path / "delete.pb").write_bytes(UpdateSigner(SECRET).sign([delete])[0])  # as the trainer would sign it
-    readers = [subprocess.Popen([PYTHON, "-c", READER, version, str(tmp_path / "requests.json"),
+    readers = [preloaded_python.Popen([PYTHON, "-c", READER, version, str(tmp_path / "requests.json"),
                                  str(tmp_path / "messages.json"), str(tmp_path / "delete.pb")],
-                                env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preload="serving")
                for version in (stock, normal)]
     # What the trainer predicted at the exported checkpoint (the fresh processes run meanwhile)
     restored = restore_model(trainer.config, str(tmp_path / "m" / "model.ckpt-2"))

@@ -83,3 +83,29 @@ def test_what_a_server_cannot_run_exactly_starts_a_new_process(servers, tmp_path
     with preloaded_python.Popen([sys.executable, "-m", "easyonline.train", missing], env=python_env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
         assert proc.forked and proc.wait(120) == 2
+
+
+CODE = r"""
+import os, sys
+print(sys.argv, repr(sys.path[0]), __name__, os.getcwd(), os.environ.get("PP_TEST"))
+sys.stdout.flush()
+if len(sys.argv) > 2:
+    raise ValueError("as asked")
+"""
+
+
+def test_c_code_runs_as_python_runs_it_with_the_named_profile(servers, tmp_path):
+    """argv, sys.path[0], __name__, cwd and environment as ``python -c``; an exception's traceback and exit 1."""
+    env = {**python_env(), "PP_TEST": "yes"}
+    for args in (["one"], ["one", "two"]):
+        argv = [sys.executable, "-c", CODE, *args]
+        with preloaded_python.Popen(argv, preload="serving", cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) as proc:
+            out, err = proc.communicate(timeout=120)
+            assert proc.forked
+        real = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert (proc.returncode, out) == (real.returncode, real.stdout)
+        assert err.splitlines()[-1:] == real.stderr.splitlines()[-1:]
+    assert proc.returncode == 1 and "ValueError: as asked" in err and str(tmp_path) in out
+    with preloaded_python.Popen([sys.executable, "-c", "pass"], env=env) as plain:  # no profile named: new
+        assert not plain.forked and plain.wait(120) == 0
