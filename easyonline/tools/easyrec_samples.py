@@ -70,6 +70,7 @@ from easyonline.updates.model_diff import differences_from_model
 from easyonline.updates.param_ids import read_parameter_ids
 from easyonline.updates.readers import KafkaUpdateReader
 from easyonline.updates.replica import replay
+from easyonline.utils import preloaded_python
 from easyonline.utils.logs import setup_logging
 
 # the directory holding the package: the children (export, serve) find it on PYTHONPATH from a checkout too
@@ -320,8 +321,9 @@ def export_models(model_dirs: Sequence[str], export_dirs: Sequence[str]) -> List
     (TFRA's inference mode is process-wide; one TensorFlow start for all): per model the version directory
     written, or ``error: ...``."""
     pairs = [f"{m}={e}" for m, e in zip(model_dirs, export_dirs)]
-    proc = subprocess.run([sys.executable, "-m", "easyonline.tools.easyrec_samples", "--export", *pairs], env=python_env(),
-                          capture_output=True, text=True, timeout=300 * max(len(pairs), 3), check=False)
+    proc = preloaded_python.run([sys.executable, "-m", "easyonline.tools.easyrec_samples", "--export", *pairs],
+                                preload="trainer", env=python_env(), capture_output=True, text=True,
+                                timeout=300 * max(len(pairs), 3), check=False)
     answers = [line.split(" ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("EXPORTED ")]
     if len(answers) != len(pairs):
         raise RuntimeError(f"export exited {proc.returncode}: {proc.stderr[-1500:]}")

@@ -96,7 +96,10 @@ class Popen(subprocess.Popen):
     forked = False  # True: a server forked it (its parent is the server)
 
     def __init__(self, *args, preload: Optional[str] = None, **kwargs):
-        """``preload``: the profile whose modules a ``python -c`` code imports anyway (``-m`` modules name theirs)."""
+        """``preload``: the profile whose modules a ``python -c`` code (or a ``-m`` module outside ``PROFILES``)
+        imports anyway."""
+        if preload is not None and preload not in PROFILES:
+            raise ValueError(f"preload={preload!r}: no such profile (one of {sorted(PROFILES)})")
         self._preload = preload
         super().__init__(*args, **kwargs)
 
@@ -201,12 +204,12 @@ def _request(args, preload: Optional[str], cwd, env, start_new_session: bool, pr
     if not folder or isinstance(args, (str, bytes, os.PathLike)):
         return None
     argv = [os.fsdecode(a) for a in args]
-    if len(argv) < 3 or argv[1] not in ("-m", "-c") or (argv[1] == "-c" and preload not in PROFILES):
+    if len(argv) < 3 or argv[1] not in ("-m", "-c") or (argv[1] == "-c" and not preload):
         return None
     work_dir = os.fsdecode(cwd) if cwd is not None else os.getcwd()
     if os.path.abspath(os.path.join(work_dir, argv[0])) != os.path.abspath(sys.executable):
         return None
-    profile = _profile_of(argv[2]) if argv[1] == "-m" else preload
+    profile = preload or _profile_of(argv[2])
     if profile is None or not os.path.isdir(work_dir):
         return None
     environment = {os.fsdecode(k): os.fsdecode(v) for k, v in (env if env is not None else os.environ).items()}
