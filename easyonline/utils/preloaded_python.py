@@ -23,9 +23,11 @@ printed (or dropped) by the server. Tests of exactly those (a command's start-up
 start real processes. Production never sets the variable.
 """
 import argparse
+import builtins
 import io
 import json
 import os
+import runpy
 import select
 import signal
 import socket
@@ -35,8 +37,10 @@ import sys
 import threading
 import time
 import traceback
+import types
 from typing import Dict, List, Optional, Tuple
 
+from easyonline.core.process_exit import exit_process
 from easyonline.utils.child_process import die_with_parent
 
 ENV_VAR = "EASYONLINE_PRELOADED_PYTHON"
@@ -278,8 +282,7 @@ class PreloadedServers:
 
 
 def _die_with(parent: int) -> None:
-    import ctypes  # pylint: disable=g-import-not-at-top
-    ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no server outlives the test run
+    die_with_parent(signal.SIGKILL)  # no server outlives the test run
     if os.getppid() != parent:
         os._exit(0)  # pylint: disable=protected-access
 
@@ -306,7 +309,7 @@ def serve(folder: str, profile: str, parent: int) -> None:
 
 def _check_no_runtime() -> None:
     """Forking is safe only while TensorFlow's runtime (its thread pools) has not started."""
-    from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top  why: a client must not load TensorFlow
     ctx = context.context_safe()
     if ctx is not None and getattr(ctx, "_context_handle", None) is not None:
         raise RuntimeError("TensorFlow's runtime started while importing: forking it is not safe")
@@ -471,10 +474,6 @@ def _reseed() -> None:
 
 def _run(options: List[str]) -> None:
     """``-m module args...`` or ``-c code args...``, as Python runs them; then the process ends."""
-    import builtins  # pylint: disable=g-import-not-at-top
-    import runpy  # pylint: disable=g-import-not-at-top
-    import types  # pylint: disable=g-import-not-at-top
-    from easyonline.core.process_exit import exit_process  # pylint: disable=g-import-not-at-top
     option, target, args = options[0], options[1], options[2:]
     sys.argv = [option, *args]
     try:
