@@ -11,8 +11,8 @@ through ``core/process_exit.py`` as the commands do. ``Popen`` is ``subprocess.P
 exit status from the server, whose child it is (signals go straight to the child's pid).
 
 It is used only where ``EASYONLINE_PRELOADED_PYTHON`` names a folder of running servers (the test suite sets it)
-and a request can be served exactly: this interpreter, ``-m`` with a module of a profile (or ``-c`` code whose
-caller names the profile it imports anyway: ``preload=``), no ``preexec_fn`` (but
+and a request can be served exactly: this interpreter, ``-m`` with a module of a profile (or ``-c`` code or a
+script whose caller names the profile it imports anyway: ``preload=``), no ``preexec_fn`` (but
 ``child_process.die_with_parent``, done by a thread that watches the caller's pid),
 ``pass_fds`` or user change, the requester in the server's session, and an environment that agrees with the
 server's on everything read while importing (``_import_time_env``: ``TF_*``, thread-pool, locale and ``PYTHON*``
@@ -208,12 +208,19 @@ def _request(args, preload: Optional[str], cwd, env, start_new_session: bool, pr
     if not folder or isinstance(args, (str, bytes, os.PathLike)):
         return None
     argv = [os.fsdecode(a) for a in args]
-    if len(argv) < 3 or argv[1] not in ("-m", "-c") or (argv[1] == "-c" and not preload):
+    if len(argv) < 2 or (argv[1] != "-m" and not preload) or (argv[1] in ("-m", "-c") and len(argv) < 3):
         return None
+    if argv[1] not in ("-m", "-c"):  # a script: run by its absolute path, as its sys.path[0] is its folder
+        if argv[1].startswith("-"):
+            return None
+        argv = [argv[0], os.path.abspath(os.path.join(os.fsdecode(cwd) if cwd is not None else os.getcwd(), argv[1])),
+                *argv[2:]]
     work_dir = os.fsdecode(cwd) if cwd is not None else os.getcwd()
     if os.path.abspath(os.path.join(work_dir, argv[0])) != os.path.abspath(sys.executable):
         return None
     profile = preload or _profile_of(argv[2])
+    if argv[1] not in ("-m", "-c") and not os.path.isfile(argv[1]):
+        return None
     if profile is None or not os.path.isdir(work_dir):
         return None
     environment = {os.fsdecode(k): os.fsdecode(v) for k, v in (env if env is not None else os.environ).items()}
@@ -428,7 +435,9 @@ class _Server:
             for key, value in self.added.items():  # what importing set (TF_CPP_MIN_LOG_LEVEL, TF_USE_LEGACY_KERAS)
                 os.environ.setdefault(key, value)
             extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-            sys.path[:] = [request["cwd"] if request["argv"][1] == "-m" else "", *extra, *self.base_path]
+            option = request["argv"][1]
+            first = request["cwd"] if option == "-m" else "" if option == "-c" else os.path.dirname(option)
+            sys.path[:] = [first, *extra, *self.base_path]
             sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
             _new_stdio(unbuffered=bool(env.get("PYTHONUNBUFFERED")))
             _reseed()
@@ -473,11 +482,15 @@ def _reseed() -> None:
 
 
 def _run(options: List[str]) -> None:
-    """``-m module args...`` or ``-c code args...``, as Python runs them; then the process ends."""
+    """``-m module args...``, ``-c code args...`` or ``script args...``, as Python runs them; then the process ends."""
+    if options[0] not in ("-m", "-c"):
+        options = ["", *options]  # a script: its path is argv[0]
     option, target, args = options[0], options[1], options[2:]
-    sys.argv = [option, *args]
+    sys.argv = [option or target, *args]
     try:
-        if option == "-m":
+        if not option:
+            runpy.run_path(target, run_name="__main__")
+        elif option == "-m":
             runpy._run_module_as_main(target, alter_argv=True)  # pylint: disable=protected-access  (what -m runs)
         else:
             main = types.ModuleType("__main__")

@@ -6,6 +6,8 @@ import subprocess
 
 import pytest
 
+from easyonline.utils import preloaded_python
+
 from tests.conftest import PYTHON, ROOT, python_env
 
 DOC = os.path.join(ROOT, "docs", "python_api.md")
@@ -27,7 +29,8 @@ def test_example_runs(index, tmp_path):
     path.write_text(code)
     env = python_env()
     env["TMPDIR"] = str(tmp_path)  # the examples' tempfile.mkdtemp() lands in the test's directory
-    proc = subprocess.run([PYTHON, str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=360)
+    proc = preloaded_python.run([PYTHON, str(path)], preload="trainer", cwd=ROOT, env=env, capture_output=True,
+                                text=True, timeout=360)
     assert proc.returncode == 0, f"example {index}:\n{code}\n--- output ---\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}"
 
 

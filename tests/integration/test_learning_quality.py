@@ -6,7 +6,6 @@ The script streams it through the real local broker, trains online with the samp
 all), freezes a copy at the half, runs its LR baseline and writes the plot.
 """
 import json
-import subprocess
 
 import numpy as np
 
@@ -17,6 +16,7 @@ from easyonline.movielens.sequences import config_lengths, config_sequences, seq
 from easyonline.updates.model_diff import differences_from_model
 from easyonline.updates.param_ids import read_parameter_ids
 from easyonline.updates.readers import KafkaUpdateReader
+from easyonline.utils import preloaded_python
 from tests.conftest import PYTHON, ROOT, python_env
 from tests.helpers.movielens_files import movielens_files
 from tests.integration.test_export_serve import Server, export
@@ -49,8 +49,9 @@ def test_the_movielens_config_learns_a_stream_of_its_schema_and_the_bench_report
     # ~0.68, too near; 6,000: ~0.73)
     (tmp_path / "stream.csv").write_text("\n".join(_stream(4000)) + "\n")
     png = tmp_path / "quality.png"
-    proc = subprocess.run([PYTHON, "tools/bench/learning_quality.py", f"--data={tmp_path}", f"--png={png}",
-                           "--window=1000"], cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=300)
+    proc = preloaded_python.run([PYTHON, "tools/bench/learning_quality.py", f"--data={tmp_path}", f"--png={png}",
+                                 "--window=1000"], preload="trainer", cwd=ROOT, env=python_env(), capture_output=True,
+                                text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.index("\n}\n") + 2])
     assert result["samples"] == 4000 and 2000 <= result["half"] < 2100, result
@@ -87,9 +88,9 @@ def test_the_multitask_config_trains_both_tasks_and_the_bench_reports_them(tmp_p
     ~1.0 on the second half, both clear of their bounds; 800 took 150 more steps for ~0.81 and ~0.9.)"""
     (tmp_path / "stream.csv").write_text("\n".join(_rated_stream(500)) + "\n")
     png = tmp_path / "multitask.png"
-    proc = subprocess.run([PYTHON, "tools/bench/multitask_quality.py", f"--data={tmp_path}", f"--png={png}",
-                           "--window=200", "--skip_single"], cwd=ROOT, env=python_env(), capture_output=True,
-                          text=True, timeout=300)
+    proc = preloaded_python.run([PYTHON, "tools/bench/multitask_quality.py", f"--data={tmp_path}", f"--png={png}",
+                                 "--window=200", "--skip_single"], preload="trainer", cwd=ROOT, env=python_env(),
+                                capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.index("\n}\n") + 2])
     assert result["samples"] == 500 and result["half"] == 250, result
@@ -110,9 +111,9 @@ def test_the_sequence_config_trains_with_the_histories_and_the_bench_reports_it(
     AUC ~0.83, empty histories 12%, mean length 4.1 (the data's, seeded); 800 took 150 more steps for ~0.83.)"""
     movielens_files(tmp_path, 500)
     png = tmp_path / "sequence.png"
-    proc = subprocess.run([PYTHON, "tools/bench/sequence_quality.py", f"--data={tmp_path}", f"--png={png}",
-                           "--window=200", "--skip_single"], cwd=ROOT, env=python_env(), capture_output=True,
-                          text=True, timeout=300)
+    proc = preloaded_python.run([PYTHON, "tools/bench/sequence_quality.py", f"--data={tmp_path}", f"--png={png}",
+                                 "--window=200", "--skip_single"], preload="trainer", cwd=ROOT, env=python_env(),
+                                capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.index("\n}\n") + 2])
     assert result["samples"] == 500 and result["half"] == 250, result
