@@ -403,7 +403,10 @@ class _Server:
                 os.close(ready_read)
             self.children[pid] = conn
             conn.sendall(struct.pack("!i", pid))
-            print(f"forked {pid}: {' '.join(request['argv'][2:])[:300]}", flush=True)
+            option = request["argv"][1]
+            what = request["argv"][2] if option == "-m" else "-c code" if option == "-c" else option
+            print(f"forked {pid}: {what} {' '.join(request['argv'][3 if option in ('-m', '-c') else 2:])[:300]}",
+                  flush=True)
         finally:
             for fd in fds:
                 os.close(fd)
