@@ -456,10 +456,17 @@ class _Server:
 
 def _die_with_caller(pid: int) -> None:
     """``die_with_parent`` (SIGTERM when the process that started it dies) where that process is not the parent."""
-    watched = os.pidfd_open(pid)
+    try:
+        watched: Optional[int] = os.pidfd_open(pid)
+    except OSError:  # (a kernel before 5.3: poll the pid instead)
+        watched = None
 
     def watch() -> None:
-        select.select([watched], [], [])
+        if watched is not None:
+            select.select([watched], [], [])
+        else:
+            while os.path.exists(f"/proc/{pid}") and not _is_zombie(pid):
+                time.sleep(0.2)
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="die_with_caller", daemon=True).start()

@@ -133,3 +133,34 @@ def test_a_script_runs_as_python_runs_it(servers, tmp_path):
         assert proc.forked
     real = subprocess.run(argv, cwd=tmp_path, env=python_env(), capture_output=True, text=True, timeout=120)
     assert (proc.returncode, out) == (0, real.stdout) == (real.returncode, "['a', 'b'] script.py True beside the script __main__\n")
+
+
+REQUESTER = r"""
+import sys, time
+from easyonline.utils import preloaded_python
+from easyonline.utils.child_process import die_with_parent
+proc = preloaded_python.Popen(sys.argv[1:], preexec_fn=die_with_parent)
+print(proc.pid, proc.forked, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_child_that_dies_with_its_parent_dies_with_the_process_that_asked_for_it(servers, tmp_path):
+    """``preexec_fn=die_with_parent`` (LocalCluster's tasks): the forked child's parent is the server, so the child
+    watches the process that asked for it; that one SIGKILLed, the child gets SIGTERM and ends."""
+    eval_argv = [sys.executable, "-m", "easyonline.eval", f"--config={os.path.join(SAMPLES, 'online.config')}",
+                 f"--model_dir={tmp_path}/m", "--poll_secs=0.2"]
+    requester = subprocess.Popen([sys.executable, "-c", REQUESTER, *eval_argv], env=python_env(),
+                                 stdout=subprocess.PIPE, text=True)
+    pid, forked = requester.stdout.readline().split()
+    child = int(pid)
+    assert forked == "True" and _parent(child) == servers.processes["trainer"].pid
+    time.sleep(2)
+    assert _parent(child) == servers.processes["trainer"].pid  # still running
+    requester.kill()
+    requester.wait(30)
+    deadline = time.time() + 60
+    while time.time() < deadline and os.path.exists(f"/proc/{child}"):
+        time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{child}")  # ended, and reaped by the server
+    requester.stdout.close()
