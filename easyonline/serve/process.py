@@ -32,8 +32,8 @@ class ServingProcess:
         self._log = open(log_path, "ab")
         self._log_path = log_path
         self.proc = preloaded_python.Popen([sys.executable, "-m", "easyonline.serve", f"--export_dir={export_dir}",
-                                      f"--port={self.port}", *flags], env=env or dict(os.environ),
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+                                            f"--port={self.port}", *flags], env=env or dict(os.environ),
+                                           stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.time() + start_timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:

@@ -89,9 +89,9 @@ class LocalCluster:
     def start_task(self, role: str, index: int) -> subprocess.Popen:
         """Starts (or restarts) one task."""
         name = "chief" if role == "chief" else f"{role}{index}"
-        proc = preloaded_python.Popen(self.task_command(role, index),
-                                env=self.task_env(role, index), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
+        proc = preloaded_python.Popen(self.task_command(role, index), env=self.task_env(role, index),
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      start_new_session=True, preexec_fn=die_with_parent)
         self.processes[name] = proc
         thread = threading.Thread(target=self._pump, args=(name, proc), daemon=True)
         thread.start()

@@ -3,14 +3,28 @@
 import ctypes
 import os
 import signal
+from typing import List, Optional
+
+
+def _stat_fields(pid: int) -> List[str]:
+    """The fields of /proc/<pid>/stat after the command name (which may hold spaces and parentheses)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
 
 
 def process_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a running process (Linux /proc): what a broker or a reader process cost a
     run (the throughput benches count them)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    fields = _stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_state(pid: int) -> Optional[str]:
+    """A process's state letter (R, S, Z for a zombie its parent has not waited for, ...); None once it is gone."""
+    try:
+        return _stat_fields(pid)[0]
+    except (OSError, IndexError):
+        return None
 
 
 def die_with_parent(signum: int = signal.SIGTERM) -> None:

@@ -41,7 +41,7 @@ import types
 from typing import Dict, List, Optional, Tuple
 
 from easyonline.core.process_exit import exit_process
-from easyonline.utils.child_process import die_with_parent
+from easyonline.utils.child_process import die_with_parent, process_state
 
 ENV_VAR = "EASYONLINE_PRELOADED_PYTHON"
 #: profile -> (the modules a server of it imports, the ``-m`` modules it runs). Within a profile the commands
@@ -112,8 +112,8 @@ class Popen(subprocess.Popen):
                        restore_signals, gid, gids, uid, umask, start_new_session, process_group):
         conn = None
         die_with_caller = preexec_fn is die_with_parent  # done in the child by watching this process
-        if not ((preexec_fn and not die_with_caller) or pass_fds or shell or executable or gid is not None or gids or uid is not None
-                or umask >= 0 or not close_fds):
+        other_setup = (preexec_fn and not die_with_caller) or pass_fds or not close_fds or umask >= 0
+        if not (other_setup or shell or executable or gid is not None or gids or uid is not None):
             conn = _request(args, self._preload, cwd, env, start_new_session, process_group, die_with_caller,
                             [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
                              errwrite if errwrite != -1 else 2])
@@ -139,7 +139,7 @@ class Popen(subprocess.Popen):
         except (EOFError, OSError):  # the server died (only with the test run)
             if deadstate is not None:  # (from __del__, maybe at interpreter exit)
                 return deadstate << 8
-            while os.path.exists(f"/proc/{self.pid}") and not _is_zombie(self.pid):
+            while process_state(self.pid) not in (None, "Z"):
                 time.sleep(0.1)
             sys.stderr.write(f"preloaded_python: the server of pid {self.pid} went away; its status is lost\n")
             return 255 << 8
@@ -167,14 +167,6 @@ class Popen(subprocess.Popen):
         super()._handle_exitstatus(sts, *args, **kwargs)
         if self._preloaded is not None:
             self._preloaded.close()
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def run(*popenargs, input=None, capture_output=False, timeout=None, check=False,  # pylint: disable=redefined-builtin
@@ -210,12 +202,11 @@ def _request(args, preload: Optional[str], cwd, env, start_new_session: bool, pr
     argv = [os.fsdecode(a) for a in args]
     if len(argv) < 2 or (argv[1] != "-m" and not preload) or (argv[1] in ("-m", "-c") and len(argv) < 3):
         return None
+    work_dir = os.fsdecode(cwd) if cwd is not None else os.getcwd()
     if argv[1] not in ("-m", "-c"):  # a script: run by its absolute path, as its sys.path[0] is its folder
         if argv[1].startswith("-"):
             return None
-        argv = [argv[0], os.path.abspath(os.path.join(os.fsdecode(cwd) if cwd is not None else os.getcwd(), argv[1])),
-                *argv[2:]]
-    work_dir = os.fsdecode(cwd) if cwd is not None else os.getcwd()
+        argv = [argv[0], os.path.abspath(os.path.join(work_dir, argv[1])), *argv[2:]]
     if os.path.abspath(os.path.join(work_dir, argv[0])) != os.path.abspath(sys.executable):
         return None
     profile = preload or _profile_of(argv[2])
@@ -254,17 +245,16 @@ def _request(args, preload: Optional[str], cwd, env, start_new_session: bool, pr
 class PreloadedServers:
     """Starts a server per profile in a fresh folder, names it in ``os.environ`` (children inherit it), stops them."""
 
-    def __init__(self, folder: str, env: Optional[Dict[str, str]] = None, log_dir: Optional[str] = None):
+    def __init__(self, folder: str, env: Optional[Dict[str, str]] = None):
         self.folder = folder
         self.env = dict(env if env is not None else os.environ)
-        self.log_dir = log_dir or folder
         self.processes: Dict[str, subprocess.Popen] = {}
 
     def __enter__(self) -> "PreloadedServers":
         os.makedirs(self.folder, exist_ok=True)
         for profile in PROFILES:
             open(os.path.join(self.folder, f"{profile}.starting"), "w").close()
-            with open(os.path.join(self.log_dir, f"{profile}.log"), "ab") as log:
+            with open(os.path.join(self.folder, f"{profile}.log"), "ab") as log:
                 self.processes[profile] = subprocess.Popen(
                     [sys.executable, "-m", __name__, "--folder", self.folder, "--profile", profile,
                      "--parent", str(os.getpid())], env=self.env, stdin=subprocess.DEVNULL, stdout=log,
@@ -327,7 +317,6 @@ def _check_no_runtime() -> None:
 class _Server:
     def __init__(self, folder: str, profile: str, env: Dict[str, str], added: Dict[str, str], base_path: List[str]):
         self.profile = profile
-        self.env = env
         self.import_env = _import_time_env(env)
         self.added = added
         self.base_path = base_path
@@ -465,7 +454,7 @@ def _die_with_caller(pid: int) -> None:
         if watched is not None:
             select.select([watched], [], [])
         else:
-            while os.path.exists(f"/proc/{pid}") and not _is_zombie(pid):
+            while process_state(pid) not in (None, "Z"):
                 time.sleep(0.2)
         os.kill(os.getpid(), signal.SIGTERM)
 

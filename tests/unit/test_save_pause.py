@@ -33,11 +33,9 @@ def _cluster_state():
     return session, state, step, begin, feed
 
 
-def test_the_worker_writes_nothing_while_the_chief_saves_and_steps_on_after():
-    session, state, step, begin, feed = _cluster_state()
-    stop = threading.Event()
+def _stepping_worker(session, state, step, begin, feed, stop: threading.Event) -> threading.Thread:
+    """Trainer 1 stepping as a worker does (``before_step``, the step, ``after_step``) until ``stop``."""
     worker = SavePause(session.run, state, begin[1], 1, 2, stop.is_set)
-    chief = SavePause(session.run, state, begin[0], 0, 2, stop.is_set)
 
     def work():
         while not stop.is_set():
@@ -46,6 +44,14 @@ def test_the_worker_writes_nothing_while_the_chief_saves_and_steps_on_after():
 
     thread = threading.Thread(target=work)
     thread.start()
+    return thread
+
+
+def test_the_worker_writes_nothing_while_the_chief_saves_and_steps_on_after():
+    session, state, step, begin, feed = _cluster_state()
+    stop = threading.Event()
+    chief = SavePause(session.run, state, begin[0], 0, 2, stop.is_set)
+    thread = _stepping_worker(session, state, step, begin, feed, stop)
     try:
         moved_inside, moved_outside = [], []
         for _ in range(5):
@@ -88,16 +94,8 @@ def test_a_chief_that_died_while_saving_leaves_workers_held_until_its_restart_lo
     calls it when it finds the ps ready) lets the held worker step on, and its next pause is a new generation."""
     session, state, step, begin, feed = _cluster_state()
     stop = threading.Event()
-    worker = SavePause(session.run, state, begin[1], 1, 2, stop.is_set)
     session.run(state.set_pause, {state.generation_in: 7})  # the dead chief's pause, never lowered
-
-    def work():
-        while not stop.is_set():
-            worker.before_step()
-            worker.after_step(int(session.run(step, feed)["pause"]))
-
-    thread = threading.Thread(target=work)
-    thread.start()
+    thread = _stepping_worker(session, state, step, begin, feed, stop)
     try:
         time.sleep(0.3)
         held_at = session.run(state.global_step)
