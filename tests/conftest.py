@@ -3,9 +3,11 @@
 Tests of Kafka behaviour (transactions, retention, partitions, security, broker failures) use
 ``apache_kafka``; tests where Kafka's semantics are not the point use the quicker ``broker`` (tansu).
 """
+import contextlib
 import itertools
 import os
 import sys
+import threading
 
 import pytest
 
@@ -122,6 +124,17 @@ def kafka_topic(apache_kafka, request):
 # nothing the 12 do not, so tests train the 12 (they still read all 40 columns). The shipped sample's 26
 # run in the CLI tests that load samples/online.config itself, the demo, the docs' example and the benchmarks.
 TEST_TABLES = 12
+
+
+@contextlib.contextmanager
+def leaves_no_kafka_client():
+    """Asserts that the block closed every kafka-python client it opened (each runs an IO thread named
+    ``kafka-io-<client id>`` until closed). One left open retries its broker for ever, and logs each failure
+    wherever the process is by then (CI once failed a later test on a client an earlier test left behind)."""
+    before = set(threading.enumerate())
+    yield
+    left = [t.name for t in threading.enumerate() if t not in before and t.name.startswith("kafka-io-")]
+    assert not left, f"kafka-python clients left open: {left}"
 
 
 def online_config(model_dir, server: str = "", topic: str = "", full_sample: bool = False, **edits):

@@ -31,7 +31,7 @@ def make_consumer(kafka: pipeline_pb2.KafkaInput, path: str = "kafka_train_input
     section = path.removesuffix(".probe")
     started = time.time()
     try:
-        consumer = KafkaConsumer(**settings)
+        consumer = kafka_access.started_client(KafkaConsumer, **settings)
     except getattr(kafka_errors, "NoBrokersAvailable", kafka_errors.KafkaConnectionError):  # its 2.0 / 3.0 name
         raise kafka_access.refusal(started, settings, kafka.server, f"{section}.config") or BrokerUnreachableError(
             f"{path}.server: no Kafka broker answered at {kafka.server}") from None
@@ -50,7 +50,7 @@ def check_topic_access(settings: dict, topic: str, where: str, server: str, cons
     from kafka.admin import KafkaAdminClient  # pylint: disable=g-import-not-at-top
     admin_settings = {k: v for k, v in settings.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
     try:
-        admin = KafkaAdminClient(**{**admin_settings, "client_id": "easyonline-access-check"})
+        admin = kafka_access.started_client(KafkaAdminClient, **{**admin_settings, "client_id": "easyonline-access-check"})
     except Exception:  # pylint: disable=broad-except  (unreachable now: the caller's own wait and error say so)
         return
     try:

@@ -64,35 +64,40 @@ class KafkaInput(BatchSource):
         self._consumer: Any = kafka_client.make_consumer(kafka, path, max_poll_records=max(batch_size, 500),
                                                     fetch_max_wait_ms=min(100, max(batch_timeout_ms, 1)),
                                                     auto_offset_reset="none")  # out of range: raised, decided here
-        # finds partitions, start positions and the topic's id; kafka-python with either client
         self._control = self._consumer
-        self._path = path
-        self.partitions = self._discover(path, partition_wait_secs)
-        self.topic_id = self._current_topic_id(refresh=False) or ""  # (the metadata _discover just read)
-        checkpoint_positions = usable_checkpoint_positions(checkpoint_positions, checkpoint_topic, kafka,
-                                                           [tp.partition for tp in self.partitions],
-                                                           checkpoint_topic_id, self.topic_id)
-        self._share = partition_share
-        self.partitions = self._my_share(self.partitions)
-        offsets, self.start_mode = self._start_offsets(checkpoint_positions)
-        # offsets the start moved over (retention deleted them before they were trained), counted on with
-        # those the running reader moves over: nothing lost is silent
-        self.offsets_skipped = sum(abs(offsets[p] - o) for p, o in (checkpoint_positions or {}).items()
-                                   if p in offsets)
-        if kafka.client == pipeline_pb2.KafkaInput.CONFLUENT_KAFKA:
-            # the control consumer stays, for the topic's id (librdkafka's metadata has none)
-            self._consumer = ConfluentDataConsumer(kafka, path)
-            self._value, self._offset = self._consumer.record_value, self._consumer.record_offset
-        else:  # kafka-python reads the data too, with the fast record decoder (compiled False: Python's)
-            fast_records.install(self._consumer, compiled=compiled_decoder)
-            self._consumer = KafkaPythonDataConsumer(self._consumer, kafka.topic,
-                                                     kafka_client.isolation_level(kafka) == "read_committed")
-            self._value, self._offset = _value, _offset
-        self._consumer.assign(list(self.partitions))
-        for tp in self.partitions:
-            self._consumer.seek(tp, offsets[tp.partition])
-        self.start_offsets = dict(offsets)
-        self._positions = dict(offsets)
+        try:  # a start that fails (no topic, no broker, a policy's refusal) leaves no client behind
+            # finds partitions, start positions and the topic's id; kafka-python with either client
+            self._path = path
+            self.partitions = self._discover(path, partition_wait_secs)
+            self.topic_id = self._current_topic_id(refresh=False) or ""  # (the metadata _discover just read)
+            checkpoint_positions = usable_checkpoint_positions(checkpoint_positions, checkpoint_topic, kafka,
+                                                               [tp.partition for tp in self.partitions],
+                                                               checkpoint_topic_id, self.topic_id)
+            self._share = partition_share
+            self.partitions = self._my_share(self.partitions)
+            offsets, self.start_mode = self._start_offsets(checkpoint_positions)
+            # offsets the start moved over (retention deleted them before they were trained), counted on with
+            # those the running reader moves over: nothing lost is silent
+            self.offsets_skipped = sum(abs(offsets[p] - o) for p, o in (checkpoint_positions or {}).items()
+                                       if p in offsets)
+            if kafka.client == pipeline_pb2.KafkaInput.CONFLUENT_KAFKA:
+                # the control consumer stays, for the topic's id (librdkafka's metadata has none)
+                self._consumer = ConfluentDataConsumer(kafka, path)
+                self._value, self._offset = self._consumer.record_value, self._consumer.record_offset
+            else:  # kafka-python reads the data too, with the fast record decoder (compiled False: Python's)
+                fast_records.install(self._consumer, compiled=compiled_decoder)
+                self._consumer = KafkaPythonDataConsumer(self._consumer, kafka.topic,
+                                                         kafka_client.isolation_level(kafka) == "read_committed")
+                self._value, self._offset = _value, _offset
+            self._consumer.assign(list(self.partitions))
+            for tp in self.partitions:
+                self._consumer.seek(tp, offsets[tp.partition])
+            self.start_offsets = dict(offsets)
+            self._positions = dict(offsets)
+        except BaseException:
+            for client in {id(c): c for c in (self._consumer, self._control)}.values():
+                client.close()
+            raise
         self._commits: "queue.Queue[Dict[int, int]]" = queue.Queue()
         self._lines_per_message = 0.0  # running estimate, to ask poll() for about one batch of lines
         self._refresh_every = kafka.partition_refresh_secs

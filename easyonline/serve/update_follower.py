@@ -209,6 +209,14 @@ class UpdateFollower:
         return reader
 
     def _run(self) -> None:
+        try:
+            self._follow()
+        finally:  # stopped (or a new export's follower replaces this one): its consumer goes with it
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+
+    def _follow(self) -> None:
         backoff = 0.5
         while not self._stop.is_set():
             try:

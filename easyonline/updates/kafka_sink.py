@@ -21,6 +21,7 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 from easyonline.config.kafka_settings import bootstrap_servers, connect_timeout, typed_setting
 from easyonline.core.errors import error_text
 from easyonline.protos import pipeline_pb2
+from easyonline.utils import kafka_access
 
 log = logging.getLogger(__name__)
 PARTITION = 0
@@ -60,10 +61,11 @@ class KafkaSink:
             settings["enable_idempotence"] = False  # (kafka-python refuses idempotence without acks=all)
             log.warning("update topic %s: config[acks]=%s: an update acknowledged by the leader alone is lost if "
                         "that broker dies before its followers copied it", self.kafka.topic, settings["acks"])
-        self._producer = KafkaProducer(**settings)
+        self._producer = kafka_access.started_client(KafkaProducer, **settings)
 
     def _ensure_topic(self) -> None:
-        admin = KafkaAdminClient(client_id="easyonline-updates-admin", **self._client_settings())
+        admin = kafka_access.started_client(KafkaAdminClient, client_id="easyonline-updates-admin",
+                                            **self._client_settings())
         try:
             brokers = cluster_size(admin)
             described = [t for t in admin.describe_topics([self.kafka.topic]) if t.get("error_code", 0) == 0]

@@ -104,7 +104,7 @@ class KafkaUpdateReader:
         self._settings, self._server = settings, server
         started = time.time()
         try:
-            self._consumer = KafkaConsumer(**settings)
+            self._consumer = kafka_access.started_client(KafkaConsumer, **settings)
         except kafka_errors.KafkaError:
             refused = kafka_access.refusal(started, settings, server, KAFKA_SETTINGS)
             if refused is not None:

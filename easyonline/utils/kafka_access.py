@@ -19,7 +19,7 @@ its messages and are worded by ``librdkafka_refusal``.
 import logging
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from easyonline.core.errors import KafkaAccessError
 
@@ -119,6 +119,23 @@ def worded(kind: str, detail: str, settings: Dict[str, Any], server: str, where:
         why = f"its certificate is not signed by a CA in {setting(where, 'ssl_cafile')} ({cafile})"
     return KafkaAccessError(f"certificate verify failed for the Kafka broker at {server}: {why} "
                             f"(TLS said: {detail.split('] ')[-1].split(' (_ssl')[0]})")
+
+
+def started_client(client_class: Callable[..., Any], **settings) -> Any:
+    """``client_class(**settings)`` (a kafka-python KafkaConsumer, KafkaProducer or KafkaAdminClient); when the
+    constructor fails, it also stops the IO thread the client had started. kafka-python 3 starts a client's
+    network thread (``kafka-io-<client_id>``) before it bootstraps, and a failed bootstrap leaves that thread
+    running, reconnecting for ever: a server retrying through an outage gathered one per attempt."""
+    before = set(threading.enumerate())
+    try:
+        return client_class(**settings)
+    except BaseException:
+        name = f"kafka-io-{settings.get('client_id', '')}"
+        for thread in set(threading.enumerate()) - before:
+            loop = getattr(getattr(thread, "_target", None), "__self__", None)  # (the thread runs loop.run_forever)
+            if thread.name.startswith(name) and hasattr(loop, "stop"):
+                loop.stop(timeout_ms=2000)
+        raise
 
 
 def refusal(started: float, settings: Dict[str, Any], server: str, where: str) -> Optional[KafkaAccessError]:

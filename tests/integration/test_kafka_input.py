@@ -10,6 +10,7 @@ from easyonline.core.errors import ConfigError
 from easyonline.inputs import KafkaInput
 from easyonline.protos import pipeline_pb2
 from easyonline.utils.net import free_port
+from tests.conftest import leaves_no_kafka_client
 
 
 BROKER = "apache_kafka"  # start positions are Kafka semantics: tansu answers offsets_for_times with 0
@@ -180,21 +181,23 @@ def test_multi_line_messages_end_batches_on_message_boundaries(broker, topic, cl
 def test_missing_topic_names_it(broker):
     kafka = pipeline_pb2.KafkaInput(server=broker.bootstrap, topic="no_such_topic_x", group="g")
     started = time.time()
-    try:
-        KafkaInput(kafka, 10, 100, partition_wait_secs=2)
-        raise AssertionError("expected an error")
-    except ConnectionError as e:
-        assert "no_such_topic_x" in str(e) and "kafka_train_input.topic" in str(e)
+    with leaves_no_kafka_client():  # the failed start closed its consumer
+        try:
+            KafkaInput(kafka, 10, 100, partition_wait_secs=2)
+            raise AssertionError("expected an error")
+        except ConnectionError as e:
+            assert "no_such_topic_x" in str(e) and "kafka_train_input.topic" in str(e)
     assert time.time() - started < 20
 
 
 def test_unreachable_broker_names_the_server():
     kafka = pipeline_pb2.KafkaInput(server=f"127.0.0.1:{free_port()}", topic="t", group="g")
-    try:
-        KafkaInput(kafka, 10, 100)
-        raise AssertionError("expected an error")
-    except ConnectionError as e:
-        assert "kafka_train_input.server" in str(e)
+    with leaves_no_kafka_client():  # the failed start closed its consumer
+        try:
+            KafkaInput(kafka, 10, 100)
+            raise AssertionError("expected an error")
+        except ConnectionError as e:
+            assert "kafka_train_input.server" in str(e)
 
 
 def test_checkpoint_offsets_past_the_end_resume_at_the_end_and_say_so_or_fail_as_configured(broker, topic):
@@ -208,8 +211,8 @@ def test_checkpoint_offsets_past_the_end_resume_at_the_end_and_say_so_or_fail_as
     assert sorted(_drain(source, 17)) == sorted([f"r1_{i}".encode() for i in range(3, 10)] +
                                             [f"r2_{i}".encode() for i in range(10)])
     source.close()
-    with pytest.raises(ConfigError, match=r"on_offset_out_of_range: .*partition 0: the checkpoint's offset 50 is "
-                                          r"past its end 10"):
+    with leaves_no_kafka_client(), pytest.raises(  # refused: its consumers closed
+            ConfigError, match=r"on_offset_out_of_range: .*partition 0: the checkpoint's offset 50 is past its end 10"):
         KafkaInput(_kafka(broker, topic, on_offset_out_of_range=pipeline_pb2.KafkaInput.FAIL_OUT_OF_RANGE),
                    100, 200, checkpoint_positions=saved)
 
@@ -217,7 +220,7 @@ def test_checkpoint_offsets_past_the_end_resume_at_the_end_and_say_so_or_fail_as
 def test_checkpoint_positions_of_another_topic_or_of_vanished_partitions_fail_or_start_over(broker, topic):
     broker.create_topic(topic, 2)
     _send(broker, topic, 5, 2)
-    with pytest.raises(ConfigError, match=r"for topic 'old_topic', the config reads '" + topic):
+    with leaves_no_kafka_client(), pytest.raises(ConfigError, match=r"for topic 'old_topic', the config reads '" + topic):
         KafkaInput(_kafka(broker, topic), 100, 200, checkpoint_positions={0: 3, 1: 3}, checkpoint_topic="old_topic")
     with pytest.raises(ConfigError, match=r"name partitions \[0, 1, 2\] .* now has partitions \[0, 1\]"):
         KafkaInput(_kafka(broker, topic), 100, 200, checkpoint_positions={0: 3, 1: 3, 2: 3}, checkpoint_topic=topic)

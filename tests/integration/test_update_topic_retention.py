@@ -28,7 +28,7 @@ from easyonline.serve.update_follower import UpdateFollower
 from easyonline.updates.codec import decode_update
 from easyonline.updates.apply_rules import StreamCursor
 from easyonline.updates.readers import KafkaUpdateReader
-from tests.conftest import online_config
+from tests.conftest import leaves_no_kafka_client, online_config
 from tests.integration.test_incremental_updates import assert_replica_equals_trainer
 from tests.integration.test_kafka_broker_failures import MODEL, ReplicaTarget
 from tests.integration.test_retention_and_recreated_topics import FAST, RunningTrainer, _produce
@@ -96,11 +96,12 @@ def test_a_server_restarted_past_retention_is_behind_until_the_trainers_next_ful
 
     # A server follows it to its end and stops: its position is offset 4, sequence 5.
     target = ServerCopy(broker.bootstrap, updates, config)
-    follower = UpdateFollower(target).start()
-    try:
-        _wait(_caught_up(follower, 4), "the server applying sequences 1-4")
-    finally:
-        follower.stop()
+    with leaves_no_kafka_client():  # a stopped follower closed its consumer
+        follower = UpdateFollower(target).start()
+        try:
+            _wait(_caught_up(follower, 4), "the server applying sequences 1-4")
+        finally:
+            follower.stop()
     assert (follower.applied, follower.refused, follower.behind) == (4, {}, None)
     assert_replica_equals_trainer(target.replica, first, model_dir)
     position, next_sequence, stream_id = 4, follower.next_sequence, follower.cursor.stream_id

@@ -160,6 +160,8 @@ def test_samples_that_publish_updates_start_without_a_warning(caplog, monkeypatc
         caplog.clear()
         with caplog.at_level("WARNING"):
             default_callbacks(config)  # the trainer's callbacks, IncrementalPublish among them
-        assert not [r.getMessage() for r in caplog.records if r.levelno >= 30], (name, caplog.text)
+        # (our loggers': a library's line here would come from another test's client, collected meanwhile)
+        ours = [r.getMessage() for r in caplog.records if r.levelno >= 30 and r.name.startswith("easyonline")]
+        assert not ours, (name, caplog.text)
         assert config.train_config.incr_save_config.model_name, name
     assert publishing == ["online.config", "online_multitask.config", "online_sasl_ssl.config"], publishing
