@@ -1,9 +1,11 @@
-"""The names of the files in an export version: what the exporter writes and serving reads.
+"""The names of the files in an export version, and the layout of its packed serving input: what the exporter
+writes and serving reads.
 
 Kept apart from the exporter so that serving can find its files without
 importing models, embeddings or the trainer.
 """
 import os
+from typing import Any, Dict, List, Mapping
 
 SAVED_MODEL_FILE = "saved_model.pb"  # a version is complete once it has this
 ASSETS_DIR = "assets"
@@ -19,6 +21,17 @@ UPDATE_MESSAGE_SIGNATURE = "incr_update_message_sig"  # the same, from serialize
 # Which update signatures an export carries (export --update_signatures; incr_update.txt records it):
 SIGNED, UNSIGNED, NO_UPDATES = "signed", "unsigned", "none"
 UPDATE_SIGNATURES_KEY = "update_signatures"
+PACKED_SERVE_FUNCTION = "serve_packed"  # the module's function taking the raw inputs packed (exports since 2026-11-29)
+
+
+def packed_inputs(inputs: Mapping[str, Any]) -> Dict[str, List[str]]:
+    """{dtype name: its inputs' names, sorted}, from {input name: tf.DType}: ``serve_packed`` takes one
+    [inputs, rows] tensor per dtype, row i of it the input named i-th here. A batch-1 request then makes three
+    tensors instead of one per input (39 in DeepFM on Criteo's fields, ~40 us each: most of its time)."""
+    out: Dict[str, List[str]] = {}
+    for name in sorted(inputs):
+        out.setdefault(inputs[name].name, []).append(name)
+    return dict(sorted(out.items()))
 
 
 def newest_version(export_dir: str) -> str:

@@ -7,7 +7,10 @@ unknown id looks up as zeros and creates nothing. It returns every task's
 outputs under EasyRec's names (``Model.task_outputs``): ``probs`` and
 ``logits`` for one binary task, ``y`` for one regression, ``probs_<tower>``,
 ``logits_<tower>`` and ``y_<tower>`` for a multi-task model's towers;
-``score_features`` (parsed features in) returns the same.
+``score_features`` (parsed features in) returns the same. ``serve`` stacks its
+inputs into one tensor per dtype and calls ``serve_packed``, which holds the
+model: easyonline.serve calls that directly (three tensors to make for a
+request instead of one per input; export/layout.py's ``packed_inputs``).
 
 ``incr_update`` applies one decoded update message: for every embedding table
 its deleted keys, then its upserted rows; for dense parameters, slices of
@@ -34,6 +37,7 @@ from typing import Any, Dict, Optional, Tuple
 from google.protobuf import descriptor_pb2
 
 from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.export.layout import packed_inputs
 from easyonline.features.csv_parser import parsed_features
 from easyonline.features.feature_spec import FeatureSpecs
 from easyonline.features.signature import feature_signature
@@ -142,7 +146,14 @@ class ServingModule(tf.Module):
         # already, and a dict with int keys cannot be tracked.
         self._params = _Hidden(dense=tuple(sorted((ids.dense[n], v) for n, v in dense.items())),
                                tables=tuple(sorted((ids.tables[n][0], table) for n, table in tables.items())))
-        self.serve = tf.function(self._serve, input_signature=[raw_input_specs(specs)], autograph=False)
+        raw_specs = raw_input_specs(specs)
+        # The model is traced once, in serve_packed (what easyonline.serve calls); serve, the named signature TF
+        # Serving and saved_model_cli call, packs its inputs and calls it.
+        self._packing = _Hidden(inputs=packed_inputs({name: spec.dtype for name, spec in raw_specs.items()}))
+        self.serve_packed = tf.function(self._serve_packed, autograph=False, input_signature=[{
+            dtype: tf.TensorSpec([len(names), None], tf.as_dtype(dtype), name=f"packed_{dtype}")
+            for dtype, names in self._packing.inputs.items()}])
+        self.serve = tf.function(self._serve, input_signature=[raw_specs], autograph=False)
         self.incr_update = tf.function(self._incr_update, input_signature=[update_input_specs(ids)],
                                        autograph=False)
         self._widths = {table_id: width for _, (table_id, width) in ids.tables.items()}
@@ -175,6 +186,13 @@ class ServingModule(tf.Module):
         return parsed_features(specs, inputs.__getitem__, serving=True)[0]
 
     def _serve(self, inputs):
+        return self.serve_packed({dtype: tf.stack([inputs[name] for name in names])
+                                  for dtype, names in self._packing.inputs.items()})
+
+    def _serve_packed(self, packed):
+        inputs = {}
+        for dtype, names in self._packing.inputs.items():
+            inputs.update(zip(names, tf.unstack(packed[dtype], num=len(names))))
         return self._score_features(self.features_of(self._specs, inputs))
 
     def _score_features(self, features):

@@ -19,6 +19,7 @@ import urllib.request
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from google.protobuf import json_format
 
 from easyonline.updates.param_ids import read_parameter_ids
@@ -26,6 +27,8 @@ from easyonline.publish.publish_callback import IncrementalPublish
 from easyonline.updates.codec import UpdateSnapshot, decode_update, encode_update
 from easyonline.updates.directory_sink import DirectorySink
 from easyonline.updates.readers import update_file_name
+from easyonline.export.layout import newest_version
+from easyonline.serve.loaded_export import LoadedExport
 from easyonline.serve.process import ServingProcess
 from easyonline.tools.local_broker import LocalBroker
 from easyonline.tools.stream_producer import SyntheticCtrStream, input_field_names, produce
@@ -449,6 +452,32 @@ def test_bad_and_oversized_predict_requests_get_clear_errors(served_from_files):
     metrics = urllib.request.urlopen(server.url("/metrics"), timeout=10).read().decode()
     assert 'easyonline_serving_requests_total{outcome="bad_request"} 4' in metrics
     assert 'easyonline_serving_requests_total{outcome="too_large"} 1' in metrics
+
+
+def test_the_packed_serving_input_scores_as_the_named_signature_and_names_a_bad_input(served_from_files):
+    """``serve_packed`` (one [inputs, rows] tensor per dtype: what easyonline.serve calls) scores exactly as the
+    named function TF Serving calls and as an export without it (the per-input path). Values numpy does not
+    take as they are still convert (digit strings for an int64) or are refused naming their input."""
+    *_, tmp_path = served_from_files
+    loaded = LoadedExport(newest_version(str(tmp_path / "export")))
+    assert loaded._packed_call is not None  # pylint: disable=protected-access
+    assert set(loaded._packing) == {"float32", "string"}  # pylint: disable=protected-access
+    rows = instances(SyntheticCtrStream().lines(100, 7))
+    inputs = {name: [row[name] for row in rows] for name in loaded.inputs}
+    packed = loaded.predict(inputs)
+    named = loaded._serve_concrete(  # pylint: disable=protected-access
+        {name: tf.constant(values, loaded.inputs[name]) for name, values in inputs.items()})
+    assert set(packed) == set(named) >= {"probs", "logits"} and len(packed["probs"]) == 7
+    for name, values in named.items():
+        np.testing.assert_array_equal(packed[name], values.numpy())
+    loaded._packed_call = None  # pylint: disable=protected-access  (as an export made before serve_packed)
+    for name, values in loaded.predict(inputs).items():
+        np.testing.assert_array_equal(packed[name], values)
+    loaded.inputs = {"a": tf.int64, "b": tf.int64}  # (int64 inputs: ids not read as strings)
+    as_int64 = loaded._packed_tensor("int64", ["a", "b"], {"a": [1, 2], "b": ["3", "-4"]})  # pylint: disable=protected-access
+    assert as_int64.dtype == tf.int64 and as_int64.numpy().tolist() == [[1, 2], [3, -4]]
+    with pytest.raises(ValueError, match=r"input 'b': expected int64 values"):
+        loaded._packed_tensor("int64", ["a", "b"], {"a": [1, 2], "b": [1.5, 2]})  # pylint: disable=protected-access
 
 
 def test_metadata_versions_in_paths_and_signature_name_as_tf_serving_has_them(served_from_files):

@@ -1,0 +1,141 @@
+"""Benchmark: where a served predict's time goes, packed input against one tensor per input, in one run.
+
+DeepFM from samples/online.config (all 39 of Criteo's fields: 13 numbers, 26
+ids) trains 20,000 synthetic samples from a file and is exported. The export is
+loaded twice in this process: as ``easyonline.serve`` loads it (``serve_packed``:
+one [inputs, rows] tensor per dtype) and as an export made before
+``serve_packed`` existed is served (one tensor per input, the named function).
+Both answer the same requests, decoded as the REST API decodes them, in
+alternating rounds, so machine noise falls on both alike; each round times
+``--requests`` predicts of batch 1 and of batch 100. Also timed: the graph
+alone (the packed function on tensors made beforehand), which no input
+handling can cut.
+
+    .venv/bin/python tools/bench/predict_latency.py [--requests 2000] [--rounds 3]
+
+Prints a JSON line and a table; asserts both paths answer the same numbers.
+"""
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+import easyonline  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS first)
+from easyonline.config import load_pipeline_config  # noqa: E402
+from easyonline.export.layout import newest_version  # noqa: E402
+from easyonline.jobs.online_train import build_trainer  # noqa: E402
+from easyonline.serve.loaded_export import LoadedExport  # noqa: E402
+from easyonline.tools.sample_configs import sample_config  # noqa: E402
+from easyonline.tools.stream_producer import SyntheticCtrStream, input_field_names  # noqa: E402
+
+
+def trained_export(work: str, samples: int) -> str:
+    """samples/online.config's DeepFM trained on ``samples`` synthetic lines from a file, exported; its version."""
+    data = os.path.join(work, "train.csv")
+    with open(data, "wb") as f:
+        f.write(b"\n".join(SyntheticCtrStream().lines(0, samples)) + b"\n")
+    config = load_pipeline_config(sample_config("online.config"))
+    config.model_dir = os.path.join(work, "model")
+    config.data_config.batch_size = 1000
+    config.train_config.save_checkpoints_secs = 0
+    config.train_config.ClearField("incr_save_config")
+    config.ClearField("kafka_train_input")
+    config.ClearField("kafka_eval_input")
+    config.file_train_input.paths.append(data)
+    build_trainer(config, online=False).run()
+    subprocess.run([sys.executable, "-m", "easyonline.export", f"--config={work}/model/pipeline.config",
+                    f"--export_dir={work}/export", "--log_level=WARNING"], check=True, stdout=subprocess.DEVNULL)
+    return newest_version(os.path.join(work, "export"))
+
+
+def requests(export: LoadedExport, rows: int, count: int) -> List[Dict[str, list]]:
+    """``count`` requests of ``rows`` rows each, as the REST API hands them to predict (JSON's types)."""
+    fields = input_field_names()
+    lines = SyntheticCtrStream().lines(100000, rows * count)
+    out = []
+    for start in range(0, len(lines), rows):
+        values = [dict(zip(fields, line.decode().split(","))) for line in lines[start:start + rows]]
+        request = {}
+        for name, dtype in export.inputs.items():
+            column = [v[name] for v in values]
+            if dtype.name == "float32":
+                column = [float(x) if x else 0.0 for x in column]
+            elif dtype.name == "int64":
+                column = [int(x) if x else 0 for x in column]
+            request[name] = column
+        out.append(request)
+    return out
+
+
+def percentiles_ms(call: Callable[[], None], count: int) -> Dict[str, float]:
+    """p50/p99 in ms of ``count`` calls, and the process CPU per call."""
+    times = []
+    cpu = time.process_time()
+    for _ in range(count):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    cpu = (time.process_time() - cpu) / count
+    ms = np.array(times) * 1e3
+    return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)), "cpu_ms": cpu * 1e3}
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=2000, help="batch-1 predicts a round per path")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (packed, per input)")
+    parser.add_argument("--train_samples", type=int, default=20000)
+    args = parser.parse_args(argv)
+    work = tempfile.mkdtemp(prefix="easyonline-predict-latency-")
+    version = trained_export(work, args.train_samples)
+    packed = LoadedExport(version)
+    per_input = LoadedExport(version)
+    assert packed._packed_call is not None, "the export lacks serve_packed"  # pylint: disable=protected-access
+    per_input._packed_call = None  # pylint: disable=protected-access  (served as an export without serve_packed)
+    one = requests(packed, 1, 200)
+    hundred = requests(packed, 100, 20)
+    for request in one[:20] + hundred[:3]:  # the same answers, bit for bit
+        a, b = packed.predict(request), per_input.predict(request)
+        assert all(np.array_equal(a[name], b[name]) for name in a), "the two paths answer differently"
+    for request in one[:50]:  # warm both
+        packed.predict(request)
+        per_input.predict(request)
+    groups = sorted(packed._packing.items())  # pylint: disable=protected-access
+    flat = [[packed._packed_tensor(dtype, names, r) for dtype, names in groups] for r in one]  # pylint: disable=protected-access
+    runs: Dict[str, List[dict]] = {key: [] for key in ("packed_1", "per_input_1", "packed_100", "per_input_100",
+                                                       "graph_only_1")}
+    for _ in range(args.rounds):
+        for name, export in (("packed", packed), ("per_input", per_input)):
+            nxt1, nxt100 = itertools.cycle(one).__next__, itertools.cycle(hundred).__next__
+            runs[f"{name}_1"].append(percentiles_ms(lambda: export.predict(nxt1()), args.requests))
+            runs[f"{name}_100"].append(percentiles_ms(lambda: export.predict(nxt100()), args.requests // 10))
+        tensors = itertools.cycle(flat).__next__
+        runs["graph_only_1"].append(percentiles_ms(lambda: packed._packed_call(tensors()),  # pylint: disable=protected-access
+                                                   args.requests))
+    median = {key: {stat: float(np.median([r[stat] for r in values])) for stat in values[0]}
+              for key, values in runs.items()}
+    result = {"inputs": len(packed.inputs), "requests": args.requests, "rounds": args.rounds, "median": median,
+              "runs": runs, "batch1_p50_speedup": median["per_input_1"]["p50_ms"] / median["packed_1"]["p50_ms"]}
+    print(json.dumps(result))
+    print(f"\npredict latency in process, {len(packed.inputs)} inputs, medians of {args.rounds} alternating rounds")
+    print(f"{'path':<28}{'p50 ms':>9}{'p99 ms':>9}{'CPU ms':>9}")
+    for key, label in (("per_input_1", "one tensor per input, b=1"), ("packed_1", "packed (serve_packed), b=1"),
+                       ("per_input_100", "one tensor per input, b=100"), ("packed_100", "packed, b=100"),
+                       ("graph_only_1", "graph alone, b=1")):
+        m = median[key]
+        print(f"{label:<28}{m['p50_ms']:>9.3f}{m['p99_ms']:>9.3f}{m['cpu_ms']:>9.3f}")
+    print(f"batch-1 p50: packed is {result['batch1_p50_speedup']:.2f}x faster")
+    return result
+
+
+if __name__ == "__main__":
+    main()
