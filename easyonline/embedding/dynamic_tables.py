@@ -25,6 +25,19 @@ from tensorflow.python.ops import variable_scope  # pylint: disable=g-import-not
 from tensorflow.python.trackable import data_structures  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
 from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
 
+
+
+def _shadow_saveables(shadow) -> dict:
+    """What a checkpoint saves of a TFRA ShadowVariable (the rows of the last batch a table lookup read, one per
+    table and per optimizer slot): nothing. TFRA's own method empties its ids and looks them up again to save
+    an empty array, 3 lookups per table: half of a 26-table DeepFM's save (~0.35 of 0.65 s at 15k rows),
+    for 78 empty arrays that nothing restores. Checkpoints that hold them still restore (expect_partial)."""
+    del shadow
+    return {}
+
+
+de.shadow_ops.ShadowVariable._gather_saveables_for_checkpoint = _shadow_saveables  # pylint: disable=protected-access
+
 # Statistics columns; last_seen is stored as seconds since STATS_EPOCH (float32 keeps ~2 s resolution).
 SHOW, CLICK, LAST_SEEN = 0, 1, 2
 STATS_EPOCH = 1.7e9
