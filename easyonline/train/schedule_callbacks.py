@@ -14,7 +14,10 @@ log = logging.getLogger(__name__)
 
 
 class CheckpointEvery(Callback):
-    """Checkpoints (with the stream positions) every N steps and/or every N seconds."""
+    """Checkpoints (with the stream positions) every N steps and/or every N seconds.
+
+    It saves at the tick (which the loop dispatches right after each batch's ``on_batch_end``, and while it
+    waits for input), so callbacks placed before it, such as IncrementalPublish, act on the batch first."""
 
     def __init__(self, steps: int = 0, secs: float = 0):
         self._schedule = StepTimeSchedule(steps, secs)
@@ -22,13 +25,7 @@ class CheckpointEvery(Callback):
     def on_train_begin(self, trainer: TrainerView) -> None:
         self._schedule.mark(trainer.step)
 
-    def on_batch_end(self, trainer: TrainerView, raw_batch, parsed_batch, probs) -> None:
-        self._maybe_save(trainer)
-
     def on_tick(self, trainer: TrainerView) -> None:
-        self._maybe_save(trainer)
-
-    def _maybe_save(self, trainer: TrainerView) -> None:
         if trainer.step != trainer.last_saved_step and self._schedule.due(trainer.step):
             trainer.save_checkpoint()
             self._schedule.mark(trainer.step)
