@@ -94,7 +94,11 @@ class KafkaUpdateReader:
     """Reads partition 0 of ``topic`` from ``start_offset``, without a consumer group."""
 
     def __init__(self, server: str, topic: str, start_offset: int = 0, extra: Optional[Dict] = None):
-        settings = {k: v for k, v in (extra or {}).items() if k in KafkaConsumer.DEFAULT_CONFIG}
+        # A fetch that finds nothing new waits at most 100 ms at the broker (kafka-python's default: 500), unless
+        # the section's config says otherwise: a broker that does not answer a waiting fetch as soon as data
+        # comes (tansu) held each update up to that long before serving saw it.
+        settings = {"fetch_max_wait_ms": 100,
+                    **{k: v for k, v in (extra or {}).items() if k in KafkaConsumer.DEFAULT_CONFIG}}
         settings.update(bootstrap_servers=bootstrap_servers(server), group_id=None, enable_auto_commit=False,
                         auto_offset_reset="earliest", request_timeout_ms=10000, **connect_timeout(5000),
                         client_id="easyonline-update-reader", max_partition_fetch_bytes=16 * 1024 * 1024,

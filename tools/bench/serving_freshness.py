@@ -9,7 +9,7 @@ served prediction for that sample and for a control that differs only in a
 C1 id never produced, until the two differ (an unknown id looks up as zeros;
 dense updates move both alike, so only the new id's served row separates
 them). Freshness = produce time -> first changed
-prediction, p50/p99 over ``--ids`` ids (target p99 <= 1 s on 2 cores), and
+prediction, p50/p99 over ``--ids`` ids (issue 53's target: p99 <= 0.3 s), and
 where that time goes, per id:
 
 - produced -> trained: the batch holding the sample was trained (Kafka
@@ -85,11 +85,17 @@ class Stages(Callback):
         self.marker: Optional[bytes] = None
         self.trained_at: Optional[float] = None
         self.publishes: List[Tuple[float, float, int]] = []  # (create_time, acked_time, last_sequence)
+        self.batch_ended = 0.0
+        self.saves: List[float] = []  # seconds from a batch's end to the checkpoint saved after it
 
     def expect(self, marker: bytes) -> None:
         self.marker, self.trained_at = marker, None
 
+    def on_checkpoint(self, trainer, path):
+        self.saves.append(time.time() - self.batch_ended)
+
     def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
+        self.batch_ended = time.time()
         if self.marker is not None and self.trained_at is None and any(self.marker in l for l in raw_batch.lines):
             self.trained_at = time.time()
 
@@ -144,8 +150,8 @@ def percentiles(values):
             "n": len(values)}
 
 
-TARGETS = {"freshness_p99_secs_at_most": 1.0, "batch_1_p50_ms_at_most": 2.0, "batch_1_p99_ms_at_most": 10.0,
-           "batch_100_p99_ms_at_most": 20.0}
+TARGETS = {"freshness_p99_secs_at_most": 0.3, "batch_1_p50_ms_at_most": 0.5, "batch_1_p99_ms_at_most": 3.0,
+           "batch_100_p99_ms_at_most": 20.0}  # (issue 53's)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -182,6 +188,7 @@ def measure(args: argparse.Namespace) -> dict:
         incr.sparse_save_secs, incr.dense_save_secs = args.sparse_save_secs, 1
         incr.sparse_save_secs_caught_up = args.sparse_save_secs_caught_up
         incr.kafka.server, incr.kafka.topic = broker.bootstrap, "updates"
+        incr.model_name = "model"
         count = Count()
         trainer = build_trainer(config, online=True, callbacks=[count])
         stages_seen = Stages()
@@ -263,7 +270,9 @@ def measure(args: argparse.Namespace) -> dict:
               "stages_secs": {name: percentiles(values) for name, values in stages.items() if values},
               "never_changed": int(np.isinf(freshness).sum()),
               "predict_latency_secs": latency, "updates_applied_by_server": status["applied_updates"],
-              "refused_updates": status["refused_updates"], "targets": TARGETS}
+              "refused_updates": status["refused_updates"], "targets": TARGETS,
+              # the loop trains nothing while it saves: a sample arriving then waits (produced -> trained)
+              "checkpoint_saves_secs": percentiles(stages_seen.saves) if stages_seen.saves else None}
     result["targets_met"] = {
         "freshness_p99": result["freshness_secs"]["p99"] <= TARGETS["freshness_p99_secs_at_most"],
         "batch_1_p50": latency["batch_1"]["p50"] * 1000 <= TARGETS["batch_1_p50_ms_at_most"],
@@ -286,7 +295,7 @@ def print_result(result: dict) -> None:
     print()
     print(f"broker: {result['broker']}; freshness (sample produced -> served prediction changed) over "
           f"{result['freshness_secs']['n']} new ids: "
-          f"p50 {result['freshness_secs']['p50']:.3f} s, p99 {result['freshness_secs']['p99']:.3f} s (target p99 <= 1 s)")
+          f"p50 {result['freshness_secs']['p50']:.3f} s, p99 {result['freshness_secs']['p99']:.3f} s (target p99 <= 0.3 s)")
     print(f"{'stage':34}{'p50 s':>8}{'p99 s':>8}")
     for name, figures in result["stages_secs"].items():
         print(f"{name:34}{figures['p50']:>8.3f}{figures['p99']:>8.3f}")
@@ -295,7 +304,11 @@ def print_result(result: dict) -> None:
         print(f"predict latency, batch {size:>3}, while updates apply: p50 {l['p50'] * 1000:.1f} ms, "
               f"p99 {l['p99'] * 1000:.1f} ms over {l['n']} requests")
     print(f"server applied {status['applied_updates']} update messages, refused {status['refused_updates']}")
-    print("targets (freshness p99 <= 1 s; batch 1 p50 <= 2 ms, p99 <= 10 ms; batch 100 p99 <= 20 ms): " +
+    saves = result.get("checkpoint_saves_secs")
+    if saves:
+        print(f"checkpoint saves in the run (save_checkpoints_steps 20): {saves['n']}, p50 {saves['p50']:.3f} s, "
+              f"p99 {saves['p99']:.3f} s")
+    print("targets (freshness p99 <= 0.3 s; batch 1 p50 <= 0.5 ms, p99 <= 3 ms; batch 100 p99 <= 20 ms): " +
           ", ".join(f"{name} {'met' if met else 'MISSED'}" for name, met in result["targets_met"].items()))
 
 
