@@ -9,13 +9,16 @@ Both answer the same requests, decoded as the REST API decodes them, in
 alternating rounds, so machine noise falls on both alike; each round times
 ``--requests`` predicts of batch 1 and of batch 100. Also timed: the graph
 alone (the packed function on tensors made beforehand), which no input
-handling can cut.
+handling can cut, and the same batch-1 requests through ``python -m
+easyonline.serve``'s REST API on one keep-alive connection (JSON "instances"
+rows; nothing else running), what a client sees.
 
     .venv/bin/python tools/bench/predict_latency.py [--requests 2000] [--rounds 3]
 
 Prints a JSON line and a table; asserts both paths answer the same numbers.
 """
 import argparse
+import http.client
 import itertools
 import json
 import os
@@ -34,8 +37,10 @@ from easyonline.config import load_pipeline_config  # noqa: E402
 from easyonline.export.layout import newest_version  # noqa: E402
 from easyonline.jobs.online_train import build_trainer  # noqa: E402
 from easyonline.serve.loaded_export import LoadedExport  # noqa: E402
+from easyonline.serve.process import ServingProcess  # noqa: E402
 from easyonline.tools.sample_configs import sample_config  # noqa: E402
 from easyonline.tools.stream_producer import SyntheticCtrStream, input_field_names  # noqa: E402
+from easyonline.utils.child_process import process_cpu_seconds  # noqa: E402
 
 
 def trained_export(work: str, samples: int) -> str:
@@ -89,6 +94,36 @@ def percentiles_ms(call: Callable[[], None], count: int) -> Dict[str, float]:
     return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)), "cpu_ms": cpu * 1e3}
 
 
+def http_latency(version: str, work: str, one: List[Dict[str, list]], count: int, rounds: int) -> List[dict]:
+    """Batch-1 predicts through ``python -m easyonline.serve``'s REST API on one keep-alive connection: the
+    client's time (the request's JSON written and the answer's read), and the server's CPU per request."""
+    server = ServingProcess(os.path.dirname(version), os.path.join(work, "serve.log"), "--log_level=WARNING",
+                            model_name="model")
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        bodies = [json.dumps({"instances": [{name: values[0] for name, values in r.items()}]}).encode()
+                  for r in one]
+        nxt = itertools.cycle(bodies).__next__
+
+        def predict():
+            connection.request("POST", "/v1/models/model:predict", body=nxt(),
+                               headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            assert response.status == 200, response.read()[:300]
+            response.read()
+        for _ in range(100):
+            predict()
+        out = []
+        for _ in range(rounds):
+            cpu = process_cpu_seconds(server.proc.pid)
+            figures = percentiles_ms(predict, count)
+            figures["server_cpu_ms"] = (process_cpu_seconds(server.proc.pid) - cpu) / count * 1e3
+            out.append(figures)
+        return out
+    finally:
+        server.stop()
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=2000, help="batch-1 predicts a round per path")
@@ -121,6 +156,7 @@ def main(argv=None) -> dict:
         tensors = itertools.cycle(flat).__next__
         runs["graph_only_1"].append(percentiles_ms(lambda: packed._packed_call(tensors()),  # pylint: disable=protected-access
                                                    args.requests))
+    runs["http_1"] = http_latency(version, work, one, args.requests, args.rounds)
     median = {key: {stat: float(np.median([r[stat] for r in values])) for stat in values[0]}
               for key, values in runs.items()}
     result = {"inputs": len(packed.inputs), "requests": args.requests, "rounds": args.rounds, "median": median,
@@ -130,7 +166,7 @@ def main(argv=None) -> dict:
     print(f"{'path':<28}{'p50 ms':>9}{'p99 ms':>9}{'CPU ms':>9}")
     for key, label in (("per_input_1", "one tensor per input, b=1"), ("packed_1", "packed (serve_packed), b=1"),
                        ("per_input_100", "one tensor per input, b=100"), ("packed_100", "packed, b=100"),
-                       ("graph_only_1", "graph alone, b=1")):
+                       ("graph_only_1", "graph alone, b=1"), ("http_1", "REST API, keep-alive, b=1")):
         m = median[key]
         print(f"{label:<28}{m['p50_ms']:>9.3f}{m['p99_ms']:>9.3f}{m['cpu_ms']:>9.3f}")
     print(f"batch-1 p50: packed is {result['batch1_p50_speedup']:.2f}x faster")
