@@ -201,10 +201,14 @@ def test_the_train_command_exits_7_naming_user_and_mechanism(apache_kafka, kafka
     took = time.time() - started
     assert done.returncode == 7, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    assert errors == [f"error: Kafka at {apache_kafka.sasl_bootstrap} refused user 'trainer': authentication failed "
-                      "(SASL mechanism SCRAM-SHA-512); check kafka_train_input.config[sasl_plain_username] and "
-                      "kafka_train_input.config[sasl_plain_password] (the broker said: Authentication failed during "
-                      "authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512)"], errors
+    # What the broker said, or (kafka-python's TLS transport loses that answer in about 1 of 12 refused logins,
+    # utils/kafka_access.py) that it closed every connection during authentication: the same error either way
+    said = ("Authentication failed during authentication due to invalid credentials with SASL mechanism "
+            "SCRAM-SHA-512", "it closed every connection during authentication")
+    assert errors in ([f"error: Kafka at {apache_kafka.sasl_bootstrap} refused user 'trainer': authentication failed "
+                       "(SASL mechanism SCRAM-SHA-512); check kafka_train_input.config[sasl_plain_username] and "
+                       f"kafka_train_input.config[sasl_plain_password] (the broker said: {cause})"]
+                      for cause in said), errors
     assert "wrong" not in done.stderr.replace("'wrong'", "")  # the password is never printed
     assert took < 60, took
 
