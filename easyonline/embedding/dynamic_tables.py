@@ -26,7 +26,6 @@ from tensorflow.python.trackable import data_structures  # pylint: disable=g-imp
 from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
 
 
-
 def _shadow_saveables(shadow) -> dict:
     """What a checkpoint saves of a TFRA ShadowVariable (the rows of the last batch a table lookup read, one per
     table and per optimizer slot): nothing. TFRA's own method empties its ids and looks them up again to save

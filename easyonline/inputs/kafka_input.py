@@ -95,8 +95,7 @@ class KafkaInput(BatchSource):
             self.start_offsets = dict(offsets)
             self._positions = dict(offsets)
         except BaseException:
-            for client in {id(c): c for c in (self._consumer, self._control)}.values():
-                client.close()
+            self._close_clients()
             raise
         self._commits: "queue.Queue[Dict[int, int]]" = queue.Queue()
         self._lines_per_message = 0.0  # running estimate, to ask poll() for about one batch of lines
@@ -344,6 +343,10 @@ class KafkaInput(BatchSource):
 
     def close(self) -> None:
         self._run_commits()
+        self._close_clients()
+
+    def _close_clients(self) -> None:
+        """The data consumer, and the control consumer unless the data consumer wraps it (kafka-python's)."""
         self._consumer.close()
         if self._control is not self._consumer and not isinstance(self._consumer, KafkaPythonDataConsumer):
             self._control.close()

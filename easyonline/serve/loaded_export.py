@@ -69,13 +69,11 @@ class LoadedExport:
         self._serve_concrete = self._module.serve.concrete_functions[0]
         (raw_specs,), _ = self._serve_concrete.structured_input_signature
         self.inputs: Dict[str, tf.DType] = {name: spec.dtype for name, spec in raw_specs.items()}
-        # The inputs in the order the function takes them flat (nest's order of its own signature): calling it
-        # flat skips checking each tensor against the signature again (~0.3 ms of a batch-1 request with
-        # 39 inputs); predict builds every tensor from self.inputs' dtypes, so the check cannot fail there.
-        self._flat_order = tf.nest.flatten({name: name for name in raw_specs})
-        self._call_flat = getattr(self._serve_concrete, "_call_flat", None)  # TF's own, not public API
-        # Exports since 2026-11-29 also take the inputs packed, one tensor per dtype (export/layout.py):
-        # predict then makes 1-3 tensors, not one per input.
+        # Both are called flat (_flat_call): that skips checking each tensor against the signature again (~0.3 ms
+        # of a batch-1 request with 39 inputs); predict builds every tensor from self.inputs' dtypes, so the check
+        # cannot fail there. Exports since 2026-11-29 also take the inputs packed, one tensor per dtype
+        # (export/layout.py): predict then makes 1-3 tensors, not one per input.
+        self._named_call = _flat_call(self._serve_concrete)
         self._packing = packed_inputs(self.inputs)
         packed = getattr(self._module, PACKED_SERVE_FUNCTION, None)
         self._packed_call = _flat_call(packed.concrete_functions[0]) if packed is not None else None
@@ -129,14 +127,10 @@ class LoadedExport:
             inputs = dict(inputs, **{name: [defaults[name]] * rows for name in left_out})
         try:
             if self._packed_call is not None:
-                packed = {dtype: self._packed_tensor(dtype, names, inputs) for dtype, names in self._packing.items()}
-                out = self._packed_call([packed[dtype] for dtype in sorted(packed)])
-            elif self._call_flat is not None:
-                tensors = {name: self._input_tensor(name, inputs) for name in self.inputs}
-                out = self._call_flat([tensors[name] for name in self._flat_order],
-                                      self._serve_concrete.captured_inputs)
+                out = self._packed_call({dtype: self._packed_tensor(dtype, names, inputs)
+                                         for dtype, names in self._packing.items()})
             else:
-                out = self._serve_concrete({name: self._input_tensor(name, inputs) for name in self.inputs})
+                out = self._named_call({name: self._input_tensor(name, inputs) for name in self.inputs})
         except tf.errors.InvalidArgumentError as e:  # a value the model refuses, e.g. a vector of the wrong length
             raise ValueError(_refusal(e.message)) from None
         return {name: value.numpy() for name, value in out.items()}
@@ -286,20 +280,20 @@ def input_defaults(config, inputs: Dict[str, tf.DType]) -> Dict[str, object]:
     return out
 
 
-def _flat_call(function) -> Callable[[List[tf.Tensor]], Dict[str, tf.Tensor]]:
-    """Calls a restored concrete function with its inputs flat, as TensorFlow's own ``ConcreteFunction._call_flat``
-    (not public API) does, with the captured tables and variables resolved once: the restored function's own
-    ``_call_flat`` resolves each of them again per call, for distributed variables an export never holds
-    (~0.1 ms of a batch-1 predict with 34 captures). Where TensorFlow lacks the method, the plain call."""
-    base = getattr(getattr(function, "__class__"), "__mro__", ())
-    call = next((getattr(c, "_call_flat") for c in base if c.__name__ == "ConcreteFunction"
-                 and hasattr(c, "_call_flat")), None)
+def _flat_call(function) -> Callable[[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]]:
+    """Calls a restored concrete function of one dict argument with its tensors flat (in nest's order of its
+    signature), as TensorFlow's own ``ConcreteFunction._call_flat`` (not public API) does, with the captured
+    tables and variables resolved once: the restored function's own ``_call_flat`` resolves each of them again
+    per call, for distributed variables an export never holds (~0.1 ms of a batch-1 predict with 34 captures).
+    Where TensorFlow lacks the method, the plain call."""
+    (specs,), _ = function.structured_input_signature
+    order = tf.nest.flatten({name: name for name in specs})
+    call = next((c._call_flat for c in type(function).__mro__  # pylint: disable=protected-access
+                 if c.__name__ == "ConcreteFunction" and hasattr(c, "_call_flat")), None)
     if call is None:
-        (specs,), _ = function.structured_input_signature
-        names = tf.nest.flatten({name: name for name in specs})
-        return lambda args: function(dict(zip(names, args)))
+        return function
     captures = list(function.captured_inputs)
-    return lambda args: call(function, args, captures)
+    return lambda tensors: call(function, [tensors[name] for name in order], captures)
 
 
 def _tensor(values: List, dtype: tf.DType) -> tf.Tensor:

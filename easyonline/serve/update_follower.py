@@ -211,7 +211,7 @@ class UpdateFollower:
     def _run(self) -> None:
         try:
             self._follow()
-        finally:  # stopped (or a new export's follower replaces this one): its consumer goes with it
+        finally:  # stopped: its consumer goes with it
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None

@@ -145,7 +145,7 @@ def main(argv=None) -> dict:
         packed.predict(request)
         per_input.predict(request)
     groups = sorted(packed._packing.items())  # pylint: disable=protected-access
-    flat = [[packed._packed_tensor(dtype, names, r) for dtype, names in groups] for r in one]  # pylint: disable=protected-access
+    flat = [{dtype: packed._packed_tensor(dtype, names, r) for dtype, names in groups} for r in one]  # pylint: disable=protected-access
     runs: Dict[str, List[dict]] = {key: [] for key in ("packed_1", "per_input_1", "packed_100", "per_input_100",
                                                        "graph_only_1")}
     for _ in range(args.rounds):
