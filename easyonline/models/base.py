@@ -48,6 +48,21 @@ class Embeddings(list):
         super().__init__(embeddings)
         self.by_name = by_name
         self.sequences = sequences
+        self._stacked: Optional[tf.Tensor] = None
+
+    def stacked(self) -> tf.Tensor:
+        """[B, F, dim] (one dim for all: DeepFM's FM term), made once however many layers read it."""
+        if self._stacked is None:
+            self._stacked = tf.stack(self, axis=1)
+        return self._stacked
+
+    def flat(self) -> tf.Tensor:
+        """[B, sum of dims]: the embeddings side by side (a DNN's input). When they were stacked, a reshape
+        of that: concatenating 26 narrow tensors again, and splitting their gradient, was ~5% of DeepFM's
+        step (tools/bench/step_profile.py)."""
+        if self._stacked is not None:
+            return tf.reshape(self._stacked, [-1, len(self) * int(self._stacked.shape[2])])
+        return tf.concat(self, axis=1)
 
 
 class SequenceInput(NamedTuple):
@@ -169,13 +184,17 @@ class Model(tf.keras.Model):
             row = rows[feature.name]
             dim = self.tables.table_dim(feature.table)
             if feature.sequence:
-                sequences[feature.name] = (row[:, :, :dim], sequence_lengths(feature, features))
+                sequences[feature.name] = (row[:, :, :dim] if self.wide_dim else row,
+                                           sequence_lengths(feature, features))
                 continue
-            by_name[feature.name] = tf.reshape(row[:, :dim], [-1, dim])  # a static width: layers built on a
-            if i in self._deep_ids:                                        # group's input need its last dim
+            # One split, not two slices: each slice's gradient is a zero tensor of the whole row plus an
+            # AddN of the two (51 of them were 6.7% of DeepFM's step, tools/bench/step_profile.py).
+            embedding, wide = tf.split(row, [dim, self.wide_dim], axis=1) if self.wide_dim else (row, None)
+            by_name[feature.name] = tf.reshape(embedding, [-1, dim])  # a static width: layers built on a
+            if i in self._deep_ids:                                   # group's input need its last dim
                 deep.append(by_name[feature.name])
-            if self.wide_dim and i in self._wide_ids:
-                first_order.append(row[:, dim] if self.wide_dim == 1 else row[:, dim:dim + self.wide_dim])
+            if wide is not None and i in self._wide_ids:
+                first_order.append(tf.reshape(wide, [-1]) if self.wide_dim == 1 else wide)
         embeddings = Embeddings(deep, by_name, sequences)
         if self._embedding_l2 > 0:
             self.add_loss(self._embedding_l2 * tf.add_n(

@@ -35,7 +35,7 @@ class DeepFM(DeepFMTerms, FinalDNN, RankingModel):
 
     def logit(self, embeddings: Embeddings, first_order: Optional[tf.Tensor], dense: Optional[tf.Tensor],
               training: Any) -> tf.Tensor:
-        stacked = tf.stack(embeddings, axis=1)
+        stacked = embeddings.stacked()
         if self.final_dnn is None:
             return self.linear_part(first_order, dense) + self.fm(stacked) + self.deep_part(embeddings, dense, training)
         return self.final_logits([self.wide_vector(first_order, dense), self.fm(stacked, per_dim=True),

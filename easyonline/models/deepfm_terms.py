@@ -82,7 +82,7 @@ class DeepFMTerms:
         when it has them; else ``logits`` as they are."""
         if self.deepfm_scales is None:
             return logits
-        fm = self.fm(tf.stack(embeddings, axis=1))
+        fm = self.fm(embeddings.stacked())
         terms = tf.stack([self.linear_part(first_order, dense) + tf.zeros_like(fm), fm], axis=1)  # [B, 2]
         scaled = tf.matmul(terms, self.deepfm_scales)  # [B, tasks]: column t is task t's share
         return {name: logit + scaled[:, t] for t, (name, logit) in enumerate(logits.items())}

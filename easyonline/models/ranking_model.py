@@ -53,7 +53,7 @@ class RankingModel(Model):
     def deep_hidden(self, embeddings: Embeddings, dense: Optional[tf.Tensor], training: Any) -> tf.Tensor:
         """The DNN's last hidden layer [B, units] over the deep features and every target attention's output."""
         dense = columns_of(dense, self.deep_dense_columns)
-        inputs = list(embeddings) + ([dense] if dense is not None else [])
+        inputs = ([embeddings.flat()] if embeddings else []) + ([dense] if dense is not None else [])
         inputs += [attention(*self.sequence_input(name, embeddings), training=training)
                    for name, attention in self.attentions.items()]
         return self.deep(tf.concat(inputs, axis=1), training=training)

@@ -45,8 +45,8 @@ from easyonline.tools.throughput import Timer, throughput_config  # noqa: E402
 WRAPPERS = ("Process", "Run")
 
 
-def kernel_ms(xplane_path: str) -> collections.Counter:
-    """Milliseconds per op type on the host's CPU, from a profiler trace."""
+def kernel_ms(xplane_path: str, by_name: bool = False) -> collections.Counter:
+    """Milliseconds per op type (``by_name``: per op, as ``name:type``) on the host's CPU, from a profiler trace."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
 
     space = xplane_pb2.XSpace()
@@ -65,7 +65,7 @@ def kernel_ms(xplane_path: str) -> collections.Counter:
                 op_type = name.rsplit(":", 1)[1].strip()
                 if op_type in WRAPPERS or op_type.startswith("__inference"):
                     continue
-                out[op_type] += event.duration_ps / 1e9
+                out[name if by_name else op_type] += event.duration_ps / 1e9
     return out
 
 
@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="steps timed, profiled and traced (each)")
     parser.add_argument("--config", default=os.path.join(ROOT, "samples", "online.config"))
     parser.add_argument("--top", type=int, default=20, help="op types in the table")
+    parser.add_argument("--names", type=int, default=0, help="also list this many single ops (name:type), slowest first")
     args = parser.parse_args()
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -111,7 +112,8 @@ def main() -> None:
     tf.profiler.experimental.start(logdir)
     train(batches[warmup + 2 * args.steps:])
     tf.profiler.experimental.stop()
-    ops = kernel_ms(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)[0])
+    trace = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)[0]
+    ops = kernel_ms(trace)
     kernels = sum(ops.values())
     result = {
         "config": os.path.basename(args.config), "batch_size": size, "steps": args.steps,
@@ -129,6 +131,10 @@ def main() -> None:
     print(f"{'op type':<34}{'ms/step':>9}{'share':>8}")
     for op, ms in ops.most_common(args.top):
         print(f"{op:<34}{ms / args.steps:>9.2f}{ms / kernels:>8.1%}")
+    if args.names:
+        print(f"\n{'op':<100}{'ms/step':>9}")
+        for op, ms in kernel_ms(trace, by_name=True).most_common(args.names):
+            print(f"{op[-100:]:<100}{ms / args.steps:>9.3f}")
 
 
 if __name__ == "__main__":
