@@ -246,7 +246,7 @@ def lookup_together(layers: List, ids: List[tf.Tensor]) -> List[tf.Tensor]:
         if isinstance(layer, GraphEmbedding) and layer.ps_device is not None:
             groups.setdefault((layer.ps_device, layer.embedding_size), []).append(i)
         else:
-            values[i] = layer(ids[i])
+            values[i] = _rows_of(layer, ids[i])
     for (device, _), members in groups.items():
         uniques, indexes = zip(*(tf.unique(ids[i]) for i in members))
         sizes = tf.stack([tf.size(unique) for unique in uniques])
@@ -259,6 +259,29 @@ def lookup_together(layers: List, ids: List[tf.Tensor]) -> List[tf.Tensor]:
         for k, i in enumerate(members):
             values[i] = tf.gather(rows, indexes[k] + offsets[k])
     return values  # type: ignore[return-value]
+
+
+def _rows_of(layer, ids: tf.Tensor) -> tf.Tensor:
+    """The rows of ``ids`` (repeats allowed) in a table of this process (or ``layer``'s own lookup in a graph)."""
+    if isinstance(layer, GraphEmbedding):
+        return layer(ids)
+    unique, index = tf.unique(ids)
+    return gather_with_dense_gradient(layer(unique), index)
+
+
+@tf.custom_gradient
+def gather_with_dense_gradient(rows: tf.Tensor, index: tf.Tensor):
+    """``tf.gather(rows, index)`` whose gradient reaches ``rows`` summed per row, a dense tensor.
+
+    ``rows`` are a Keras table's lookup buffer (one row per distinct id). tf.gather's gradient is a list of
+    every occurrence's gradient, which made the optimizer dedupe it and update the buffer row by row (Unique,
+    segment sums, scatters: ~10 small ops a table). Dense, the buffer is updated in one fused kernel
+    (ResourceApplyAdam); every row of the buffer has a gradient, so the update is the same.
+    """
+    def gradient(upstream):
+        return tf.math.unsorted_segment_sum(tf.convert_to_tensor(upstream), index, tf.shape(rows)[0]), None
+
+    return tf.gather(rows, index), gradient
 
 
 @dataclasses.dataclass
@@ -317,7 +340,7 @@ class DynamicTables(tf.keras.layers.Layer):
                 initializer = tf.keras.initializers.RandomNormal(0.0, table.initializer_stddev, seed=seed + i)
                 self.embeddings[name] = de.keras.layers.Embedding(
                     table.dim + extra_dims, key_dtype=tf.int64, value_dtype=tf.float32, initializer=initializer,
-                    devices=devices, name=table_variable_name(name), init_capacity=capacity)
+                    devices=devices, name=table_variable_name(name), init_capacity=capacity, with_unique=False)
                 draw_rows_for_new_ids_only(self.embeddings[name].params)
             else:
                 # A TF1 initializer: its random op draws new values at every step (a seeded Keras

@@ -191,6 +191,25 @@ def test_fm_interaction_of_one_field_is_zero():
     np.testing.assert_allclose(FMInteraction()(tf.constant([[[3.0, -4.0]], [[1.0, 1.0]]])).numpy(), [0.0, 0.0])
 
 
+def test_fm_interaction_gradient_by_hand_and_as_tensorflow_derives_it():
+    # d/dv_f of sum over pairs of v_i.v_j is sum v - v_f: for the example above, v1's gradient is
+    # [4.5, 3] - [1, 2] = [3.5, 1]; the written-out gradient must equal the one TensorFlow derives.
+    embeddings = tf.constant([[[1.0, 2.0], [3.0, -1.0], [0.5, 2.0]]])
+    with tf.GradientTape() as tape:
+        tape.watch(embeddings)
+        result = FMInteraction()(embeddings)
+    np.testing.assert_allclose(tape.gradient(result, embeddings).numpy()[0, 0], [3.5, 1.0], rtol=1e-6)
+    values, upstream = tf.random.stateless_normal([8, 5, 4], [1, 2]), tf.random.stateless_normal([8, 4], [3, 4])
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(values)
+        written = tf.reduce_sum(FMInteraction()(values, per_dim=True) * upstream)
+        summed = tf.reduce_sum(values, axis=1)
+        derived = tf.reduce_sum(0.5 * (tf.square(summed) - tf.reduce_sum(tf.square(values), axis=1)) * upstream)
+    np.testing.assert_allclose(written.numpy(), derived.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(tape.gradient(written, values).numpy(), tape.gradient(derived, values).numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+
 # the models -------------------------------------------------------------------------------------------------
 # Rows looked up outside training: a known id gets its row, padding (-1) and unknown ids get zeros.
 # Models with a first-order weight store it as one more column: [v0, v1 | w].
