@@ -16,7 +16,13 @@ batch), warms it up, then:
 
 Prints JSON, then a table of the op types.
 
+Old and new code side by side (issue 53 asks for ratios of alternating runs):
+``--baseline_code DIR`` (another checkout, e.g. ``git worktree add /tmp/old <commit>``) times the step of
+that checkout and of this one in turn, ``--pairs`` times each in a fresh process (``--time_only --code``),
+and prints each pair's ratio and the medians; the step's config is this checkout's for both.
+
     .venv/bin/python tools/bench/step_profile.py [--steps 30] [--config samples/online.config] [--top 20]
+        [--names 40] [--baseline_code DIR --pairs 5 --steps 300]
 """
 import argparse
 import collections
@@ -25,12 +31,16 @@ import glob
 import json
 import os
 import pstats
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-sys.path.insert(0, ROOT)
+# The checkout whose easyonline is timed (--code; default this one), chosen before it is imported.
+CODE = sys.argv[sys.argv.index("--code") + 1] if "--code" in sys.argv[:-1] else ROOT
+sys.path.insert(0, CODE)
 
 import easyonline  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS first)
 from easyonline.config import load_pipeline_config  # noqa: E402
@@ -75,7 +85,14 @@ def main() -> None:
     parser.add_argument("--config", default=os.path.join(ROOT, "samples", "online.config"))
     parser.add_argument("--top", type=int, default=20, help="op types in the table")
     parser.add_argument("--names", type=int, default=0, help="also list this many single ops (name:type), slowest first")
+    parser.add_argument("--code", default=ROOT, help="the checkout whose easyonline is timed (default: this one)")
+    parser.add_argument("--time_only", action="store_true", help="only time the steps; print one JSON line")
+    parser.add_argument("--baseline_code", default="", help="another checkout: time its step and this one's in turn")
+    parser.add_argument("--pairs", type=int, default=5, help="with --baseline_code: runs of each, alternating")
     args = parser.parse_args()
+    if args.baseline_code:
+        compare(args)
+        return
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     config = throughput_config(load_pipeline_config(args.config), tempfile.mkdtemp(prefix="easyonline-step-"))
@@ -83,7 +100,7 @@ def main() -> None:
     trainer = build_trainer(config, online=False)
     size = config.data_config.batch_size
     warmup = 20
-    lines = SyntheticCtrStream().lines(0, size * (warmup + 3 * args.steps))
+    lines = SyntheticCtrStream().lines(0, size * (warmup + (1 if args.time_only else 3) * args.steps))
     vectors = VectorCsvParser(trainer.specs)
     batches = [ParsedBatch.from_vectors(vectors.parse(lines[i:i + size])) for i in range(0, len(lines), size)]
     timer = Timer()
@@ -98,6 +115,10 @@ def main() -> None:
     train(timed)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     samples = sum(b.size for b in timed)
+    if args.time_only:
+        print(json.dumps({"code": os.path.abspath(CODE), "samples_per_sec": round(samples / wall),
+                          "cpu_us_per_sample": round(cpu / samples * 1e6, 1)}))
+        return
 
     profile = cProfile.Profile()
     profile.enable()
@@ -135,6 +156,28 @@ def main() -> None:
         print(f"\n{'op':<100}{'ms/step':>9}")
         for op, ms in kernel_ms(trace, by_name=True).most_common(args.names):
             print(f"{op[-100:]:<100}{ms / args.steps:>9.3f}")
+
+
+def compare(args) -> None:
+    """Times the baseline checkout's step and this one's in turn, each run a fresh process; prints the ratios."""
+    runs: dict = {"baseline": [], "this": []}
+    for _ in range(args.pairs):
+        for which, code in (("baseline", args.baseline_code), ("this", ROOT)):
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--time_only", "--code", code,
+                                  "--steps", str(args.steps), "--config", args.config],
+                                 capture_output=True, text=True, check=True).stdout
+            runs[which].append(json.loads(out.strip().splitlines()[-1])["samples_per_sec"])
+    ratios = [round(new / old, 3) for old, new in zip(runs["baseline"], runs["this"])]
+    medians = {which: statistics.median(values) for which, values in runs.items()}
+    result = {"steps": args.steps, "pairs": args.pairs, "baseline_code": os.path.abspath(args.baseline_code),
+              "samples_per_sec": runs, "ratios": ratios, "median_ratio": statistics.median(ratios),
+              "ratio_of_medians": round(medians["this"] / medians["baseline"], 3)}
+    print(json.dumps(result))
+    print(f"\n{'pair':<6}{'baseline':>12}{'this':>12}{'ratio':>8}")
+    for i, (old, new) in enumerate(zip(runs["baseline"], runs["this"])):
+        print(f"{i + 1:<6}{old:>12,}{new:>12,}{new / old:>8.3f}")
+    print(f"median{medians['baseline']:>12,.0f}{medians['this']:>12,.0f}{result['ratio_of_medians']:>8.3f}"
+          f"  (median of the pairs' ratios {result['median_ratio']:.3f})")
 
 
 if __name__ == "__main__":
