@@ -37,6 +37,7 @@ def _shadow_saveables(shadow) -> dict:
 
 de.shadow_ops.ShadowVariable._gather_saveables_for_checkpoint = _shadow_saveables  # pylint: disable=protected-access
 
+
 def draw_rows_for_new_ids_only(variable) -> None:
     """Makes ``variable`` (a TFRA table in one place, with a random initializer) draw initial rows for the ids
     it does not hold yet, not for every id it looks up.
