@@ -26,6 +26,7 @@ from easyonline.inputs.raw_batch import BatchSource
 from easyonline.publish.snapshot import EagerTableRows, TableRows
 from easyonline.train.optimizers import build_train_optimizer
 from easyonline.train.step_engine import LoopState
+from easyonline.train.table_adam import adopt_split_slots, sparse_part
 from easyonline.train.task_figures import TaskFigures
 from easyonline.utils import fileio
 
@@ -138,6 +139,11 @@ class EagerEngine:
         path = self.checkpointer.restore_latest()
         fine_tune = self.config.train_config.fine_tune_checkpoint
         if path is not None:
+            taken = adopt_split_slots(self.checkpointer.manager.latest_checkpoint, sparse_part(self.optimizer),
+                                      self.model.tables.embeddings)
+            if taken:
+                log.info("took Adam's m and v of %d table(s) from the checkpoint's separate slot tables into one "
+                         "m-and-v table each", len(taken))
             self.checkpointer.note_fine_tune_ignored(fine_tune, path)
         elif fine_tune:
             path = self.checkpointer.init_from(fine_tune)

@@ -5,6 +5,7 @@ supports them best and their sparse step is faster on CPU.
 """
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.protos import pipeline_pb2
+from easyonline.train.table_adam import keep_slots_together
 
 tf = ensure_legacy_keras()
 from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
@@ -94,4 +95,7 @@ def build_optimizer(config: pipeline_pb2.OptimizerConfig, accumulate: bool = Fal
             l2_shrinkage_regularization_strength=o.l2_shrinkage_regularization_strength)
     else:  # EasyRec's other names are rewritten by config.easyrec_compat before this
         raise ValueError(f"{which} is read as another optimizer when the config is loaded")
-    return de.DynamicEmbeddingOptimizer(opt, bp_v2=accumulate)
+    wrapped = de.DynamicEmbeddingOptimizer(opt, bp_v2=accumulate)
+    if which == "adam_optimizer" and not accumulate:
+        keep_slots_together(wrapped)  # m and v of a single-process table in one slot table (table_adam.py)
+    return wrapped

@@ -59,7 +59,7 @@ def test_count_filter_admits_on_the_nth_occurrence_and_not_before(tmp_path):
     h = Harness(tmp_path, "admission { count_filter { min_count: 3 } }")
     h.train([(1, "a", 1), (0, "a", 1), (0, "a", 1), (1, "a", 2), (0, "a", 2), (0, "a", 3)])
     assert h.table_keys() == [1]
-    assert h.slot_keys() == [[1], [1]]  # Adam's m and v
+    assert h.slot_keys() == [[1]]  # Adam's m and v, side by side in one slot table
     stats = h.stats()
     assert {k: v[:2] for k, v in stats.items()} == {1: (3.0, 1.0), 2: (2.0, 1.0), 3: (1.0, 0.0)}
     assert all(v[LAST_SEEN] == pytest.approx(1000.0) for v in stats.values())
@@ -67,7 +67,7 @@ def test_count_filter_admits_on_the_nth_occurrence_and_not_before(tmp_path):
     assert np.abs(rows[0]).sum() > 0 and np.abs(rows[1:]).sum() == 0  # unadmitted and unknown look up as zeros
     h.train([(0, "a", 2)])
     assert h.table_keys() == [1, 2]
-    assert h.slot_keys() == [[1, 2], [1, 2]]
+    assert h.slot_keys() == [[1, 2]]
 
 
 def test_probability_filter_is_reproducible_and_partial(tmp_path):
@@ -102,7 +102,7 @@ def test_shrink_decays_and_deletes_low_scores_everywhere(tmp_path):
     assert h.table_keys() == [1, 2, 3]
     evicted = h.trainer.shrink()
     assert evicted["item"].tolist() == [2]  # score 0.5 * 2 * 0.1 = 0.1 < 0.3
-    assert h.table_keys() == [1, 3] and h.slot_keys() == [[1, 3], [1, 3]]
+    assert h.table_keys() == [1, 3] and h.slot_keys() == [[1, 3]]
     assert {k: v[:2] for k, v in h.stats().items()} == {1: (5.0, 0.0), 3: (0.5, 0.5)}
     assert h.trainer.evicted["item"].tolist() == [2]
 
@@ -124,7 +124,7 @@ def test_max_size_keeps_the_best_scores_then_the_most_recent(tmp_path):
     h.train([(0, "a", 4)])  # same score as 3 (0.1), seen later
     h.trainer.shrink()
     assert h.table_keys() == [2, 4]
-    assert h.slot_keys() == [[2, 4], [2, 4]]
+    assert h.slot_keys() == [[2, 4]]
     h.train([(0, "a", 5)] * 30)
     h.trainer.shrink()
     assert h.table_keys() == [2, 5]  # 30 * 0.1 = 3.0 and a click (1.0) beat 0.1

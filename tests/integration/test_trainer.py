@@ -222,7 +222,10 @@ def test_checkpoint_restores_tables_and_optimizer_slots_exactly(tmp_path, sparse
     first.run()
     second = build_trainer(config, online=False)
     slots = {len(layer.optimizer_vars) for layer in first.model.tables.embeddings.values()}
-    assert slots == ({1} if sparse_optimizer else {2})  # Adagrad's accumulator, or Adam's m and v
+    assert slots == {1}  # Adagrad's accumulator, or Adam's m and v side by side (train/table_adam.py)
+    assert {layer.optimizer_vars[0].dim for layer in first.model.tables.embeddings.values()} == \
+        ({layer.embedding_size for layer in first.model.tables.embeddings.values()} if sparse_optimizer else
+         {2 * layer.embedding_size for layer in first.model.tables.embeddings.values()})
     if sparse_optimizer:
         dense_slots = [v for v in first.optimizer.dense.variables() if "/m:" in v.name or "/v:" in v.name]
         assert dense_slots and all("DynamicEmbedding" not in v.name for v in dense_slots)
@@ -235,21 +238,59 @@ def test_checkpoint_restores_tables_and_optimizer_slots_exactly(tmp_path, sparse
     assert any("-parameter/0/.ATTRIBUTES/table-values" in name for name in saved)
     assert not [name for name in saved if "/shadow/.ATTRIBUTES/" in name or "/shadow/.OPTIMIZER_SLOT/" in name]
 
-    def sorted_export(variable):
-        keys, values = variable.export()
-        order = np.argsort(keys.numpy())
-        return keys.numpy()[order], values.numpy()[order]
-
     for name, layer in first.model.tables.embeddings.items():
         other = second.model.tables.embeddings[name]
         for a, b in [(layer.params, other.params)] + list(zip(layer.optimizer_vars, other.optimizer_vars)):
-            (ka, va), (kb, vb) = sorted_export(a), sorted_export(b)
+            (ka, va), (kb, vb) = _sorted_export(a), _sorted_export(b)
             assert len(ka) > 0
             np.testing.assert_array_equal(ka, kb)
             np.testing.assert_array_equal(va, vb)
     for a, b in zip(first.model.trainable_weights, second.model.trainable_weights):
         if "DynamicEmbedding" not in a.name:
             np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def _sorted_export(variable):
+    keys, values = variable.export()
+    order = np.argsort(keys.numpy())
+    return keys.numpy()[order], values.numpy()[order]
+
+
+def test_a_checkpoint_with_adams_m_and_v_apart_restores_into_one_table(tmp_path, monkeypatch, caplog):
+    """Checkpoints written before train/table_adam.py hold Adam's m and v of a table in two TFRA slot tables.
+    One is written here by the trainer with that module's path switched off (TFRA's slots, as the code before
+    it trained); today's trainer restores it: every id's m and v side by side in its one slot table, bit for
+    bit, and it trains on from them."""
+    import logging
+    from easyonline.train import optimizers
+    _write_csv(tmp_path / "train.csv", 1500)
+    config = online_config(tmp_path / "m", **FAST)
+    config.ClearField("kafka_train_input")
+    config.file_train_input.paths.append(str(tmp_path / "train.csv"))
+    with monkeypatch.context() as patch:
+        patch.setattr(optimizers, "keep_slots_together", lambda optimizer: None)
+        first = build_trainer(config, online=False)
+        first.run()
+    with caplog.at_level(logging.INFO, logger="easyonline.train.eager_engine"):
+        second = build_trainer(config, online=False)
+    assert "took Adam's m and v of" in caplog.text
+    for name, layer in first.model.tables.embeddings.items():
+        halves = {variable.name.rsplit("/", 1)[-1]: _sorted_export(variable) for variable in layer.optimizer_vars}
+        assert sorted(halves) == ["m", "v"]
+        (together,) = second.model.tables.embeddings[name].optimizer_vars
+        keys, state = _sorted_export(together)
+        assert len(keys) > 0
+        np.testing.assert_array_equal(keys, halves["m"][0])
+        np.testing.assert_array_equal(state, np.concatenate([halves["m"][1], halves["v"][1]], axis=1))
+    name = sorted(second.model.tables.embeddings)[0]
+    together = second.model.tables.embeddings[name].optimizer_vars[0]
+    before = dict(zip(*(part.tolist() for part in _sorted_export(together))))
+    _write_csv(tmp_path / "more.csv", 512, start=1500)
+    parsed = second.parser.parse(open(tmp_path / "more.csv", "rb").read().splitlines())
+    second.train_batch(parsed.features, parsed.labels)
+    after = dict(zip(*(part.tolist() for part in _sorted_export(together))))
+    moved = [key for key in before if after[key] != before[key]]
+    assert moved and set(before) <= set(after)  # the restored m and v went on from where they were
 
 
 def test_status_lines_and_tensorboard_scalars_are_written(tmp_path, caplog):

@@ -12,9 +12,9 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.dynamic_tables import CLICK, LAST_SEEN, SHOW, DynamicTables
 from easyonline.embedding.eviction import STATS_PER_ROW, shrink_table, shrink_tables
 from easyonline.features.feature_spec import build_feature_specs
+from easyonline.train.optimizers import build_optimizer
 
 tf = ensure_legacy_keras()
-from tensorflow_recommenders_addons import dynamic_embedding as de  # noqa: E402  pylint: disable=g-import-not-at-top
 
 CONFIG = """
 model_dir: "/tmp/unused"
@@ -32,11 +32,12 @@ class Table:
 
     def __init__(self, eviction: str, rows, stats):
         """rows: keys that get a row; stats: {key: (show, click, last_seen)}."""
-        specs = build_feature_specs(parse_pipeline_config(CONFIG % eviction))
+        config = parse_pipeline_config(CONFIG % eviction)
+        specs = build_feature_specs(config)
         self.tables = DynamicTables(specs, name="tables")
         self.layer = self.tables.embeddings["item"]
         if rows:
-            optimizer = de.DynamicEmbeddingOptimizer(tf.keras.optimizers.legacy.Adam(0.1))
+            optimizer = build_optimizer(config.train_config.optimizer_config)  # Adam, as the trainer's
             with tf.GradientTape() as tape:
                 loss = tf.reduce_sum(self.layer(tf.constant(rows, tf.int64)))
             optimizer.apply_gradients(zip(tape.gradient(loss, self.layer.trainable_variables),
@@ -65,7 +66,7 @@ class Table:
 def test_the_table_fixture_has_rows_slots_and_statistics():
     table = Table("max_size: 10", rows=[1, 2], stats={1: (3, 1, 7), 9: (1, 0, 2)})
     assert sorted(table.rows()) == [1, 2]
-    assert table.slot_keys() == [[1, 2], [1, 2]]  # Adam's m and v
+    assert table.slot_keys() == [[1, 2]]  # Adam's m and v, side by side in one slot table
     assert table.stats() == {1: (3.0, 1.0, 7.0), 9: (1.0, 0.0, 2.0)}
     assert (SHOW, CLICK, LAST_SEEN) == (0, 1, 2)
 
@@ -79,7 +80,7 @@ def test_decay_then_delete_below_the_score_threshold():
     #                    3: (0.5, 0.5) -> 0 + 0.5 x 1 = 0.5   kept
     #                    4: (0.5, 0) -> 0.05, no row: leaves the statistics, is not reported
     assert table.shrink() == [2]
-    assert sorted(table.rows()) == [1, 3] and table.slot_keys() == [[1, 3], [1, 3]]
+    assert sorted(table.rows()) == [1, 3] and table.slot_keys() == [[1, 3]]
     assert table.rows() == kept  # the surviving rows are untouched
     assert table.stats() == {1: (5.0, 0.0, 5.0), 3: (0.5, 0.5, 7.0)}  # decayed values are kept
 
@@ -89,7 +90,7 @@ def test_decay_compounds_over_shrinks():
     assert table.shrink() == []  # 8 x 0.5 = 4 shows: 4 x 0.1 = 0.4 >= 0.3
     assert table.stats()[1][:2] == (4.0, 0.0)
     assert table.shrink() == [1]  # 4 x 0.5 = 2 shows: 0.2 < 0.3
-    assert table.rows() == {} and table.stats() == {} and table.slot_keys() == [[], []]
+    assert table.rows() == {} and table.stats() == {} and table.slot_keys() == [[]]
 
 
 def test_delete_ids_unseen_for_more_than_the_given_days():
@@ -98,7 +99,7 @@ def test_delete_ids_unseen_for_more_than_the_given_days():
     # now = 100, 2 days x 10 s = 20 s: 1 unseen 30 s (evicted); 2 unseen exactly 20 s (kept: not more than);
     # 3 unseen 5 s; 5 (no row) unseen 50 s: leaves the statistics despite its score of 9
     assert table.shrink(now=100.0) == [1]
-    assert sorted(table.rows()) == [2, 3] and table.slot_keys() == [[2, 3], [2, 3]]
+    assert sorted(table.rows()) == [2, 3] and table.slot_keys() == [[2, 3]]
     assert sorted(table.stats()) == [2, 3]
 
 
@@ -114,7 +115,7 @@ def test_max_size_keeps_the_best_scores_then_the_most_recent():
     # scores: 1: 0.1 (seen at 10); 2: 1.0; 3: 0.1 (seen at 20, more recent than 1); 4: a row without statistics
     # ranks last. Best two: 2, then 3 (ties 1 on score, more recent)
     assert table.shrink() == [1, 4]
-    assert sorted(table.rows()) == [2, 3] and table.slot_keys() == [[2, 3], [2, 3]]
+    assert sorted(table.rows()) == [2, 3] and table.slot_keys() == [[2, 3]]
     assert sorted(table.stats()) == [2, 3]
 
 
@@ -173,5 +174,5 @@ def test_cap_only_trims_to_max_size_without_decay_or_delete_rules():
     # threshold there and nothing is unseen: only the row over the cap goes; the statistics keep their values
     evicted = shrink_table(table.tables, "item", now=100.0, seconds_per_day=DAY, cap_only=True)
     assert sorted(evicted.tolist()) == [1]
-    assert sorted(table.rows()) == [2, 3] and table.slot_keys() == [[2, 3], [2, 3]]
+    assert sorted(table.rows()) == [2, 3] and table.slot_keys() == [[2, 3]]
     assert table.stats() == {2: (1.0, 1.0, 5.0), 3: (1.0, 0.0, 20.0), 7: (2.0, 0.0, 1.0)}
