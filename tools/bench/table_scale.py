@@ -7,7 +7,8 @@ against the same figure at the smallest size.
 The model is samples/online.config's DeepFM (26 TFRA tables of 16 + 1 floats
 a row: the embedding and DeepFM's wide weight) unless --config names another.
 For each optimizer (Adam, Adagrad; FTRL with --optimizers: each table's
-slots are TFRA tables of their own, keys included) and each size N, one child
+slots are tables of their own, keys included: Adam's m and v side by side in one, train/table_adam.py) and
+each size N, one child
 process:
 
 - builds the trainer (``easyonline.jobs.online_train.build_trainer``), trains
@@ -21,8 +22,9 @@ process:
 - ``bytes_per_row``: VmRSS (/proc/self/status) after growth minus before it,
   over N, both read after ``malloc_trim(0)`` (free heap given back: the
   tables' own memory, not the arrays the bench made and freed). Beside it the
-  theoretical bytes: (1 + slots) x (8 + 4 x width) (+ 8 + 12 for a statistics
-  row), and their ratio, the overhead factor of TFRA's hash tables;
+  theoretical bytes: (8 + 4 x width) for the row and (8 + 4 x its width) for
+  each slot table's (+ 8 + 12 for a statistics row), and their ratio, the
+  overhead factor of TFRA's hash tables;
 - trains the same batches again, --passes times (the fastest: the step with
   the table at N; the stream's ~13k ids a table, so a small working set in a
   big table);
@@ -106,7 +108,8 @@ sys.path.insert(0, ROOT)
 CHUNK = 1_000_000  # rows per upsert while growing
 GIB = 1 << 30
 OPTIMIZERS = {"adam": "adam_optimizer", "adagrad": "adagrad_optimizer", "ftrl": "ftrl_optimizer"}
-SLOTS = {"adam": 2, "adagrad": 1, "ftrl": 2}  # slot tables per table (Adam m, v; Adagrad accumulator; FTRL accum, linear)
+# Each slot table's width in rows' widths (Adam: m and v in one table; Adagrad: accumulator; FTRL: accum, linear)
+SLOTS = {"adam": [2], "adagrad": [1], "ftrl": [1, 1]}
 EXPORT_KINDS = ("normal", "stock")  # export_saved_model for the serving processor, and for_stock_serving
 PRIOR_FACTOR = 4.0  # a size's peak RSS over its theoretical bytes, until one size of the optimizer is measured
 
@@ -271,18 +274,17 @@ def grow_child(args) -> dict:
             keys = ((np.arange(offset + start, offset + start + n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
                     & np.uint64((1 << 63) - 1)).astype(np.int64)
             values = rng.standard_normal((n, widths[name]), dtype=np.float32) * np.float32(0.01)
-            slot_values = np.full((n, widths[name]), 0.1, np.float32)
             stat_values = np.zeros((n, 3), np.float32) if stats[name] is not None else None
             started, cpu = time.perf_counter(), time.process_time()
             tables.embeddings[name].params.upsert(keys, values)
             for slot in slots[name]:
-                slot.upsert(keys, slot_values)
+                slot.upsert(keys, np.full((n, slot.dim), 0.1, np.float32))
             if stats[name] is not None:
                 stats[name].upsert(keys, stat_values)
             chunk_seconds.append(time.perf_counter() - started)
             upsert_seconds += chunk_seconds[-1]
             upsert_cpu += time.process_time() - cpu
-            del keys, values, slot_values, stat_values
+            del keys, values, stat_values
         offset += count
     peak_grow = _status("VmHWM")
     rss_after = _rss()
@@ -302,8 +304,9 @@ def grow_child(args) -> dict:
                       if f.startswith(os.path.basename(path) + "."))
     sync = full_sync(trainer, args.config, os.path.dirname(args.model_dir))
     width = sorted(widths.values())[-1]
+    first = next(iter(slots))
     return {**sync, "rows": args.count, "tables_grown": len(share), "width": width,
-            "slot_tables": len(next(iter(slots.values()))), "statistics": any(s is not None for s in stats.values()),
+            "slot_widths": [slot.dim // widths[first] for slot in slots[first]], "statistics": any(s is not None for s in stats.values()),
             "slot_rows_grown": slot_rows, "rows_in_model": rows_after,
             "rss_before": rss_before, "rss_after": rss_after, "peak_grow": peak_grow,
             "grow_seconds": round(upsert_seconds, 3), "grow_cpu_seconds": round(upsert_cpu, 3),
@@ -433,9 +436,10 @@ def run_child(args, mode: str, optimizer: str, count: int, model_dir: str, resto
     return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
 
 
-def theoretical_bytes(width: int, slot_tables: int, statistics: bool) -> int:
-    """Bytes a row's keys and floats take, in the table and each slot table (keys repeated), and statistics."""
-    return (1 + slot_tables) * (8 + 4 * width) + (8 + 12 if statistics else 0)
+def theoretical_bytes(width: int, slot_widths: List[int], statistics: bool) -> int:
+    """Bytes a row's keys and floats take, in the table and each slot table (keys repeated; ``slot_widths`` in
+    rows' widths), and statistics."""
+    return (8 + 4 * width) + sum(8 + 4 * width * w for w in slot_widths) + (8 + 12 if statistics else 0)
 
 
 def measure(args, optimizer: str, count: int, work: str) -> dict:
@@ -459,7 +463,7 @@ def measure(args, optimizer: str, count: int, work: str) -> dict:
     r = {"optimizer": optimizer, **grown, **restored, **{"old_" + k: v for k, v in old.items()}, **exported,
          **served, "wall_seconds": round(time.perf_counter() - started, 1)}
     r.pop("checkpoint")
-    theory = theoretical_bytes(r["width"], r["slot_tables"], r["statistics"])
+    theory = theoretical_bytes(r["width"], r["slot_widths"], r["statistics"])
     build_bytes = r["old_restore_rss_before"] - r["old_restore_rss_before_build"]
     grown_bytes = r["rss_after"] - r["rss_before"]
     r.update({
@@ -598,7 +602,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1M,5M,10M", help="rows added to the tables, e.g. 1M,5M,10M,30M,50M")
     parser.add_argument("--optimizers", default="adam,adagrad",
-                        help=f"of {','.join(OPTIMIZERS)} (FTRL has Adam's two slots: its figures are Adam's)")
+                        help=f"of {','.join(OPTIMIZERS)} (FTRL has two slot tables of the row's width, Adam one of twice it)")
     parser.add_argument("--spread", choices=["one", "all"], default="one",
                         help="all rows in the first table (C1), or spread evenly over every table")
     parser.add_argument("--batches", type=int, default=30, help="batches of each timed training pass")
