@@ -1,7 +1,8 @@
 """Adam with a table's m and v side by side in one slot table (train/table_adam.py) against TFRA's Adam, which
 keeps them in two: the same rows and the same m and v after several steps, eager and traced, for ids whose
-slots are new and ids that repeat in a batch, with a dense variable trained by the same optimizer (its step
-count is shared: the bias correction of every step must match)."""
+slots are new and ids that repeat in a batch; with a dense variable trained by the same optimizer (its step
+count is shared: the bias correction of every step must match), and without one (the optimizer of the tables
+alone, ``sparse_optimizer_config``: the step is counted here)."""
 import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from easyonline.core.bootstrap import ensure_legacy_keras
 
@@ -50,11 +51,11 @@ def _model(name: str):
     return tables, weight, config.train_config.optimizer_config
 
 
-def _step(tables, weight, optimizer, ids):
+def _step(tables, weight, optimizer, ids, with_dense):
     with tf.GradientTape() as tape:
         rows = tables({"s": tf.constant(ids[0], tf.int64), "n": tf.constant(ids[1], tf.int64)}, training=True)
         loss = tf.reduce_sum(tf.sin(rows["s"] * weight)) + tf.reduce_sum(tf.square(rows["n"] * weight))
-    variables = tables.trainable_variables + [weight]
+    variables = tables.trainable_variables + ([weight] if with_dense else [])
     optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
 
 
@@ -64,10 +65,11 @@ def _sorted(variable):
     return keys.numpy()[order], values.numpy()[order]
 
 
+@pytest.mark.parametrize("with_dense", [True, False], ids=["with_dense", "tables_alone"])
 @pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf_function"])
-def test_m_and_v_in_one_table_train_as_tfras_two(traced):
-    ours, our_weight, config = _model(f"ours_{traced}")
-    theirs, their_weight, _ = _model(f"theirs_{traced}")
+def test_m_and_v_in_one_table_train_as_tfras_two(traced, with_dense):
+    ours, our_weight, config = _model(f"ours_{traced}_{with_dense}")
+    theirs, their_weight, _ = _model(f"theirs_{traced}_{with_dense}")
     our_optimizer = build_optimizer(config)
     assert keeps_slots_together(our_optimizer)
     a = config.adam_optimizer
@@ -75,8 +77,8 @@ def test_m_and_v_in_one_table_train_as_tfras_two(traced):
         a.learning_rate, beta_1=a.beta1, beta_2=a.beta2, epsilon=a.epsilon))
     our_step, their_step = (tf.function(_step), tf.function(_step)) if traced else (_step, _step)
     for ids in _BATCHES:
-        our_step(ours, our_weight, our_optimizer, ids)
-        their_step(theirs, their_weight, their_optimizer, ids)
+        our_step(ours, our_weight, our_optimizer, ids, with_dense)
+        their_step(theirs, their_weight, their_optimizer, ids, with_dense)
     np.testing.assert_allclose(our_weight.numpy(), their_weight.numpy(), rtol=1e-6)
     assert int(our_optimizer.iterations.numpy()) == int(their_optimizer.iterations.numpy()) == 3
     for table in ("s", "n"):
