@@ -45,9 +45,8 @@ def fill_and_save(model_dir: str, data: str, keys: int) -> dict:
     rng = np.random.default_rng(0)
     for name, layer in tables.embeddings.items():
         ids = rng.integers(0, 2**62, per_table, dtype=np.int64)
-        width = layer.embedding_size
-        for variable in [layer.params] + list(tables.slot_variables(name)):
-            variable.upsert(ids, rng.normal(0, 0.01, (per_table, width)).astype(np.float32))
+        for variable in [layer.params] + list(tables.slot_variables(name)):  # (Adam's m and v: one table, 2x wide)
+            variable.upsert(ids, rng.normal(0, 0.01, (per_table, variable.dim)).astype(np.float32))
     started = time.perf_counter()
     path = trainer.save_checkpoint()
     seconds = time.perf_counter() - started
