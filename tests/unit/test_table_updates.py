@@ -3,7 +3,8 @@ sum of its gradients and one optimizer step, other ids and padding are not touch
 
 The step updates a table's lookup buffer with a dense gradient (embedding/dynamic_tables.py
 ``gather_with_dense_gradient``) and draws initial rows only for ids the table lacks
-(``draw_rows_for_new_ids_only``); these tests hold that to the optimizers' sparse formulas.
+(``draw_rows_for_new_ids_only``); these tests hold that to the optimizers' sparse formulas. Adam keeps a table's
+m and v in one slot table (train/table_adam.py); the last test trains it against TFRA's Adam, which keeps two.
 """
 import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from easyonline.core.bootstrap import ensure_legacy_keras
@@ -18,6 +19,8 @@ from easyonline.config import parse_pipeline_config
 from easyonline.embedding.dynamic_tables import DynamicTables
 from easyonline.features.feature_spec import build_feature_specs
 from easyonline.train.optimizers import build_optimizer
+from easyonline.train.table_adam import keeps_slots_together
+from tensorflow_recommenders_addons import dynamic_embedding as de  # noqa: E402  pylint: disable=g-import-not-at-top
 
 # "s": string ids (hashed before the tables: the plain lookup); "n": int64 ids, -1 padding (the masked one).
 _CONFIG = """
@@ -108,3 +111,79 @@ def test_a_table_draws_rows_only_for_the_ids_it_lacks_and_keeps_the_others():
     drawn = values.numpy()[[0, 1], [1, 0]]
     assert np.all(drawn != 0.0) and not np.array_equal(drawn[0], drawn[1])  # each new id its own draw
     assert int(params.size()) == 1  # a lookup does not insert
+
+
+_IDS = [3, 5, 8, 13, 21]
+_BATCHES = [  # per step: ids of "s" and of "n" (-1: padding, the masked lookup)
+    ([3, 5, 3, 3], [5, -1, 8, 5]),
+    ([8, 3, 13, 21], [21, 21, -1, 3]),
+    ([5, 5, 5, 21], [13, 8, 3, -1]),
+]
+
+
+_START = np.arange(len(_IDS) * 2, dtype=np.float32).reshape(len(_IDS), 2) / 10.0 - 0.5
+
+
+def _model(name: str):
+    config = parse_pipeline_config(_CONFIG)
+    text_format.Merge("adam_optimizer { learning_rate: 0.05 beta1: 0.8 beta2: 0.99 epsilon: 0.001 }",
+                      config.train_config.optimizer_config)
+    tables = DynamicTables(build_feature_specs(config), name=name)
+    for table in ("s", "n"):  # every id has a row; none has Adam's m and v yet
+        tables.embeddings[table].params.upsert(tf.constant(_IDS, tf.int64), tf.constant(_START))
+    weight = tf.Variable([[1.0, -2.0]], name=f"{name}_weight")
+    return tables, weight, config.train_config.optimizer_config
+
+
+def _step(tables, weight, optimizer, ids, with_dense):
+    with tf.GradientTape() as tape:
+        rows = tables({"s": tf.constant(ids[0], tf.int64), "n": tf.constant(ids[1], tf.int64)}, training=True)
+        loss = tf.reduce_sum(tf.sin(rows["s"] * weight)) + tf.reduce_sum(tf.square(rows["n"] * weight))
+    variables = tables.trainable_variables + ([weight] if with_dense else [])
+    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+
+def _sorted(variable):
+    keys, values = variable.export()
+    order = np.argsort(keys.numpy())
+    return keys.numpy()[order], values.numpy()[order]
+
+
+@pytest.mark.parametrize("with_dense", [True, False], ids=["with_dense", "tables_alone"])
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf_function"])
+def test_m_and_v_in_one_table_train_as_tfras_two(traced, with_dense):
+    """Adam with a table's m and v side by side in one slot table (train/table_adam.py) against TFRA's Adam,
+    which keeps them in two: the same rows and the same m and v after three steps, for ids whose slots are new
+    and ids that repeat in a batch; with a dense variable trained by the same optimizer (its step count is
+    shared: every step's bias correction must match), and without one (the optimizer of the tables alone,
+    ``sparse_optimizer_config``: the step is counted by table_adam)."""
+    ours, our_weight, config = _model(f"ours_{traced}_{with_dense}")
+    theirs, their_weight, _ = _model(f"theirs_{traced}_{with_dense}")
+    our_optimizer = build_optimizer(config)
+    assert keeps_slots_together(our_optimizer)
+    a = config.adam_optimizer
+    their_optimizer = de.DynamicEmbeddingOptimizer(tf.keras.optimizers.legacy.Adam(
+        a.learning_rate, beta_1=a.beta1, beta_2=a.beta2, epsilon=a.epsilon))
+    our_step, their_step = (tf.function(_step), tf.function(_step)) if traced else (_step, _step)
+    for ids in _BATCHES:
+        our_step(ours, our_weight, our_optimizer, ids, with_dense)
+        their_step(theirs, their_weight, their_optimizer, ids, with_dense)
+    np.testing.assert_allclose(our_weight.numpy(), their_weight.numpy(), rtol=1e-6)
+    assert int(our_optimizer.iterations.numpy()) == int(their_optimizer.iterations.numpy()) == 3
+    for table in ("s", "n"):
+        mine, theirs_layer = ours.embeddings[table], theirs.embeddings[table]
+        keys, rows = _sorted(mine.params)
+        their_keys, their_rows = _sorted(theirs_layer.params)
+        np.testing.assert_array_equal(keys, their_keys)
+        assert not np.allclose(rows, _START)  # trained
+        np.testing.assert_allclose(rows, their_rows, rtol=1e-5, atol=1e-7)
+        (slots,) = ours.slot_variables(table)
+        assert slots.dim == 4
+        slot_keys, state = _sorted(slots)
+        halves = {variable.name.rsplit("/", 1)[-1]: _sorted(variable) for variable in theirs.slot_variables(table)}
+        assert sorted(halves) == ["m", "v"]
+        trained = sorted({i for batch in _BATCHES for i in batch[0 if table == "s" else 1] if i >= 0})
+        np.testing.assert_array_equal(slot_keys, trained)
+        np.testing.assert_array_equal(halves["m"][0], trained)
+        np.testing.assert_allclose(state[:, :2], halves["m"][1], rtol=1e-5, atol=1e-8)
+        np.testing.assert_allclose(state[:, 2:], halves["v"][1], rtol=1e-5, atol=1e-10)
