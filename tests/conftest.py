@@ -158,6 +158,14 @@ def online_config(model_dir, server: str = "", topic: str = "", full_sample: boo
     return config
 
 
+def sorted_rows(variable):
+    """A TFRA table's (keys, values) as numpy, ordered by key (an export's order is the hash table's)."""
+    import numpy as np  # why: conftest loads before every test; numpy only where a table is read
+    keys, values = variable.export()
+    order = np.argsort(keys.numpy())
+    return keys.numpy()[order], values.numpy()[order]
+
+
 def python_env():
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")

@@ -17,7 +17,7 @@ from easyonline.core.errors import ConfigError
 from easyonline.core.stop_signal import STOP_SIGNAL_FILE
 from easyonline.jobs.online_train import build_trainer
 from easyonline.utils import preloaded_python
-from tests.conftest import PYTHON, SAMPLES, online_config, python_env
+from tests.conftest import PYTHON, SAMPLES, online_config, python_env, sorted_rows
 
 FAST = {"data_config.batch_size": 256, "data_config.batch_timeout_ms": 200, "train_config.log_step_count_secs": 1,
         "train_config.stop_signal_poll_secs": 0.2, "train_config.save_checkpoints_secs": 0}
@@ -241,19 +241,13 @@ def test_checkpoint_restores_tables_and_optimizer_slots_exactly(tmp_path, sparse
     for name, layer in first.model.tables.embeddings.items():
         other = second.model.tables.embeddings[name]
         for a, b in [(layer.params, other.params)] + list(zip(layer.optimizer_vars, other.optimizer_vars)):
-            (ka, va), (kb, vb) = _sorted_export(a), _sorted_export(b)
+            (ka, va), (kb, vb) = sorted_rows(a), sorted_rows(b)
             assert len(ka) > 0
             np.testing.assert_array_equal(ka, kb)
             np.testing.assert_array_equal(va, vb)
     for a, b in zip(first.model.trainable_weights, second.model.trainable_weights):
         if "DynamicEmbedding" not in a.name:
             np.testing.assert_array_equal(a.numpy(), b.numpy())
-
-
-def _sorted_export(variable):
-    keys, values = variable.export()
-    order = np.argsort(keys.numpy())
-    return keys.numpy()[order], values.numpy()[order]
 
 
 def test_a_checkpoint_with_adams_m_and_v_apart_restores_into_one_table(tmp_path, monkeypatch, caplog):
@@ -275,20 +269,20 @@ def test_a_checkpoint_with_adams_m_and_v_apart_restores_into_one_table(tmp_path,
         second = build_trainer(config, online=False)
     assert "took Adam's m and v of" in caplog.text
     for name, layer in first.model.tables.embeddings.items():
-        halves = {variable.name.rsplit("/", 1)[-1]: _sorted_export(variable) for variable in layer.optimizer_vars}
+        halves = {variable.name.rsplit("/", 1)[-1]: sorted_rows(variable) for variable in layer.optimizer_vars}
         assert sorted(halves) == ["m", "v"]
         (together,) = second.model.tables.embeddings[name].optimizer_vars
-        keys, state = _sorted_export(together)
+        keys, state = sorted_rows(together)
         assert len(keys) > 0
         np.testing.assert_array_equal(keys, halves["m"][0])
         np.testing.assert_array_equal(state, np.concatenate([halves["m"][1], halves["v"][1]], axis=1))
     name = sorted(second.model.tables.embeddings)[0]
     together = second.model.tables.embeddings[name].optimizer_vars[0]
-    before = dict(zip(*(part.tolist() for part in _sorted_export(together))))
+    before = dict(zip(*(part.tolist() for part in sorted_rows(together))))
     _write_csv(tmp_path / "more.csv", 512, start=1500)
     parsed = second.parser.parse(open(tmp_path / "more.csv", "rb").read().splitlines())
     second.train_batch(parsed.features, parsed.labels)
-    after = dict(zip(*(part.tolist() for part in _sorted_export(together))))
+    after = dict(zip(*(part.tolist() for part in sorted_rows(together))))
     moved = [key for key in before if after[key] != before[key]]
     assert moved and set(before) <= set(after)  # the restored m and v went on from where they were
 

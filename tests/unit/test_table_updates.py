@@ -20,6 +20,7 @@ from easyonline.embedding.dynamic_tables import DynamicTables
 from easyonline.features.feature_spec import build_feature_specs
 from easyonline.train.optimizers import build_optimizer
 from easyonline.train.table_adam import keeps_slots_together
+from tests.conftest import sorted_rows
 from tensorflow_recommenders_addons import dynamic_embedding as de  # noqa: E402  pylint: disable=g-import-not-at-top
 
 # "s": string ids (hashed before the tables: the plain lookup); "n": int64 ids, -1 padding (the masked one).
@@ -143,12 +144,6 @@ def _step(tables, weight, optimizer, ids, with_dense):
     optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
 
 
-def _sorted(variable):
-    keys, values = variable.export()
-    order = np.argsort(keys.numpy())
-    return keys.numpy()[order], values.numpy()[order]
-
-
 @pytest.mark.parametrize("with_dense", [True, False], ids=["with_dense", "tables_alone"])
 @pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf_function"])
 def test_m_and_v_in_one_table_train_as_tfras_two(traced, with_dense):
@@ -172,15 +167,15 @@ def test_m_and_v_in_one_table_train_as_tfras_two(traced, with_dense):
     assert int(our_optimizer.iterations.numpy()) == int(their_optimizer.iterations.numpy()) == 3
     for table in ("s", "n"):
         mine, theirs_layer = ours.embeddings[table], theirs.embeddings[table]
-        keys, rows = _sorted(mine.params)
-        their_keys, their_rows = _sorted(theirs_layer.params)
+        keys, rows = sorted_rows(mine.params)
+        their_keys, their_rows = sorted_rows(theirs_layer.params)
         np.testing.assert_array_equal(keys, their_keys)
         assert not np.allclose(rows, _START)  # trained
         np.testing.assert_allclose(rows, their_rows, rtol=1e-5, atol=1e-7)
         (slots,) = ours.slot_variables(table)
         assert slots.dim == 4
-        slot_keys, state = _sorted(slots)
-        halves = {variable.name.rsplit("/", 1)[-1]: _sorted(variable) for variable in theirs.slot_variables(table)}
+        slot_keys, state = sorted_rows(slots)
+        halves = {variable.name.rsplit("/", 1)[-1]: sorted_rows(variable) for variable in theirs.slot_variables(table)}
         assert sorted(halves) == ["m", "v"]
         trained = sorted({i for batch in _BATCHES for i in batch[0 if table == "s" else 1] if i >= 0})
         np.testing.assert_array_equal(slot_keys, trained)
