@@ -17,6 +17,7 @@ from typing import Any, ContextManager, Dict, Optional, Protocol
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.checkpoint.mirror import CheckpointMirror, reader_cache
 from easyonline.checkpoint.positions import StreamPositions
+from easyonline.checkpoint.traced_save import TracedSaves
 from easyonline.utils import fileio
 
 tf = ensure_legacy_keras()
@@ -99,6 +100,10 @@ class Checkpointer:
             self._positions = positions or StreamPositions()
             self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=self.step,
                                                   samples=self.samples, positions=self._positions.variable)
+        # A single process's saves run as one traced call (traced_save.py); a cluster's run in its session.
+        self.traced_saves = TracedSaves(self.checkpoint) if isinstance(self.io, EagerIO) else None
+        if self.traced_saves is not None:
+            self.traced_saves.install()
         if pull:
             self.pull()
         else:

@@ -8,6 +8,7 @@ from easyonline.core.bootstrap import ensure_legacy_keras
 
 tf = ensure_legacy_keras()
 
+import numpy as np
 import pytest
 
 from easyonline.checkpoint.checkpointer import Checkpointer
@@ -92,3 +93,51 @@ def test_a_restore_whose_step_does_not_match_fails(tmp_path):
     with pytest.raises(RuntimeError, match="step 0 != saved 5"):
         reader.restore_latest()
     assert path.endswith("model.ckpt-5")
+
+
+def _trained_keras_model(optimizer, steps: int):
+    model = tf.keras.Sequential([tf.keras.layers.Dense(3, input_shape=(4,))])
+    model.build((None, 4))
+    for step in range(steps):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(tf.ones([2, 4]) * (step + 1)) ** 2)
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    return model
+
+
+def test_a_single_process_save_is_one_traced_call_that_writes_what_tensorflows_own_save_writes(tmp_path):
+    """checkpoint/traced_save.py: saves run traced (once per set of objects saved), and the checkpoint holds the
+    same keys and values as TensorFlow's op-by-op save of the same objects; an optimizer's slots, made at its
+    first step after a save was traced already, are in the next checkpoint (the save is traced again)."""
+    optimizer = tf.keras.optimizers.Adam(0.1)
+    model = _trained_keras_model(optimizer, 0)
+    checkpointer = Checkpointer(str(tmp_path / "model"), model, optimizer, 3)
+    first = checkpointer.save({0: 1}, "t")
+    assert checkpointer.traced_saves.traces == 1
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(tf.ones([2, 4])) ** 2)
+    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    checkpointer.step.assign(1)
+    traced = checkpointer.save({0: 2}, "t")
+    checkpointer.step.assign(2)
+    again = checkpointer.save({0: 3}, "t")
+    assert checkpointer.traced_saves.traces == 2  # the slots came; the third save reused the second's trace
+    eager_prefix = str(tmp_path / "eager" / "ckpt")
+    checkpointer.traced_saves._eager_save(eager_prefix)  # TensorFlow's own save, op by op, of the same objects
+
+    saved, eager = tf.train.load_checkpoint(again), tf.train.load_checkpoint(eager_prefix)
+    keys = sorted(saved.get_variable_to_shape_map())
+    assert keys == sorted(eager.get_variable_to_shape_map())
+    slots = [key for key in keys if key.startswith("optimizer/_variables/")]
+    assert len(slots) == 4, keys  # m and v of the kernel and of the bias
+    assert not set(slots) & set(tf.train.load_checkpoint(first).get_variable_to_shape_map())
+    for key in keys:
+        assert np.array_equal(saved.get_tensor(key), eager.get_tensor(key)), key
+    assert sorted(tf.train.load_checkpoint(traced).get_variable_to_shape_map()) == keys
+
+    restored_model = _trained_keras_model(tf.keras.optimizers.Adam(0.1), 0)
+    restored_optimizer = tf.keras.optimizers.Adam(0.1)
+    reader = Checkpointer(str(tmp_path / "model"), restored_model, restored_optimizer, 3)
+    assert reader.restore_latest() == again and reader.positions == {0: 3}
+    for mine, theirs in zip(restored_model.weights, model.weights):
+        assert (mine.numpy() == theirs.numpy()).all()
