@@ -3,7 +3,7 @@
 import ctypes
 import os
 import signal
-from typing import List, Optional
+from typing import List, Optional, Set
 
 
 def _stat_fields(pid: int) -> List[str]:
@@ -25,6 +25,39 @@ def process_state(pid: int) -> Optional[str]:
         return _stat_fields(pid)[0]
     except (OSError, IndexError):
         return None
+
+
+def descendants(pid: int) -> List[int]:
+    """Every living process below ``pid`` (children, their children, ...), from /proc."""
+    children: dict = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                children.setdefault(int(_stat_fields(int(name))[1]), []).append(int(name))
+            except (OSError, IndexError, ValueError):
+                continue  # (gone meanwhile)
+    out, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        out.append(child)
+        todo.extend(children.get(child, []))
+    return out
+
+
+def pin_to_cpus(pid: int, cpus: Set[int], with_descendants: bool = True, skip: Set[int] = frozenset()) -> None:
+    """Puts every thread of ``pid`` (and of its descendants, but not those under a pid in ``skip``) on ``cpus``:
+    benchmarks that stand in for hosts of their own on one machine (a serving host beside a training one).
+    Threads made later inherit their maker's CPUs."""
+    pids = [pid] + (descendants(pid) if with_descendants else [])
+    skipped = set(skip) | {d for s in skip for d in descendants(s)}
+    for one in pids:
+        if one in skipped:
+            continue
+        try:
+            for task in os.listdir(f"/proc/{one}/task"):
+                os.sched_setaffinity(int(task), cpus)
+        except (OSError, ValueError):
+            continue  # (gone meanwhile)
 
 
 def die_with_parent(signum: int = signal.SIGTERM) -> None:

@@ -21,8 +21,14 @@ where that time goes, per id:
 - applied -> visible: the served prediction changed (polling granularity).
 
 Then predict latency p50/p99 for batch 1 and batch 100 on one keep-alive
-connection, with training and
-update application running.
+connection, with training and update application running, from a client
+process of its own (as a client is: in the trainer's process its requests
+waited for the trainer's Python, as no real client's do).
+
+``--serving_cpus 1``: the server and the latency client run on CPU 1, the
+trainer, the broker and the producers on the others (each process's every
+thread, and what it starts), standing in for a serving host beside the
+training cluster as production has them; without it all share every core.
 
 ``--broker apache_kafka``: on a three-broker Apache Kafka cluster (the
 update topic replicated on all three, min.insync.replicas 2, acks=all)
@@ -30,6 +36,7 @@ instead of the local tansu broker; ``tools/bench/apache_kafka_costs.py``
 runs both in one run.
 
     .venv/bin/python tools/bench/serving_freshness.py [--ids 40] [--latency_requests 300] [--broker apache_kafka]
+        [--serving_cpus 1]
 """
 import argparse
 import http.client
@@ -53,6 +60,7 @@ from easyonline.tools.local_broker import LocalBroker  # noqa: E402
 from easyonline.tools.stream_producer import SyntheticCtrStream, produce  # noqa: E402
 from easyonline.core.callbacks import Callback  # noqa: E402
 from easyonline.jobs.online_train import build_trainer  # noqa: E402
+from easyonline.utils.child_process import pin_to_cpus  # noqa: E402
 from easyonline.utils.logs import setup_logging  # noqa: E402
 from easyonline.config import load_pipeline_config  # noqa: E402
 from easyonline.tools.sample_configs import sample_config  # noqa: E402
@@ -133,6 +141,41 @@ class KeepAliveClient:
         return self._request("GET", f"/v1/models/{self.model}")
 
 
+def measure_latency(port: int, rows: List[dict], requests: int) -> Dict[str, dict]:
+    """p50/p99 seconds of batch-1 (``requests``) and batch-100 (a third as many) predicts on one connection."""
+    client = KeepAliveClient(port, "model")
+    latency = {}
+    for size in (1, 100):
+        times = []
+        for i in range(requests if size == 1 else requests // 3):
+            started = time.perf_counter()
+            client.predict(rows[:size] if size == 100 else [rows[i % 100]])
+            times.append(time.perf_counter() - started)
+        latency[f"batch_{size}"] = percentiles(times)
+    return latency
+
+
+def latency_in_a_client_process(port: int, rows: List[dict], requests: int, cpus: Optional[set]) -> Dict[str, dict]:
+    """``measure_latency`` run by a process of its own (on ``cpus`` if given), as a serving client is."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"port": port, "rows": rows, "requests": requests, "cpus": sorted(cpus) if cpus else None}, f)
+    try:
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--latency_client", f.name],
+                             capture_output=True, text=True, check=True, timeout=600).stdout
+    finally:
+        os.unlink(f.name)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def latency_client_main(path: str) -> None:
+    """The client process of ``latency_in_a_client_process``: prints the latencies as one JSON line."""
+    with open(path) as f:
+        job = json.load(f)
+    if job["cpus"]:
+        os.sched_setaffinity(0, set(job["cpus"]))
+    print(json.dumps(measure_latency(job["port"], job["rows"], job["requests"])))
+
+
 def background_traffic(bootstrap, topic, stop, rate=2000):
     """The usual stream, ~rate samples/s, so batches and updates keep flowing."""
     from kafka import KafkaProducer  # pylint: disable=g-import-not-at-top
@@ -164,6 +207,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="how often while the trainer has caught up with its input (0: off)")
     parser.add_argument("--broker", default="local", choices=["local", "apache_kafka"],
                         help="the local tansu broker, or a three-broker Apache Kafka cluster")
+    parser.add_argument("--serving_cpus", default="",
+                        help="CPUs (e.g. 1 or 1,2) for the server and the latency client, the rest for training "
+                             "(default: all share every CPU)")
     return parser.parse_args(argv)
 
 
@@ -204,6 +250,10 @@ def measure(args: argparse.Namespace) -> dict:
                             f"--export_dir={work}/export", "--log_level=WARNING"], check=True)
             server = ServingProcess(f"{work}/export", f"{work}/serve.log", "--log_level=WARNING",
                                     model_name="model")
+            serving_cpus = {int(c) for c in args.serving_cpus.split(",")} if args.serving_cpus else None
+            if serving_cpus:  # (before the traffic thread starts: threads made later inherit their maker's CPUs)
+                pin_to_cpus(server.proc.pid, serving_cpus)
+                pin_to_cpus(os.getpid(), set(range(os.cpu_count() or 1)) - serving_cpus, skip={server.proc.pid})
             traffic = threading.Thread(target=background_traffic, args=(broker.bootstrap, "samples", stop),
                                        daemon=True)
             traffic.start()
@@ -250,14 +300,7 @@ def measure(args: argparse.Namespace) -> dict:
                     freshness.append(float("inf"))
             producer.close()
             rows = [instance(line) for line in stream.lines(95000, 100)]
-            latency = {}
-            for size in (1, 100):
-                times = []
-                for i in range(args.latency_requests if size == 1 else args.latency_requests // 3):
-                    started = time.perf_counter()
-                    client.predict(rows[:size] if size == 100 else [rows[i % 100]])
-                    times.append(time.perf_counter() - started)
-                latency[f"batch_{size}"] = percentiles(times)
+            latency = latency_in_a_client_process(server.port, rows, args.latency_requests, serving_cpus)
             status = server.status()
         finally:
             stop.set()
@@ -265,7 +308,7 @@ def measure(args: argparse.Namespace) -> dict:
             thread.join(120)
             if server is not None:
                 server.stop()
-    result = {"broker": args.broker, "ids": args.ids, "sparse_save_secs": args.sparse_save_secs,
+    result = {"broker": args.broker, "serving_cpus": args.serving_cpus or "all", "ids": args.ids, "sparse_save_secs": args.sparse_save_secs,
               "sparse_save_secs_caught_up": args.sparse_save_secs_caught_up, "freshness_secs": percentiles(freshness),
               "stages_secs": {name: percentiles(values) for name, values in stages.items() if values},
               "never_changed": int(np.isinf(freshness).sum()),
@@ -282,6 +325,9 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
+    if "--latency_client" in sys.argv:
+        latency_client_main(sys.argv[sys.argv.index("--latency_client") + 1])
+        return
     args = parse_args()
     setup_logging("WARNING")
     result = measure(args)
@@ -293,7 +339,8 @@ def print_result(result: dict) -> None:
     status = {"applied_updates": result["updates_applied_by_server"], "refused_updates": result["refused_updates"]}
     print(json.dumps(result))
     print()
-    print(f"broker: {result['broker']}; freshness (sample produced -> served prediction changed) over "
+    print(f"broker: {result['broker']}; serving CPUs: {result.get('serving_cpus', 'all')}; "
+          "freshness (sample produced -> served prediction changed) over "
           f"{result['freshness_secs']['n']} new ids: "
           f"p50 {result['freshness_secs']['p50']:.3f} s, p99 {result['freshness_secs']['p99']:.3f} s (target p99 <= 0.3 s)")
     print(f"{'stage':34}{'p50 s':>8}{'p99 s':>8}")
