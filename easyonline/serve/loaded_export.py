@@ -14,11 +14,12 @@ import json
 import os
 import re
 import threading
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
 from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.core.flat_call import flat_call
 from easyonline.export.export_info import ExportInfo
 from easyonline.export.layout import (ASSETS_DIR, PACKED_SERVE_FUNCTION, PREDICTIONS_FILE, SAVED_MODEL_FILE,
                                       STOCK_SERVING_KEY, packed_inputs)
@@ -69,14 +70,14 @@ class LoadedExport:
         self._serve_concrete = self._module.serve.concrete_functions[0]
         (raw_specs,), _ = self._serve_concrete.structured_input_signature
         self.inputs: Dict[str, tf.DType] = {name: spec.dtype for name, spec in raw_specs.items()}
-        # Both are called flat (_flat_call): that skips checking each tensor against the signature again (~0.3 ms
+        # Both are called flat (core/flat_call.py): that skips checking each tensor against the signature again (~0.3 ms
         # of a batch-1 request with 39 inputs); predict builds every tensor from self.inputs' dtypes, so the check
         # cannot fail there. Exports since 2026-11-29 also take the inputs packed, one tensor per dtype
         # (export/layout.py): predict then makes 1-3 tensors, not one per input.
-        self._named_call = _flat_call(self._serve_concrete)
+        self._named_call = flat_call(self._serve_concrete)
         self._packing = packed_inputs(self.inputs)
         packed = getattr(self._module, PACKED_SERVE_FUNCTION, None)
-        self._packed_call = _flat_call(packed.concrete_functions[0]) if packed is not None else None
+        self._packed_call = flat_call(packed.concrete_functions[0]) if packed is not None else None
         self._widths = info.widths
         # The served dense shapes: an update's dense entries are checked against them, not only against
         # themselves (exports made before the file existed check the latter only).
@@ -278,22 +279,6 @@ def input_defaults(config, inputs: Dict[str, tf.DType]) -> Dict[str, object]:
         except ValueError:  # (validate.py refuses a numeric field's default that is not a number)
             continue
     return out
-
-
-def _flat_call(function) -> Callable[[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]]:
-    """Calls a restored concrete function of one dict argument with its tensors flat (in nest's order of its
-    signature), as TensorFlow's own ``ConcreteFunction._call_flat`` (not public API) does, with the captured
-    tables and variables resolved once: the restored function's own ``_call_flat`` resolves each of them again
-    per call, for distributed variables an export never holds (~0.1 ms of a batch-1 predict with 34 captures).
-    Where TensorFlow lacks the method, the plain call."""
-    (specs,), _ = function.structured_input_signature
-    order = tf.nest.flatten({name: name for name in specs})
-    call = next((c._call_flat for c in type(function).__mro__  # pylint: disable=protected-access
-                 if c.__name__ == "ConcreteFunction" and hasattr(c, "_call_flat")), None)
-    if call is None:
-        return function
-    captures = list(function.captured_inputs)
-    return lambda tensors: call(function, [tensors[name] for name in order], captures)
 
 
 def _tensor(values: List, dtype: tf.DType) -> tf.Tensor:

@@ -15,6 +15,7 @@ from easyonline.checkpoint.checkpointer import Checkpointer
 from easyonline.checkpoint.restore import model_with_shards
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.core.errors import ConfigError
+from easyonline.core.flat_call import flat_call
 from easyonline.core.metrics import WindowFigures
 from easyonline.embedding.change_tracker import ChangeTracker
 from easyonline.embedding.dynamic_tables import STATS_EPOCH, checkpoint_tables
@@ -84,7 +85,7 @@ class EagerEngine:
                                        autograph=False)
         self._score_step = tf.function(self._score_impl, input_signature=[signature], autograph=False)
         self._concrete_steps: Dict[int, Any] = {}
-        self._vector_steps: Dict[tuple, Any] = {}
+        self._vector_steps: Dict[tuple, Any] = {}  # the traced step of each batch layout, called flat
         self._table_rows: Optional[TableRows] = None
         # Held while a step writes the tables: the publisher's and base saves' exports take it (publish/snapshot.py)
         self._writing = threading.Lock()
@@ -206,8 +207,8 @@ class EagerEngine:
                      tuple((tf.TensorSpec([None], tf.as_dtype(dtype)), tf.TensorSpec([None], tf.int64))
                            for dtype, _ in ragged)]
         concrete = tf.function(step, input_signature=signature, autograph=False).get_concrete_function()
-        self._vector_steps[(id_names, dense_names, label_names, ragged)] = concrete
-        return concrete
+        call = self._vector_steps[(id_names, dense_names, label_names, ragged)] = flat_call(concrete)
+        return call
 
     def train_and_count(self, raw, parsed) -> np.ndarray:
         """Scores and trains a non-empty batch, adds it to the metrics and counts; returns its probabilities."""
