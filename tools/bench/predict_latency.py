@@ -11,7 +11,9 @@ alternating rounds, so machine noise falls on both alike; each round times
 alone (the packed function on tensors made beforehand), which no input
 handling can cut, and the same batch-1 requests through ``python -m
 easyonline.serve``'s REST API on one keep-alive connection (JSON "instances"
-rows; nothing else running), what a client sees.
+rows; nothing else running), what a client sees. And the floor under all of
+them on this machine: a traced function of one addition, called as the
+export's are, and one eager op.
 
     .venv/bin/python tools/bench/predict_latency.py [--requests 2000] [--rounds 3]
 
@@ -26,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 
@@ -34,6 +36,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import easyonline  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS first)
 from easyonline.config import load_pipeline_config  # noqa: E402
+from easyonline.core.bootstrap import ensure_legacy_keras  # noqa: E402
+from easyonline.core.flat_call import flat_call  # noqa: E402
 from easyonline.export.layout import newest_version  # noqa: E402
 from easyonline.jobs.online_train import build_trainer  # noqa: E402
 from easyonline.serve.loaded_export import LoadedExport  # noqa: E402
@@ -41,6 +45,8 @@ from easyonline.serve.process import ServingProcess  # noqa: E402
 from easyonline.tools.sample_configs import sample_config  # noqa: E402
 from easyonline.tools.stream_producer import SyntheticCtrStream, input_field_names  # noqa: E402
 from easyonline.utils.child_process import process_cpu_seconds  # noqa: E402
+
+tf = ensure_legacy_keras()
 
 
 def trained_export(work: str, samples: int) -> str:
@@ -124,6 +130,15 @@ def http_latency(version: str, work: str, one: List[Dict[str, list]], count: int
         server.stop()
 
 
+def runtime_floor() -> Tuple[Callable[[], None], Callable[[], None]]:
+    """What any served graph costs on this machine before its own work: a traced function computing ``x + 1``
+    of one number, called flat as the export's are (TensorFlow's function call: its executor, its thread pool's
+    hand-offs), and one eager op on the same number."""
+    x = tf.constant([1.0])
+    traced = flat_call(tf.function(lambda v: v + 1.0).get_concrete_function(tf.TensorSpec([1], tf.float32)))
+    return (lambda: traced(x)), (lambda: tf.raw_ops.AddV2(x=x, y=x))
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=2000, help="batch-1 predicts a round per path")
@@ -147,7 +162,8 @@ def main(argv=None) -> dict:
     groups = sorted(packed._packing.items())  # pylint: disable=protected-access
     flat = [{dtype: packed._packed_tensor(dtype, names, r) for dtype, names in groups} for r in one]  # pylint: disable=protected-access
     runs: Dict[str, List[dict]] = {key: [] for key in ("packed_1", "per_input_1", "packed_100", "per_input_100",
-                                                       "graph_only_1")}
+                                                       "graph_only_1", "floor_function", "floor_op")}
+    floor_function, floor_op = runtime_floor()
     for _ in range(args.rounds):
         for name, export in (("packed", packed), ("per_input", per_input)):
             nxt1, nxt100 = itertools.cycle(one).__next__, itertools.cycle(hundred).__next__
@@ -156,6 +172,8 @@ def main(argv=None) -> dict:
         tensors = itertools.cycle(flat).__next__
         runs["graph_only_1"].append(percentiles_ms(lambda: packed._packed_call(tensors()),  # pylint: disable=protected-access
                                                    args.requests))
+        runs["floor_function"].append(percentiles_ms(floor_function, args.requests))
+        runs["floor_op"].append(percentiles_ms(floor_op, args.requests))
     runs["http_1"] = http_latency(version, work, one, args.requests, args.rounds)
     median = {key: {stat: float(np.median([r[stat] for r in values])) for stat in values[0]}
               for key, values in runs.items()}
@@ -166,7 +184,8 @@ def main(argv=None) -> dict:
     print(f"{'path':<28}{'p50 ms':>9}{'p99 ms':>9}{'CPU ms':>9}")
     for key, label in (("per_input_1", "one tensor per input, b=1"), ("packed_1", "packed (serve_packed), b=1"),
                        ("per_input_100", "one tensor per input, b=100"), ("packed_100", "packed, b=100"),
-                       ("graph_only_1", "graph alone, b=1"), ("http_1", "REST API, keep-alive, b=1")):
+                       ("graph_only_1", "graph alone, b=1"), ("http_1", "REST API, keep-alive, b=1"),
+                       ("floor_function", "floor: traced x + 1"), ("floor_op", "floor: one eager op")):
         m = median[key]
         print(f"{label:<28}{m['p50_ms']:>9.3f}{m['p99_ms']:>9.3f}{m['cpu_ms']:>9.3f}")
     print(f"batch-1 p50: packed is {result['batch1_p50_speedup']:.2f}x faster")

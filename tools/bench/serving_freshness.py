@@ -203,8 +203,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--latency_requests", type=int, default=300)
     parser.add_argument("--warmup_samples", type=int, default=30000)
     parser.add_argument("--sparse_save_secs", type=float, default=1.0, help="how often changed rows are published")
-    parser.add_argument("--sparse_save_secs_caught_up", type=float, default=0.2,
-                        help="how often while the trainer has caught up with its input (0: off)")
+    parser.add_argument("--sparse_save_secs_caught_up", type=float, default=0.1,
+                        help="how often while the trainer has caught up with its input (0: off); 0.1: after every "
+                             "batch here (batch_timeout_ms 100), where a caught-up trainer has time to spare "
+                             "(0.2 until 2026-11-29: a sample then waited up to a batch more for its update)")
     parser.add_argument("--broker", default="local", choices=["local", "apache_kafka"],
                         help="the local tansu broker, or a three-broker Apache Kafka cluster")
     parser.add_argument("--serving_cpus", default="",
