@@ -16,7 +16,7 @@ and every optimizer's variables before each save (~5 ms).
 """
 import logging
 import os
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 
@@ -26,16 +26,24 @@ from tensorflow.python.checkpoint import checkpoint_options, trackable_view  # n
 log = logging.getLogger(__name__)
 
 
-def objects_saved(checkpoint: Any) -> Tuple[int, ...]:
-    """What a save of ``checkpoint`` writes, as identities: every object it reaches and every optimizer's
-    variables (slot variables are not among the objects reached; they hang off their optimizer)."""
+_SLOTS = object()  # in ``objects_saved``: an optimizer's variables follow
+
+
+def objects_saved(checkpoint: Any) -> List[Any]:
+    """What a save of ``checkpoint`` writes: every object it reaches, then each optimizer's variables (slot
+    variables are not among the objects reached; they hang off their optimizer)."""
     objects = trackable_view.TrackableView(checkpoint).descendants()
-    out = [id(o) for o in objects]
+    out = list(objects)
     for o in objects:
         if hasattr(o, "get_slot_names") and callable(getattr(o, "variables", None)):
-            out.append(-1)  # (a separator: the same ids moved from objects to slots count as a change)
-            out.extend(id(v) for v in o.variables())
-    return tuple(out)
+            out.append(_SLOTS)
+            out.extend(o.variables())
+    return out
+
+
+def _same_objects(a: List[Any], b: List[Any]) -> bool:
+    """The same objects in the same order (by identity: an object made where a freed one was is another)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 class TracedSaves:
@@ -50,7 +58,7 @@ class TracedSaves:
         self._checkpoint = checkpoint
         self._eager_save: Optional[Callable] = None
         self._traced: Optional[Any] = None
-        self._traced_for: Tuple[int, ...] = ()
+        self._traced_for: List[Any] = []  # (held: their ids cannot be reused while compared)
         self.traces = 0
 
     def install(self) -> bool:
@@ -74,7 +82,7 @@ class TracedSaves:
         if os.path.dirname(file_prefix):  # (TensorFlow's eager save makes the folder; a traced one does not)
             tf.io.gfile.makedirs(os.path.dirname(file_prefix))
         saved = objects_saved(self._checkpoint)
-        if self._traced is None or saved != self._traced_for:
+        if self._traced is None or not _same_objects(saved, self._traced_for):
             self._traced = tf.function(self._write_traced)
             self._traced_for = saved
             self.traces += 1
