@@ -17,7 +17,8 @@ tf = ensure_legacy_keras()
 
 def flat_call(function: Any) -> Callable[..., Any]:
     """``function`` (a concrete function) as a callable of the same positional arguments, flattened in nest's
-    order of its signature: numpy arrays become tensors of the signature's dtypes, tensors pass as they are.
+    order of its signature: numpy arrays become tensors of the signature's dtypes, tensors of another dtype are
+    refused (TypeError).
     Where TensorFlow lacks ``_call_flat`` (not public API), the plain call."""
     call = next((c._call_flat for c in type(function).__mro__  # pylint: disable=protected-access
                  if c.__name__ == "ConcreteFunction" and hasattr(c, "_call_flat")), None)
@@ -30,6 +31,10 @@ def flat_call(function: Any) -> Callable[..., Any]:
     def called(*arguments):
         flat = [value if tf.is_tensor(value) else tf.constant(value, dtype)
                 for value, dtype in zip(tf.nest.flatten(arguments), dtypes)]
+        wrong = next((i for i, (value, dtype) in enumerate(zip(flat, dtypes)) if value.dtype != dtype), None)
+        if wrong is not None:  # (the executor's own error would not say which argument)
+            raise TypeError(f"{function.name}: flat argument {wrong} is {flat[wrong].dtype.name}, the signature "
+                            f"takes {dtypes[wrong].name}")
         return call(function, flat, captures)
 
     return called
