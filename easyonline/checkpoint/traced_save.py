@@ -61,16 +61,15 @@ class TracedSaves:
         self._traced_for: List[Any] = []  # (held: their ids cannot be reused while compared)
         self.traces = 0
 
-    def install(self) -> bool:
-        """Routes the checkpoint's saves through ``save``; False (nothing changed) where TensorFlow's checkpoint
-        has no saver to route (a TensorFlow whose internals differ: saves stay eager)."""
+    def install(self) -> None:
+        """Routes the checkpoint's saves through ``save``; where TensorFlow's checkpoint has no saver to route (a
+        TensorFlow whose internals differ), says so and leaves the saves eager."""
         saver = getattr(self._checkpoint, "_saver", None)
         if saver is None or not callable(getattr(saver, "save", None)):
             log.warning("checkpoints are saved op by op: this TensorFlow's tf.train.Checkpoint has no _saver")
-            return False
+            return
         self._eager_save = saver.save
         saver.save = self.save  # (an instance attribute: the class's method stays TensorFlow's)
-        return True
 
     def save(self, file_prefix, checkpoint_number=None, session=None, options=None):
         """TensorFlow's ``TrackableSaver.save``, traced when eager and plain (the only case this trainer makes)."""
@@ -79,8 +78,9 @@ class TracedSaves:
         if not plain or not tf.executing_eagerly() or tf.is_tensor(file_prefix):
             return self._eager_save(file_prefix, checkpoint_number=checkpoint_number, session=session,
                                     options=options)
-        if os.path.dirname(file_prefix):  # (TensorFlow's eager save makes the folder; a traced one does not)
-            tf.io.gfile.makedirs(os.path.dirname(file_prefix))
+        folder = os.path.dirname(file_prefix)
+        if folder:  # (TensorFlow's eager save makes the folder; a traced one does not)
+            tf.io.gfile.makedirs(folder)
         saved = objects_saved(self._checkpoint)
         if self._traced is None or not _same_objects(saved, self._traced_for):
             self._traced = tf.function(self._write_traced)

@@ -56,7 +56,7 @@ class LoadedExport:
         # names are sanitized and lowercased); the signatures are there for saved_model_cli and TF Serving.
         # Called flat too: binding the ~80 tensors of an update to the restored function's signature took about
         # half of an update's application (7-9 ms -> 4-5 ms a message of 40 rows in 26 tables, this machine).
-        self._update = _flat_or_plain(self._module.incr_update)
+        self._update = flat_call(self._module.incr_update.concrete_functions[0])
         self._table_keys = getattr(self._module, "table_keys", None)  # exports before it existed lack it
         assets = os.path.join(self.path, ASSETS_DIR)
         self.ids = info.ids
@@ -281,13 +281,6 @@ def input_defaults(config, inputs: Dict[str, tf.DType]) -> Dict[str, object]:
         except ValueError:  # (validate.py refuses a numeric field's default that is not a number)
             continue
     return out
-
-
-def _flat_or_plain(function):
-    """A restored function of one signature called flat (core/flat_call.py); one without a traced signature as
-    it is."""
-    concrete = getattr(function, "concrete_functions", None)
-    return flat_call(concrete[0]) if concrete and len(concrete) == 1 else function
 
 
 def _tensor(values: List, dtype: tf.DType) -> tf.Tensor:

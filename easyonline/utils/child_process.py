@@ -3,7 +3,7 @@
 import ctypes
 import os
 import signal
-from typing import List, Optional, Set
+from typing import Dict, List, Optional, Set
 
 
 def _stat_fields(pid: int) -> List[str]:
@@ -27,15 +27,22 @@ def process_state(pid: int) -> Optional[str]:
         return None
 
 
-def descendants(pid: int) -> List[int]:
-    """Every living process below ``pid`` (children, their children, ...), from /proc."""
-    children: dict = {}
+def _children() -> Dict[int, List[int]]:
+    """{pid: its children's pids} of every living process, from /proc."""
+    children: Dict[int, List[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 children.setdefault(int(_stat_fields(int(name))[1]), []).append(int(name))
             except (OSError, IndexError, ValueError):
                 continue  # (gone meanwhile)
+    return children
+
+
+def descendants(pid: int, children: Optional[Dict[int, List[int]]] = None) -> List[int]:
+    """Every living process below ``pid`` (children, their children, ...), from /proc (or ``children``, a
+    ``_children()`` already read)."""
+    children = _children() if children is None else children
     out, todo = [], list(children.get(pid, []))
     while todo:
         child = todo.pop()
@@ -44,13 +51,13 @@ def descendants(pid: int) -> List[int]:
     return out
 
 
-def pin_to_cpus(pid: int, cpus: Set[int], with_descendants: bool = True, skip: Set[int] = frozenset()) -> None:
-    """Puts every thread of ``pid`` (and of its descendants, but not those under a pid in ``skip``) on ``cpus``:
-    benchmarks that stand in for hosts of their own on one machine (a serving host beside a training one).
-    Threads made later inherit their maker's CPUs."""
-    pids = [pid] + (descendants(pid) if with_descendants else [])
-    skipped = set(skip) | {d for s in skip for d in descendants(s)}
-    for one in pids:
+def pin_to_cpus(pid: int, cpus: Set[int], skip: Set[int] = frozenset()) -> None:
+    """Puts every thread of ``pid`` and of its descendants (but not those of a pid in ``skip``, nor what they
+    started) on ``cpus``: benchmarks that stand in for hosts of their own on one machine (a serving host beside
+    a training one). Threads made later inherit their maker's CPUs."""
+    children = _children()
+    skipped = set(skip) | {d for s in skip for d in descendants(s, children)}
+    for one in [pid] + descendants(pid, children):
         if one in skipped:
             continue
         try:

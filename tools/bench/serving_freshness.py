@@ -209,6 +209,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "(0.2 until 2026-11-29: a sample then waited up to a batch more for its update)")
     parser.add_argument("--broker", default="local", choices=["local", "apache_kafka"],
                         help="the local tansu broker, or a three-broker Apache Kafka cluster")
+    parser.add_argument("--latency_client", default="",
+                        help="(internal) be the latency client process of a run: its job file's path")
     parser.add_argument("--serving_cpus", default="",
                         help="CPUs (e.g. 1 or 1,2) for the server and the latency client, the rest for training "
                              "(default: all share every CPU)")
@@ -327,10 +329,10 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    if "--latency_client" in sys.argv:
-        latency_client_main(sys.argv[sys.argv.index("--latency_client") + 1])
-        return
     args = parse_args()
+    if args.latency_client:
+        latency_client_main(args.latency_client)
+        return
     setup_logging("WARNING")
     result = measure(args)
     print_result(result)
