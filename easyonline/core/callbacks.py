@@ -117,6 +117,12 @@ class Callback:
     def on_tick(self, trainer: TrainerView) -> None:
         """Every turn of the loop, with or without a batch (at least twice a second): for time-based work."""
 
+    def next_tick_in(self, trainer: TrainerView) -> Optional[float]:
+        """Seconds until this callback's time-based work is due, when that is sooner than the loop's half
+        second: the loop then waits for input no longer than that, and ticks on time. None: no sooner."""
+        del trainer
+        return None
+
     def on_metrics(self, trainer: TrainerView, logs: Dict[str, Any]) -> None:
         """Every log_step_count_secs: the status figures (samples, rate, lag, auc, logloss, ctr, keys...)."""
 

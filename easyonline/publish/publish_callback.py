@@ -118,9 +118,23 @@ class IncrementalPublish(Callback):
 
     def _caught_up_due(self, trainer: TrainerView) -> bool:
         """Changed rows wait, the input has no lag, and sparse_save_secs_caught_up passed since the last update."""
+        wait = self._caught_up_wait(trainer)
+        return wait is not None and wait <= 0
+
+    def _caught_up_wait(self, trainer: TrainerView) -> Optional[float]:
+        """Seconds until a caught-up trainer's next update is due (<= 0: now); None when none is coming (off,
+        behind its input, or no changed row waits)."""
         every = self.incr.sparse_save_secs_caught_up
-        return every > 0 and trainer.lag == 0 and self._started()[1].pending_ids > 0 and \
-            time.time() - self._last_sparse_time >= every
+        if every <= 0 or trainer.lag != 0 or self._started()[1].pending_ids == 0:
+            return None
+        return every - (time.time() - self._last_sparse_time)
+
+    def next_tick_in(self, trainer: TrainerView) -> Optional[float]:
+        """When rows trained by a caught-up trainer wait for sparse_save_secs_caught_up: the loop ticks when it
+        has passed, not at the next batch (which may come a whole batch_timeout_ms later)."""
+        if self.publisher is None or not self.publisher.has_room():
+            return None
+        return self._caught_up_wait(trainer)
 
     def on_train_end(self, trainer: TrainerView, summary: Any) -> None:
         """Publishes the final state (dense and every pending key) and waits for it, up to flush_timeout_secs."""

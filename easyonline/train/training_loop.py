@@ -39,6 +39,7 @@ from easyonline.train.task_figures import TaskFigures, summary_lines
 tf = ensure_legacy_keras()
 log = logging.getLogger(__name__)
 TRIM_LOG_SECS = 60.0  # trims to max_size are logged at most this often (summed)
+TICK_SECS = 0.5  # the loop ticks at least this often while no batch comes (Callback.on_tick)
 
 
 @dataclasses.dataclass
@@ -247,6 +248,13 @@ class TrainingLoop:
         for callback in self.callbacks:
             getattr(callback, hook)(view, *args)
 
+    def _next_tick_in(self) -> float:
+        """How long the loop waits for a batch before it ticks anyway: half a second, or less when a
+        callback's time-based work is due sooner (a caught-up trainer's next publish, for example)."""
+        view: TrainerView = self
+        due = [wait for wait in (callback.next_tick_in(view) for callback in self.callbacks) if wait is not None]
+        return min([TICK_SECS] + [max(wait, 0.0) for wait in due])
+
     def make_source(self) -> BatchSource:
         """The configured input (a cluster trainer's share of it), from the restored or shared positions."""
         return self.engine.make_source()
@@ -321,7 +329,7 @@ class TrainingLoop:
                     stop_reason = f"reached num_steps={train.num_steps}"
                     break
                 waited = time.perf_counter()
-                item = prefetcher.get(timeout=0.5)
+                item = prefetcher.get(timeout=self._next_tick_in())
                 self.input_wait_seconds += time.perf_counter() - waited
                 if item is None:
                     if prefetcher.done:

@@ -231,6 +231,62 @@ def test_a_caught_up_trainer_publishes_changed_rows_at_the_faster_cadence(broker
         thread.join(60)
 
 
+class OneMoreSampleWhenCaughtUp(Callback):
+    """Produces one more sample when the trainer first catches up (that batch's tick publishes its rows), so
+    that it is trained well within sparse_save_secs_caught_up of that update; records each batch's end and
+    each update's creation."""
+
+    def __init__(self, bootstrap, topic):
+        self.bootstrap, self.topic = bootstrap, topic
+        self.batches, self.updates, self.caught_up_batch = [], [], None
+
+    def on_batch_end(self, trainer, raw_batch, parsed_batch, probs):
+        self.batches.append(time.time())
+        if self.caught_up_batch is None and trainer.lag == 0:
+            self.caught_up_batch = len(self.batches) - 1
+            produce(self.bootstrap, self.topic, [SyntheticCtrStream().lines(5000, 1)], partitions=1)
+
+    def on_publish(self, trainer, result):
+        if result.rows:
+            self.updates.append(result.create_time)
+
+
+def test_a_caught_up_trainer_publishes_on_time_without_waiting_for_another_batch(broker, topic, tmp_path):
+    """sparse_save_secs_caught_up 0.3: a batch trained 0.1-0.2 s after an update has its rows published 0.3 s
+    after that update, not at the loop's next tick without input (every half second): the loop waits for
+    input only until the publish is due (Callback.next_tick_in). Before that, the rows waited up to a whole
+    batch (serving_freshness.py's tail: trained -> published p99 0.14-0.20 s with p50 0.016 s)."""
+    broker.create_topic(topic, 1)
+    produce(broker.bootstrap, topic, SyntheticCtrStream().chunks(0, 200), partitions=1)
+    config = online_config(tmp_path / "model", broker.bootstrap, topic, **{
+        **FAST, "data_config.batch_timeout_ms": 20})
+    incr = config.train_config.incr_save_config
+    incr.sparse_save_secs, incr.dense_save_secs, incr.sparse_save_secs_caught_up = 60, 60, 0.3
+    incr.kafka.server, incr.kafka.topic = broker.bootstrap, topic + "_updates"
+    seen = OneMoreSampleWhenCaughtUp(broker.bootstrap, topic)
+    trainer = build_trainer(config, online=True, callbacks=[seen])
+    import threading  # pylint: disable=g-import-not-at-top
+    thread = threading.Thread(target=trainer.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.time() + 60
+        while len(seen.updates) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        assert seen.caught_up_batch is not None and len(seen.updates) >= 2, (seen.batches, seen.updates)
+        caught_up = seen.batches[seen.caught_up_batch]
+        first = next(t for t in seen.updates if t >= caught_up)  # made at the tick of the caught-up batch
+        later = [t for t in seen.batches if t > caught_up]
+        second = next(t for t in seen.updates if t > first)
+        assert later, (seen.batches, seen.updates)
+        due = max(first + incr.sparse_save_secs_caught_up, later[0])
+        # on time: within 0.15 s of when it was due (before: at the next tick, 0.5 s after that batch)
+        assert second - due < 0.15, (second - due, later[0] - first)
+        assert second >= first + incr.sparse_save_secs_caught_up - 0.01  # and no sooner
+    finally:
+        trainer.stop("test done")
+        thread.join(60)
+
+
 def test_periodic_full_syncs_end_with_full_sync_end_and_make_a_diverged_replica_equal(tmp_path, caplog):
     """full_sync_secs: the trainer re-sends everything on schedule, each sync's last message flagged
     full_sync_end. A replica holding a row the trainer never had (and which missed the updates before the
