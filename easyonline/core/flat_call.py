@@ -29,12 +29,15 @@ def flat_call(function: Any) -> Callable[..., Any]:
     captures = list(function.captured_inputs)
 
     def called(*arguments):
-        flat = [value if tf.is_tensor(value) else tf.constant(value, dtype)
-                for value, dtype in zip(tf.nest.flatten(arguments), dtypes)]
-        wrong = next((i for i, (value, dtype) in enumerate(zip(flat, dtypes)) if value.dtype != dtype), None)
-        if wrong is not None:  # (the executor's own error would not say which argument)
-            raise TypeError(f"{function.name}: flat argument {wrong} is {flat[wrong].dtype.name}, the signature "
-                            f"takes {dtypes[wrong].name}")
+        flat = []
+        for place, (value, dtype) in enumerate(zip(tf.nest.flatten(arguments), dtypes)):
+            if not tf.is_tensor(value):
+                value = tf.constant(value, dtype)
+            elif value.dtype != dtype:  # (only a tensor passed as it is can differ; TensorFlow's error would not
+                # say which argument)
+                raise TypeError(f"{function.name}: flat argument {place} is {value.dtype.name}, the signature takes "
+                                f"{dtype.name}")
+            flat.append(value)
         return call(function, flat, captures)
 
     return called

@@ -1,5 +1,6 @@
 """Incremental updates: published while training, they rebuild the trainer's parameters exactly."""
 import subprocess
+import threading
 import time
 
 import pytest
@@ -215,7 +216,6 @@ def test_a_caught_up_trainer_publishes_changed_rows_at_the_faster_cadence(broker
     incr.kafka.server, incr.kafka.topic = broker.bootstrap, topic + "_updates"
     times = PublishTimes()
     trainer = build_trainer(config, online=True, callbacks=[times])
-    import threading  # pylint: disable=g-import-not-at-top
     thread = threading.Thread(target=trainer.run, daemon=True)
     thread.start()
     try:
@@ -265,7 +265,6 @@ def test_a_caught_up_trainer_publishes_on_time_without_waiting_for_another_batch
     incr.kafka.server, incr.kafka.topic = broker.bootstrap, topic + "_updates"
     seen = OneMoreSampleWhenCaughtUp(broker.bootstrap, topic)
     trainer = build_trainer(config, online=True, callbacks=[seen])
-    import threading  # pylint: disable=g-import-not-at-top
     thread = threading.Thread(target=trainer.run, daemon=True)
     thread.start()
     try:
