@@ -18,6 +18,8 @@ from typing import Dict, List, Optional
 
 from easyonline.core.bootstrap import ensure_legacy_keras
 from easyonline.embedding.admission import admits
+from easyonline.embedding.rows_with_state import keep_state_in_rows, row_part, row_width, rows_of, state_width, \
+    stored_width
 from easyonline.features.feature_spec import FeatureSpecs, TableSpec, positions_key, weights_key
 
 tf = ensure_legacy_keras()
@@ -51,6 +53,7 @@ def draw_rows_for_new_ids_only(variable) -> None:
     if variable.initializer is None or len(variable.devices) != 1:
         return
     table, dim, dtype, initializer = variable._tables[0], variable.dim, variable.value_dtype, variable.initializer  # pylint: disable=protected-access
+    drawn_width = state_width(variable) or dim  # (a row that keeps Adam's state starts with zeros there)
 
     def lookup(keys, return_exists=False, name=None):
         with tf.device(variable.devices[0]):
@@ -58,7 +61,9 @@ def draw_rows_for_new_ids_only(variable) -> None:
             values, exists = table.lookup(flat, dynamic_default_values=tf.zeros([dim], dtype), return_exists=True,
                                           name=name)
             new = tf.where(tf.logical_not(exists))
-            drawn = tf.cast(initializer(tf.stack([tf.shape(new, out_type=tf.int32)[0], dim])), dtype)
+            drawn = tf.cast(initializer(tf.stack([tf.shape(new, out_type=tf.int32)[0], drawn_width])), dtype)
+            if drawn_width != dim:
+                drawn = tf.pad(drawn, [[0, 0], [0, dim - drawn_width]])
             values = tf.reshape(tf.tensor_scatter_nd_update(values, new, drawn),
                                 tf.concat([tf.shape(keys), [dim]], 0))
         return (values, tf.reshape(exists, tf.shape(keys))) if return_exists else values
@@ -267,7 +272,7 @@ def _rows_of(layer, ids: tf.Tensor) -> tf.Tensor:
     if isinstance(layer, GraphEmbedding):
         return layer(ids)
     unique, index = tf.unique(ids)
-    return gather_with_dense_gradient(layer(unique), index)
+    return gather_with_dense_gradient(row_part(layer, layer(unique)), index)
 
 
 @tf.custom_gradient
@@ -339,9 +344,13 @@ class DynamicTables(tf.keras.layers.Layer):
             capacity = _capacities[-1].get(table_variable_name(name), 0)
             if tf.executing_eagerly():
                 initializer = tf.keras.initializers.RandomNormal(0.0, table.initializer_stddev, seed=seed + i)
+                width = table.dim + extra_dims
+                stored = stored_width(width, len(devices or [""]))
                 self.embeddings[name] = de.keras.layers.Embedding(
-                    table.dim + extra_dims, key_dtype=tf.int64, value_dtype=tf.float32, initializer=initializer,
+                    stored, key_dtype=tf.int64, value_dtype=tf.float32, initializer=initializer,
                     devices=devices, name=table_variable_name(name), init_capacity=capacity, with_unique=False)
+                if stored != width:
+                    keep_state_in_rows(self.embeddings[name].params, width)
                 draw_rows_for_new_ids_only(self.embeddings[name].params)
             else:
                 # A TF1 initializer: its random op draws new values at every step (a seeded Keras
@@ -386,6 +395,14 @@ class DynamicTables(tf.keras.layers.Layer):
 
     def table_dim(self, table: str) -> int:
         return self._specs.tables[table].dim
+
+    def rows(self, table: str):
+        """``table``'s rows as its readers see them (``export``, ``lookup``, ``size``; rows_with_state.py)."""
+        return rows_of(self.embeddings[table])
+
+    def row_width(self, table: str) -> int:
+        """How many floats a row of ``table`` has: its dim, plus one for a wide (first-order) weight."""
+        return row_width(self.embeddings[table])
 
     def _needs_masking(self, table: str) -> bool:
         features = self._specs.features_of_table(table)
@@ -454,9 +471,10 @@ class DynamicTables(tf.keras.layers.Layer):
         layer = self.embeddings[table]
         unique, index = tf.unique(ids)
         valid = unique >= 0
-        width = layer.embedding_size
+        width = row_width(layer)
         if not training:
-            values, exists = self._serving_tables.get(table, layer.params).lookup(unique, return_exists=True)
+            serving = self._serving_tables.get(table)
+            values, exists = (rows_of(layer) if serving is None else serving).lookup(unique, return_exists=True)
             keep = tf.logical_and(exists, valid)
             return tf.gather(values * tf.cast(keep, values.dtype)[:, None], index)
         admitted = valid
@@ -481,7 +499,7 @@ class DynamicTables(tf.keras.layers.Layer):
                 admitted = tf.logical_and(valid, tf.logical_or(
                     in_table, admits(policy, unique, show, click, tf.cast(count, tf.float64))))
         positions = tf.where(admitted)
-        admitted_rows = layer(tf.boolean_mask(unique, admitted))
+        admitted_rows = row_part(layer, layer(tf.boolean_mask(unique, admitted)))
         rows = tf.scatter_nd(positions, admitted_rows, tf.stack([tf.size(unique, tf.int64), width]))
         return tf.gather(rows, index)
 

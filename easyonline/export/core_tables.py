@@ -57,9 +57,9 @@ class CoreTable(tf.Module):
 def core_tables(model) -> Dict[str, CoreTable]:
     """A ``CoreTable`` per dynamic table of ``model`` (a models/base.py Model), filled with its rows (eagerly)."""
     out = {}
-    for name, layer in sorted(model.tables.embeddings.items()):
-        keys, values = layer.params.export()
-        table = CoreTable(layer.embedding_size, f"core_{table_variable_name(name)}")
+    for name in sorted(model.tables.embeddings):
+        keys, values = model.tables.rows(name).export()
+        table = CoreTable(model.tables.row_width(name), f"core_{table_variable_name(name)}")
         table.upsert(keys, values)
         out[name] = table
     return out

@@ -23,8 +23,8 @@ def export_embeddings(model, directory: str, checkpoint: str, step: int) -> Dict
     """Writes the tables of ``model`` (a models/base.py Model); returns {table: rows written}."""
     fileio.makedirs(directory)
     counts, dims = {}, {}
-    for name, layer in sorted(model.tables.embeddings.items()):
-        keys, values = (t.numpy() for t in layer.params.export())
+    for name in sorted(model.tables.embeddings):
+        keys, values = (t.numpy() for t in model.tables.rows(name).export())
         dim = model.tables.table_dim(name)
         order = np.argsort(keys)
         keys, values = keys[order], values[order, :dim]

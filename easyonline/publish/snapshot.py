@@ -80,11 +80,11 @@ class EagerTableRows:
 
     def export(self, table: str) -> Tuple[np.ndarray, np.ndarray]:
         with self.writing:
-            keys, values = self._tables.embeddings[table].params.export()
+            keys, values = self._tables.rows(table).export()
         return keys.numpy(), values.numpy()
 
     def export_shards(self, table: str) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
-        for shard in self._tables.embeddings[table].params.tables:
+        for shard in self._tables.rows(table).tables:
             with self.writing:  # (not held while the shard's rows are encoded and sent)
                 keys, values = (_view(t) for t in shard.export())
             yield keys, values
@@ -93,7 +93,7 @@ class EagerTableRows:
     def lookup(self, keys: Dict[str, np.ndarray]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
         names = self.names()
         if self._lookup_all is None:
-            params = [self._tables.embeddings[name].params for name in names]
+            params = [self._tables.rows(name) for name in names]
 
             def lookup_all(*all_keys):
                 return [table.lookup(k, return_exists=True) for table, k in zip(params, all_keys)]

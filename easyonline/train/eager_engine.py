@@ -20,6 +20,7 @@ from easyonline.core.metrics import WindowFigures
 from easyonline.embedding.change_tracker import ChangeTracker
 from easyonline.embedding.dynamic_tables import STATS_EPOCH, checkpoint_tables
 from easyonline.embedding.eviction import EagerTableOps, TableOps
+from easyonline.embedding.rows_with_state import adam_state_in_rows
 from easyonline.features.label_kinds import SAMPLE_WEIGHT_KEY
 from easyonline.features.signature import empty_features, feature_signature
 from easyonline.inputs.build_source import build_source
@@ -27,7 +28,7 @@ from easyonline.inputs.raw_batch import BatchSource
 from easyonline.publish.snapshot import EagerTableRows, TableRows
 from easyonline.train.optimizers import build_train_optimizer
 from easyonline.train.step_engine import LoopState
-from easyonline.train.table_adam import adopt_split_slots, sparse_part
+from easyonline.train.table_adam import adopt_split_slots, keeps_slots_together, sparse_part
 from easyonline.train.task_figures import TaskFigures
 from easyonline.utils import fileio
 
@@ -58,9 +59,12 @@ class EagerEngine:
         latest = self._latest_local_checkpoint()
         saved = checkpoint_tables(latest) if latest else None
         saved_shards = saved.shards if saved else None
-        # Tables sized for the checkpoint's rows: a restore of millions of rows skips the doublings
-        self.model = model_with_shards(config, self.specs, saved_shards or 1, rows=saved.rows if saved else None)
         self.optimizer = build_train_optimizer(config.train_config)
+        # Tables sized for the checkpoint's rows: a restore of millions of rows skips the doublings. Adam's m
+        # and v in the rows of the tables it updates (embedding/rows_with_state.py)
+        state_in_rows = adam_state_in_rows() if keeps_slots_together(sparse_part(self.optimizer)) else None
+        self.model = model_with_shards(config, self.specs, saved_shards or 1, scope=state_in_rows,
+                                       rows=saved.rows if saved else None)
         self.task = self.model.tasks.primary
         self._label_names = check_task_labels(self.model.tasks.label_names, self.specs.label_names)
         shards = len(self.model.tables.devices or [""])

@@ -7,6 +7,10 @@ access (~120-170 ns a key at 1,000 keys whether a row has 17 floats or 51): m an
 width are found and written in one probe each, four table operations instead of six, and one key stored
 per id instead of two. The update is Adam's sparse formula (ResourceApplyAdam's, as TFRA applies it).
 
+A table built to keep m and v in its rows (embedding/rows_with_state.py: the trainer's, where its width
+allows) is updated there with one insert; its m‖v table is then a view of those columns, kept so that
+checkpoints name m and v as before.
+
 Used for tables in one place of a single-process (Keras) model trained by Adam without ``bp_v2``. Tables
 split over several places and the cluster's graph-mode tables keep TFRA's slots. A checkpoint written with
 TFRA's separate m and v tables is taken over on restore (``adopt_split_slots``).
@@ -17,6 +21,7 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.embedding.rows_with_state import state_width, view_state_columns
 
 tf = ensure_legacy_keras()
 from tensorflow_recommenders_addons import dynamic_embedding as de  # pylint: disable=g-import-not-at-top
@@ -50,11 +55,14 @@ def _slot_table(optimizer, variable):
     params = variable.params
     table = tables.get(params.name)
     if table is None:
+        width = state_width(params)
         with tf.init_scope():
             table = de.Variable(name=slot_name(params), key_dtype=params.key_dtype, value_dtype=params.value_dtype,
-                                dim=2 * params.dim, devices=params.devices, initializer=0.0,
-                                init_size=params.init_size, kv_creator=params.kv_creator, trainable=False,
-                                checkpoint=params.checkpoint)
+                                dim=2 * (width or params.dim), devices=params.devices, initializer=0.0,
+                                init_size=0 if width else params.init_size, kv_creator=params.kv_creator,
+                                trainable=False, checkpoint=params.checkpoint)
+        if width:  # m and v live in the table's rows; this one names them in checkpoints
+            view_state_columns(table, params)
         optimizer._track_trackable(table, name=slot_name(params), overwrite=True)  # pylint: disable=protected-access
         variable._optimizer_vars.value.append(table)  # pylint: disable=protected-access
         tables[params.name] = table
@@ -71,10 +79,17 @@ def _update(optimizer, coefficients: Tuple[tf.Tensor, ...], gradient, variable) 
         gradient = tf.math.unsorted_segment_sum(gradient.values, index, tf.size(touched))
         ids, rows = tf.gather(ids, touched), tf.gather(rows, touched)
     slots = _slot_table(optimizer, variable)
-    m, v = tf.split(slots.lookup(ids), 2, axis=1)  # zeros for ids new to the table
+    width = state_width(variable.params)
+    if width:  # [row | m | v] in one table (embedding/rows_with_state.py); the gradient's state columns are 0
+        rows, m, v = tf.split(rows, 3, axis=1)
+        gradient = gradient[:, :width]
+    else:
+        m, v = tf.split(slots.lookup(ids), 2, axis=1)  # zeros for ids new to the table
     m = beta_1 * m + (1.0 - beta_1) * gradient
     v = beta_2 * v + (1.0 - beta_2) * tf.square(gradient)
     rows = rows - alpha * m / (tf.sqrt(v) + epsilon)
+    if width:
+        return [variable.params.upsert(ids, tf.concat([rows, m, v], 1))]
     return [variable.params.upsert(ids, rows), slots.upsert(ids, tf.concat([m, v], 1))]
 
 
@@ -150,9 +165,10 @@ def adopt_split_slots(path: str, optimizer, layers: Dict[str, Any]) -> List[str]
         keys_m, keys_v = (reader.get_tensor(halves[s]) for s in "mv")
         values_m, values_v = (reader.get_tensor(halves[s].replace("table-keys", "table-values")) for s in "mv")
         keys = np.union1d(keys_m, keys_v)
-        state = np.zeros([len(keys), 2 * params.dim], np.float32)
-        state[np.searchsorted(keys, keys_m), :params.dim] = values_m
-        state[np.searchsorted(keys, keys_v), params.dim:] = values_v
+        width = state_width(params) or params.dim
+        state = np.zeros([len(keys), 2 * width], np.float32)
+        state[np.searchsorted(keys, keys_m), :width] = values_m
+        state[np.searchsorted(keys, keys_v), width:] = values_v
         _slot_table(optimizer, layer.shadow).upsert(tf.constant(keys, params.key_dtype), tf.constant(state))
         taken.append(table)
     return taken

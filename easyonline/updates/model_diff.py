@@ -8,8 +8,8 @@ from easyonline.updates.replica import ParameterReplica
 def differences_from_model(replica: ParameterReplica, model, ids: ParameterIds) -> list:
     """What differs between the replica and a live model (empty when they match bit for bit)."""
     found = []
-    for name, layer in model.tables.embeddings.items():
-        keys, values = (t.numpy() for t in layer.params.export())
+    for name in model.tables.embeddings:
+        keys, values = (t.numpy() for t in model.tables.rows(name).export())
         order = np.argsort(keys)
         got_keys, got_rows = replica.table_arrays(ids.tables[name][0])
         if not np.array_equal(got_keys, keys[order]):

@@ -88,7 +88,7 @@ def ensure_parameter_ids(model_dir: str, model) -> ParameterIds:
     if fileio.exists(fileio.join(model_dir, DENSE_IDS_FILE)) and fileio.exists(fileio.join(model_dir, TABLE_IDS_FILE)):
         old = read_parameter_ids(model_dir)
     dense = _extend(old.dense, dense_variables(model))
-    widths = {name: int(layer.embedding_size) for name, layer in sorted(model.tables.embeddings.items())}
+    widths = {name: model.tables.row_width(name) for name in sorted(model.tables.embeddings)}
     table_ids = _extend({name: i for name, (i, _) in old.tables.items()}, widths)
     for name, (_, width) in old.tables.items():
         if name in widths and widths[name] != width:

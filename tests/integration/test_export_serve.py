@@ -582,8 +582,8 @@ def test_embedding_export_writes_every_table_exactly(served_from_files):
     assert (vectors / "DONE").exists()
     manifest = json.loads((vectors / "manifest.json").read_text())
     assert sorted(manifest["tables"]) == sorted(trainer.model.tables.embeddings)
-    for name, layer in trainer.model.tables.embeddings.items():
-        keys, values = (t.numpy() for t in layer.params.export())
+    for name in trainer.model.tables.embeddings:
+        keys, values = (t.numpy() for t in trainer.model.tables.rows(name).export())
         dim = trainer.model.tables.table_dim(name)
         lines = (vectors / name / "part-00000.tsv").read_text().splitlines()
         assert manifest["tables"][name] == {"rows": len(keys), "dim": dim} and len(lines) == len(keys)

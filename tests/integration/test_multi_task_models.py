@@ -192,7 +192,7 @@ def test_mmoe_with_deepfm_terms_trains_and_its_updates_replay_exactly(broker, to
     model = MMOE.replace("l2_regularization: 1e-6", "l2_regularization: 1e-6 deepfm_terms: true")
     trainer, _ = train_and_replay(broker, topic, tmp_path, model, wide_groups)
     assert trainer.model.wide_dim == 1
-    rows = trainer.model.tables.embeddings["C1"].params.export()[1].numpy()
+    rows = trainer.model.tables.rows("C1").export()[1].numpy()
     assert rows.shape[1] == 4 + 1 and len(rows) >= 20
     scales = trainer.model.deepfm_scales.numpy()
     assert scales.shape == (2, 2) and np.all(np.abs(scales - 1.0) > 1e-4)  # learnt from 1, per task and term

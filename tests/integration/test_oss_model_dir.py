@@ -39,7 +39,7 @@ def _config(tmp_path, start, count, model_dir=MODEL_DIR, **edits):
 
 
 def _rows(trainer, table="C1"):
-    keys, values = (t.numpy() for t in trainer.model.tables.embeddings[table].params.export())
+    keys, values = (t.numpy() for t in trainer.model.tables.rows(table).export())
     order = np.argsort(keys)
     return keys[order], values[order]
 

@@ -157,9 +157,9 @@ def test_offline_then_online_through_fine_tune_checkpoint(broker, topic, tmp_pat
     trainer = build_trainer(online, online=False)
     assert trainer.restored_from == offline_summary.checkpoint
     # The tables start with the offline run's rows (its final checkpoint's), equal value for value.
-    for name, layer in trainer.model.tables.embeddings.items():
-        keys, values = layer.params.export()
-        ref_keys, ref_values = offline_trainer.model.tables.embeddings[name].params.export()
+    for name in trainer.model.tables.embeddings:
+        keys, values = trainer.model.tables.rows(name).export()
+        ref_keys, ref_values = offline_trainer.model.tables.rows(name).export()
         order, ref_order = np.argsort(keys.numpy()), np.argsort(ref_keys.numpy())
         np.testing.assert_array_equal(keys.numpy()[order], ref_keys.numpy()[ref_order])
         np.testing.assert_array_equal(values.numpy()[order], ref_values.numpy()[ref_order])
@@ -223,9 +223,9 @@ def test_checkpoint_restores_tables_and_optimizer_slots_exactly(tmp_path, sparse
     second = build_trainer(config, online=False)
     slots = {len(layer.optimizer_vars) for layer in first.model.tables.embeddings.values()}
     assert slots == {1}  # Adagrad's accumulator, or Adam's m and v side by side (train/table_adam.py)
+    widths = {first.model.tables.row_width(name) for name in first.model.tables.embeddings}
     assert {layer.optimizer_vars[0].dim for layer in first.model.tables.embeddings.values()} == \
-        ({layer.embedding_size for layer in first.model.tables.embeddings.values()} if sparse_optimizer else
-         {2 * layer.embedding_size for layer in first.model.tables.embeddings.values()})
+        (widths if sparse_optimizer else {2 * width for width in widths})
     if sparse_optimizer:
         dense_slots = [v for v in first.optimizer.dense.variables() if "/m:" in v.name or "/v:" in v.name]
         assert dense_slots and all("DynamicEmbedding" not in v.name for v in dense_slots)
@@ -285,6 +285,61 @@ def test_a_checkpoint_with_adams_m_and_v_apart_restores_into_one_table(tmp_path,
     after = dict(zip(*(part.tolist() for part in sorted_rows(together))))
     moved = [key for key in before if after[key] != before[key]]
     assert moved and set(before) <= set(after)  # the restored m and v went on from where they were
+
+
+def test_a_table_with_adams_state_in_its_rows_checkpoints_as_two_tables_did(tmp_path, monkeypatch):
+    """The trainer keeps Adam's m and v in its tables' rows (embedding/rows_with_state.py), but its checkpoint
+    holds what a table and its m-and-v slot table held, where they held it: so a trainer that keeps them apart
+    (today's for tables too wide, every earlier one) restores it bit for bit, and it restores theirs. Both
+    ways here: rows-with-state -> apart -> rows-with-state, each training on, each restore exact."""
+    from easyonline.embedding.rows_with_state import state_width
+    from easyonline.train import eager_engine
+
+    def trainer_on(rows, start, apart=False):
+        _write_csv(tmp_path / f"train{start}.csv", rows, start=start)
+        config = online_config(tmp_path / "m", **FAST)
+        config.ClearField("kafka_train_input")
+        config.file_train_input.paths.append(str(tmp_path / f"train{start}.csv"))
+        with monkeypatch.context() as patch:
+            if apart:
+                patch.setattr(eager_engine, "keeps_slots_together", lambda optimizer: False)
+            return build_trainer(config, online=False)
+
+    def state(trainer):
+        """Every table's rows and m-and-v, by key."""
+        out = {}
+        for name, layer in trainer.model.tables.embeddings.items():
+            (slots,) = layer.optimizer_vars
+            out[name] = (sorted_rows(trainer.model.tables.rows(name)), sorted_rows(slots))
+        return out
+
+    def assert_same(a, b):
+        assert a.keys() == b.keys()
+        for name in a:
+            for (keys_a, values_a), (keys_b, values_b) in zip(a[name], b[name]):
+                assert len(keys_a) > 0
+                np.testing.assert_array_equal(keys_a, keys_b)
+                np.testing.assert_array_equal(values_a, values_b)
+
+    first = trainer_on(1500, 0)
+    assert all(state_width(layer.params) == layer.params.dim // 3 for layer in first.model.tables.embeddings.values())
+    first.run()
+    saved = dict(tf.train.list_variables(first.last_checkpoint))
+    name = sorted(first.model.tables.embeddings)[0]
+    width = first.model.tables.row_width(name)
+    rows_key = [k for k in saved if re.search(rf"tables_of_emb_{name}-parameter/0/\.ATTRIBUTES/table-values$", k)]
+    state_key = [k for k in saved if re.search(rf"emb_{name}-parameter\.Smv/0/\.ATTRIBUTES/table-values$", k)]
+    assert len(rows_key) == len(state_key) == 1, sorted(saved)
+    assert saved[rows_key[0]][1] == width and saved[state_key[0]][1] == 2 * width  # as the two tables wrote them
+
+    trained = state(first)
+    assert all(np.any(m_and_v[1] != 0.0) for _, m_and_v in trained.values())  # (Adam's state, not zeros)
+    apart = trainer_on(1000, 1500, apart=True)
+    assert not any(state_width(layer.params) for layer in apart.model.tables.embeddings.values())
+    assert_same(trained, state(apart))
+    apart.run()
+    together = trainer_on(10, 2500)
+    assert_same(state(apart), state(together))
 
 
 def test_status_lines_and_tensorboard_scalars_are_written(tmp_path, caplog):

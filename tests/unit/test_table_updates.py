@@ -4,12 +4,15 @@ sum of its gradients and one optimizer step, other ids and padding are not touch
 The step updates a table's lookup buffer with a dense gradient (embedding/dynamic_tables.py
 ``gather_with_dense_gradient``) and draws initial rows only for ids the table lacks
 (``draw_rows_for_new_ids_only``); these tests hold that to the optimizers' sparse formulas. Adam keeps a table's
-m and v in one slot table (train/table_adam.py); the last test trains it against TFRA's Adam, which keeps two.
+m and v in one slot table (train/table_adam.py), or the trainer's tables in their own rows
+(embedding/rows_with_state.py); the last test trains both against TFRA's Adam, which keeps two.
 """
 import easyonline  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from easyonline.core.bootstrap import ensure_legacy_keras
 
 tf = ensure_legacy_keras()
+
+import contextlib
 
 import numpy as np
 import pytest
@@ -17,6 +20,7 @@ from google.protobuf import text_format
 
 from easyonline.config import parse_pipeline_config
 from easyonline.embedding.dynamic_tables import DynamicTables
+from easyonline.embedding.rows_with_state import adam_state_in_rows, state_width
 from easyonline.features.feature_spec import build_feature_specs
 from easyonline.train.optimizers import build_optimizer
 from easyonline.train.table_adam import keeps_slots_together
@@ -125,13 +129,17 @@ _BATCHES = [  # per step: ids of "s" and of "n" (-1: padding, the masked lookup)
 _START = np.arange(len(_IDS) * 2, dtype=np.float32).reshape(len(_IDS), 2) / 10.0 - 0.5
 
 
-def _model(name: str):
+def _model(name: str, state_in_rows: bool = False):
     config = parse_pipeline_config(_CONFIG)
     text_format.Merge("adam_optimizer { learning_rate: 0.05 beta1: 0.8 beta2: 0.99 epsilon: 0.001 }",
                       config.train_config.optimizer_config)
-    tables = DynamicTables(build_feature_specs(config), name=name)
+    with adam_state_in_rows() if state_in_rows else contextlib.nullcontext():
+        tables = DynamicTables(build_feature_specs(config), name=name)
     for table in ("s", "n"):  # every id has a row; none has Adam's m and v yet
-        tables.embeddings[table].params.upsert(tf.constant(_IDS, tf.int64), tf.constant(_START))
+        params = tables.embeddings[table].params
+        assert (state_width(params), params.dim) == ((2, 6) if state_in_rows else (None, 2))
+        start = np.pad(_START, [[0, 0], [0, params.dim - 2]])  # (zeros for m and v)
+        params.upsert(tf.constant(_IDS, tf.int64), tf.constant(start))
     weight = tf.Variable([[1.0, -2.0]], name=f"{name}_weight")
     return tables, weight, config.train_config.optimizer_config
 
@@ -144,16 +152,18 @@ def _step(tables, weight, optimizer, ids, with_dense):
     optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
 
 
+@pytest.mark.parametrize("state_in_rows", [False, True], ids=["slot_table", "state_in_rows"])
 @pytest.mark.parametrize("with_dense", [True, False], ids=["with_dense", "tables_alone"])
 @pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf_function"])
-def test_m_and_v_in_one_table_train_as_tfras_two(traced, with_dense):
-    """Adam with a table's m and v side by side in one slot table (train/table_adam.py) against TFRA's Adam,
-    which keeps them in two: the same rows and the same m and v after three steps, for ids whose slots are new
-    and ids that repeat in a batch; with a dense variable trained by the same optimizer (its step count is
-    shared: every step's bias correction must match), and without one (the optimizer of the tables alone,
-    ``sparse_optimizer_config``: the step is counted by table_adam)."""
-    ours, our_weight, config = _model(f"ours_{traced}_{with_dense}")
-    theirs, their_weight, _ = _model(f"theirs_{traced}_{with_dense}")
+def test_m_and_v_in_one_table_train_as_tfras_two(traced, with_dense, state_in_rows):
+    """Adam with a table's m and v side by side in one slot table (train/table_adam.py), or in the table's own
+    rows (embedding/rows_with_state.py, the trainer's tables), against TFRA's Adam, which keeps them in two: the
+    same rows and the same m and v after three steps, for ids whose slots are new and ids that repeat in a
+    batch; with a dense variable trained by the same optimizer (its step count is shared: every step's bias
+    correction must match), and without one (the optimizer of the tables alone, ``sparse_optimizer_config``:
+    the step is counted by table_adam)."""
+    ours, our_weight, config = _model(f"ours_{traced}_{with_dense}_{state_in_rows}", state_in_rows)
+    theirs, their_weight, _ = _model(f"theirs_{traced}_{with_dense}_{state_in_rows}")
     our_optimizer = build_optimizer(config)
     assert keeps_slots_together(our_optimizer)
     a = config.adam_optimizer
@@ -166,8 +176,8 @@ def test_m_and_v_in_one_table_train_as_tfras_two(traced, with_dense):
     np.testing.assert_allclose(our_weight.numpy(), their_weight.numpy(), rtol=1e-6)
     assert int(our_optimizer.iterations.numpy()) == int(their_optimizer.iterations.numpy()) == 3
     for table in ("s", "n"):
-        mine, theirs_layer = ours.embeddings[table], theirs.embeddings[table]
-        keys, rows = sorted_rows(mine.params)
+        theirs_layer = theirs.embeddings[table]
+        keys, rows = sorted_rows(ours.rows(table))
         their_keys, their_rows = sorted_rows(theirs_layer.params)
         np.testing.assert_array_equal(keys, their_keys)
         assert not np.allclose(rows, _START)  # trained

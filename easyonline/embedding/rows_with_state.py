@@ -1,0 +1,161 @@
+"""Tables whose rows carry Adam's m and v beside the embedding: one find and one insert per table a step.
+
+A single process's table trained by Adam (train/table_adam.py) kept its m‖v in a slot table of its own, so a
+step found and inserted every id twice: the row, then m‖v. A table operation's cost is mostly the hash probe
+per key, not the width of the row, so inside ``adam_state_in_rows()`` such a table is built three times as
+wide, ``[row | m | v]``: the step reads the row and its state in one find and writes them in one insert, and
+the table keeps one key per id instead of two (docs/benchmarks.md, "the row, m and v in one table").
+
+What reads a table's rows reads them through ``rows_of(layer)`` and ``row_width(layer)``, which are the table
+itself for every other table. A checkpoint holds what the two tables held, where they held it: the row
+columns as the table's ``table-keys``/``table-values``, m‖v as the slot table's (its saveable writes the
+columns of this table; ``view_state_columns``). Exports, evaluation, clusters and older trainers read it
+unchanged, and a checkpoint written before restores into it: each restore writes its own columns and keeps
+the others.
+"""
+import contextlib
+import functools
+from typing import Iterator, List, Optional, Tuple
+
+from easyonline.core.bootstrap import ensure_legacy_keras
+
+tf = ensure_legacy_keras()
+from tensorflow.python.training.saving import saveable_object  # noqa: E402  pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+
+# TFRA's CPU table keeps values of up to this many floats in fixed-size arrays; a wider one falls back to a
+# slower general table, which would cost more than the probe saved, so wider tables keep the slot table.
+MAX_FIXED_WIDTH = 100
+_STATE_COPIES = 2  # Adam's m and v, each as wide as the row
+_ROW_WIDTH = "_easyonline_row_width"
+_building_with_state: List[bool] = [False]
+
+
+@contextlib.contextmanager
+def adam_state_in_rows() -> Iterator[None]:
+    """Tables built inside (eager, in one place) keep Adam's m and v in their rows, where their width allows."""
+    _building_with_state.append(True)
+    try:
+        yield
+    finally:
+        _building_with_state.pop()
+
+
+def stored_width(width: int, places: int) -> int:
+    """How many floats a table of rows of ``width`` built now in ``places`` places stores an id."""
+    wide = width * (1 + _STATE_COPIES)
+    return wide if _building_with_state[-1] and places == 1 and wide <= MAX_FIXED_WIDTH else width
+
+
+def keep_state_in_rows(params, width: int) -> None:
+    """Marks ``params`` (a TFRA table of ``stored_width`` floats) as rows of ``width`` followed by m and v, and
+    makes its checkpoint hold the row columns only (as a table of ``width`` floats saves them)."""
+    setattr(params, _ROW_WIDTH, width)
+    (table,) = params.tables
+    table._saveable_fn = functools.partial(ColumnsSaveable, source=table, start=0, width=width)  # pylint: disable=protected-access
+
+
+def state_width(params) -> Optional[int]:
+    """The row width of a table that keeps Adam's state in its rows, else None."""
+    return getattr(params, _ROW_WIDTH, None)
+
+
+def row_width(layer) -> int:
+    """How many floats a row of ``layer``'s table has (what lookups, exports and updates carry)."""
+    width = state_width(layer.params)
+    return int(layer.embedding_size) if width is None else width
+
+
+def rows_of(layer):
+    """``layer``'s table as its readers see it: its rows (``export``, ``lookup``, ``size``, ``tables``)."""
+    width = state_width(layer.params)
+    return layer.params if width is None else RowColumns(layer.params, width)
+
+
+def row_part(layer, values: tf.Tensor) -> tf.Tensor:
+    """The rows in ``values`` (a lookup of ``layer``'s table): all of it, or its row columns."""
+    width = state_width(layer.params)
+    return values if width is None else _first_columns(values, width)
+
+
+def _first_columns(values: tf.Tensor, width: int) -> tf.Tensor:
+    """``values[:, :width]`` whose gradient is padded with zeros (a strided slice's gradient op cost ~7% of a
+    step); the state columns get no gradient."""
+    @tf.custom_gradient
+    def first_columns(full):
+        def gradient(upstream):
+            return tf.pad(upstream, [[0, 0], [0, tf.shape(full)[1] - width]])
+        return full[:, :width], gradient
+
+    return first_columns(values)
+
+
+class RowColumns:
+    """The rows of a table that keeps Adam's state beside them: what a table of the rows alone would answer."""
+
+    def __init__(self, params, width: int):
+        self._params = params
+        self.dim = width
+        self.name = params.name
+        self.key_dtype, self.value_dtype = params.key_dtype, params.value_dtype
+
+    @property
+    def tables(self) -> List["RowColumns"]:
+        return [self]  # (in one place: its one shard)
+
+    def size(self, name=None) -> tf.Tensor:
+        return self._params.size(name=name)
+
+    def export(self, name=None) -> Tuple[tf.Tensor, tf.Tensor]:
+        keys, values = self._params.export(name=name)
+        return keys, values[:, :self.dim]
+
+    def lookup(self, keys, return_exists: bool = False, name=None):
+        values, exists = self._params.lookup(keys, return_exists=True, name=name)
+        values = values[..., :self.dim]
+        return (values, exists) if return_exists else values
+
+
+def write_columns(table, keys: tf.Tensor, values: tf.Tensor, start: int) -> tf.Operation:
+    """Writes ``values`` into columns ``start:`` of ``keys``' rows of ``table`` (a TFRA hash table), keeping its
+    other columns (zeros for ids it lacks)."""
+    full = int(table._default_value.shape[-1])  # pylint: disable=protected-access
+    keys = tf.convert_to_tensor(keys, table.key_dtype)
+    values = tf.convert_to_tensor(values, table.value_dtype)
+    old = table.lookup(keys, dynamic_default_values=tf.zeros([full], table.value_dtype))
+    end = start + int(values.shape[-1])
+    return table.insert(keys, tf.concat([old[:, :start], values, old[:, end:]], 1))
+
+
+class ColumnsSaveable(saveable_object.SaveableObject):
+    """A checkpoint entry of ``width`` columns of ``source`` from ``start`` (keys and values, as TFRA names a
+    table's); its restore writes those columns and keeps the others, so the entries of one table restore in
+    any order. Given to a TFRA table as its ``_saveable_fn``."""
+
+    def __init__(self, table, name: str, full_name: str = "", source=None, start: int = 0, width: int = 0):
+        del full_name
+        keys, values = source.export()
+        specs = [saveable_object.SaveSpec(keys, "", name + "-keys"),
+                 saveable_object.SaveSpec(values[:, start:start + width], "", name + "-values")]
+        super().__init__(table, specs, name)  # (``table``: whose entry this is; the slot table's is read from
+        self._source, self._start = source, start  # ``source``, its own table stays empty)
+
+    def restore(self, restored_tensors, restored_shapes, name=None):
+        del restored_shapes, name
+        keys, values = restored_tensors
+        return write_columns(self._source, keys, values, self._start)
+
+
+def view_state_columns(slot, params) -> None:
+    """Makes ``slot`` (the m‖v table checkpoints name) a view of ``params``' state columns: its checkpoint entry,
+    ``export`` and ``upsert`` are those columns'. Its own table stays empty."""
+    width = state_width(params)
+    (source,) = params.tables
+    (own,) = slot.tables
+    own._saveable_fn = functools.partial(ColumnsSaveable, source=source, start=width, width=_STATE_COPIES * width)  # pylint: disable=protected-access
+
+    def export(name=None):
+        keys, values = source.export(name=name)
+        return keys, values[:, width:]
+
+    slot.export = export
+    slot.upsert = lambda keys, values, name=None: write_columns(source, keys, values, width)
