@@ -46,7 +46,7 @@ def fill_and_save(model_dir: str, data: str, keys: int) -> dict:
     rng = np.random.default_rng(0)
     for name, layer in tables.embeddings.items():
         ids = rng.integers(0, 2**62, per_table, dtype=np.int64)
-        for variable in [layer.params] + list(tables.slot_variables(name)):  # (Adam's m and v: one table, 2x wide)
+        for variable in [layer.params] + list(tables.slot_variables(name)):  # (Adam's m and v: a view of the rows' columns)
             variable.upsert(ids, rng.normal(0, 0.01, (per_table, variable.dim)).astype(np.float32))
     started = time.perf_counter()
     trainer.save_checkpoint()

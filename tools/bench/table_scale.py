@@ -7,7 +7,8 @@ against the same figure at the smallest size.
 The model is samples/online.config's DeepFM (26 TFRA tables of 16 + 1 floats
 a row: the embedding and DeepFM's wide weight) unless --config names another.
 For each optimizer (Adam, Adagrad; FTRL with --optimizers: each table's
-slots are tables of their own, keys included: Adam's m and v side by side in one, train/table_adam.py) and
+slots are tables of their own, keys included; the trainer keeps Adam's m and v in the table's rows,
+embedding/rows_with_state.py) and
 each size N, one child
 process:
 
@@ -257,10 +258,12 @@ def grow_child(args) -> dict:
     rows_before = sum(tables.sizes().values())
 
     share = grown_tables(tables, args.count, args.spread)
-    widths, slots, stats = {}, {}, {}
+    widths, stored, slots, stats = {}, {}, {}, {}
     for name in share:
-        widths[name] = tables.embeddings[name].embedding_size
-        slots[name] = tables.slot_variables(name)
+        widths[name] = tables.row_width(name)
+        stored[name] = tables.embeddings[name].params.dim  # (the row and, for Adam, its m and v: rows_with_state.py)
+        # slot tables of their own (a view of the table's state columns holds nothing)
+        slots[name] = tables.slot_variables(name) if stored[name] == widths[name] else []
         stats[name] = tables.statistics.get(name)
     rss_before = _rss()
     _reset_hwm()
@@ -274,6 +277,8 @@ def grow_child(args) -> dict:
             keys = ((np.arange(offset + start, offset + start + n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
                     & np.uint64((1 << 63) - 1)).astype(np.int64)
             values = rng.standard_normal((n, widths[name]), dtype=np.float32) * np.float32(0.01)
+            if stored[name] > widths[name]:  # Adam's m and v beside the row
+                values = np.hstack([values, np.full((n, stored[name] - widths[name]), 0.1, np.float32)])
             stat_values = np.zeros((n, 3), np.float32) if stats[name] is not None else None
             started, cpu = time.perf_counter(), time.process_time()
             tables.embeddings[name].params.upsert(keys, values)
@@ -306,6 +311,7 @@ def grow_child(args) -> dict:
     width = sorted(widths.values())[-1]
     first = next(iter(slots))
     return {**sync, "rows": args.count, "tables_grown": len(share), "width": width,
+            "stored_width": sorted(stored.values())[-1],
             "slot_widths": [slot.dim // widths[first] for slot in slots[first]], "statistics": any(s is not None for s in stats.values()),
             "slot_rows_grown": slot_rows, "rows_in_model": rows_after,
             "rss_before": rss_before, "rss_after": rss_after, "peak_grow": peak_grow,
@@ -436,10 +442,10 @@ def run_child(args, mode: str, optimizer: str, count: int, model_dir: str, resto
     return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
 
 
-def theoretical_bytes(width: int, slot_widths: List[int], statistics: bool) -> int:
-    """Bytes a row's keys and floats take, in the table and each slot table (keys repeated; ``slot_widths`` in
-    rows' widths), and statistics."""
-    return (8 + 4 * width) + sum(8 + 4 * width * w for w in slot_widths) + (8 + 12 if statistics else 0)
+def theoretical_bytes(width: int, stored_width: int, slot_widths: List[int], statistics: bool) -> int:
+    """Bytes a row's keys and floats take, in the table (``stored_width`` floats: the row, and Adam's m and v
+    when kept beside it) and each slot table (keys repeated; ``slot_widths`` in rows' widths), and statistics."""
+    return (8 + 4 * stored_width) + sum(8 + 4 * width * w for w in slot_widths) + (8 + 12 if statistics else 0)
 
 
 def measure(args, optimizer: str, count: int, work: str) -> dict:
@@ -463,7 +469,7 @@ def measure(args, optimizer: str, count: int, work: str) -> dict:
     r = {"optimizer": optimizer, **grown, **restored, **{"old_" + k: v for k, v in old.items()}, **exported,
          **served, "wall_seconds": round(time.perf_counter() - started, 1)}
     r.pop("checkpoint")
-    theory = theoretical_bytes(r["width"], r["slot_widths"], r["statistics"])
+    theory = theoretical_bytes(r["width"], r["stored_width"], r["slot_widths"], r["statistics"])
     build_bytes = r["old_restore_rss_before"] - r["old_restore_rss_before_build"]
     grown_bytes = r["rss_after"] - r["rss_before"]
     r.update({
