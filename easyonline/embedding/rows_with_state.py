@@ -15,6 +15,7 @@ the others.
 """
 import contextlib
 import functools
+import weakref
 from typing import Iterator, List, Optional, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
@@ -51,7 +52,13 @@ def keep_state_in_rows(params, width: int) -> None:
     makes its checkpoint hold the row columns only (as a table of ``width`` floats saves them)."""
     setattr(params, _ROW_WIDTH, width)
     (table,) = params.tables
+    setattr(table, _ROW_WIDTH, width)
     table._saveable_fn = functools.partial(ColumnsSaveable, source=table, start=0, width=width)  # pylint: disable=protected-access
+
+
+def state_width_of_table(table) -> int:
+    """The row width of a TFRA hash table of a table that keeps Adam's state in its rows."""
+    return getattr(table, _ROW_WIDTH)
 
 
 def state_width(params) -> Optional[int]:
@@ -126,14 +133,36 @@ def write_columns(table, keys: tf.Tensor, values: tf.Tensor, start: int) -> tf.O
     return table.insert(keys, tf.concat([old[:, :start], values, old[:, end:]], 1))
 
 
+# A traced save's export of each table, shared by its entries (one export, and the same order of keys in both).
+_SAVE_EXPORTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_PENDING = "_easyonline_pending_entries"
+_RESTORE_CHUNK = 1 << 20
+
+
+def _export_for_save(source) -> Tuple[tf.Tensor, tf.Tensor]:
+    """``source.export()``, once per traced save (eagerly, each entry exports: nothing would free a shared one)."""
+    if tf.executing_eagerly():
+        return source.export()
+    graph = tf.compat.v1.get_default_graph()
+    exports = _SAVE_EXPORTS.setdefault(graph, {})
+    if id(source) not in exports:
+        exports[id(source)] = source.export()
+    return exports[id(source)]
+
+
 class ColumnsSaveable(saveable_object.SaveableObject):
     """A checkpoint entry of ``width`` columns of ``source`` from ``start`` (keys and values, as TFRA names a
-    table's); its restore writes those columns and keeps the others, so the entries of one table restore in
-    any order. Given to a TFRA table as its ``_saveable_fn``."""
+    table's). Given to a TFRA table as its ``_saveable_fn``.
+
+    Restoring, each entry waits for the other: the second imports the rows with the state beside them in one
+    bulk import, as a table of its own restores, when both hold the same keys in the same order (written from
+    one export); otherwise the rows are imported and the state written in by key. An entry left alone (a
+    model-only checkpoint has no state) is imported by ``finish_restore``.
+    """
 
     def __init__(self, table, name: str, full_name: str = "", source=None, start: int = 0, width: int = 0):
         del full_name
-        keys, values = source.export()
+        keys, values = _export_for_save(source)
         specs = [saveable_object.SaveSpec(keys, "", name + "-keys"),
                  saveable_object.SaveSpec(values[:, start:start + width], "", name + "-values")]
         super().__init__(table, specs, name)  # (``table``: whose entry this is; the slot table's is read from
@@ -141,8 +170,44 @@ class ColumnsSaveable(saveable_object.SaveableObject):
 
     def restore(self, restored_tensors, restored_shapes, name=None):
         del restored_shapes, name
-        keys, values = restored_tensors
-        return write_columns(self._source, keys, values, self._start)
+        pending = getattr(self._source, _PENDING, None) or {}
+        pending[self._start] = tuple(restored_tensors)
+        setattr(self._source, _PENDING, pending)
+        if len(pending) == 2:
+            _import_pending(self._source)
+        return tf.no_op()
+
+
+def _import_pending(table) -> None:
+    """Imports what a restore read of ``table``'s entries: rows, state or both (module docstring)."""
+    pending = getattr(table, _PENDING, None) or {}
+    setattr(table, _PENDING, None)
+    rows, state = pending.get(0), next((part for start, part in pending.items() if start), None)
+    width = state_width_of_table(table)
+    full = int(table._default_value.shape[-1])  # pylint: disable=protected-access
+    if rows is None:
+        if state is not None:
+            write_columns(table, state[0], state[1], width)
+        return
+    keys, values = rows
+    together = state is not None and state[0].shape == keys.shape and bool(tf.reduce_all(tf.equal(state[0], keys)))
+    table.clear()  # (what an import does first)
+    count = int(tf.shape(keys)[0])
+    for start in range(0, count, _RESTORE_CHUNK):  # (a chunk at a time: the rows side by side are 2x the entries)
+        end = min(start + _RESTORE_CHUNK, count)
+        beside = state[1][start:end] if together else tf.zeros([end - start, full - width], values.dtype)
+        table.insert(keys[start:end], tf.concat([values[start:end], beside], 1))
+    if state is not None and not together:
+        write_columns(table, state[0], state[1], width)
+
+
+def finish_restore(tables) -> None:
+    """Imports the entries a restore of ``tables`` (a DynamicTables) read but left waiting for their other half
+    (``ColumnsSaveable``). Call after every restore of a model whose tables keep Adam's state in their rows."""
+    for layer in tables.embeddings.values():
+        if state_width(layer.params) is not None:
+            (table,) = layer.params.tables
+            _import_pending(table)
 
 
 def view_state_columns(slot, params) -> None:

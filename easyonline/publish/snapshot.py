@@ -84,10 +84,13 @@ class EagerTableRows:
         return keys.numpy(), values.numpy()
 
     def export_shards(self, table: str) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
-        for shard in self._tables.rows(table).tables:
+        width = self._tables.row_width(table)
+        # (the stored rows, and their first ``width`` columns as a view: a table that keeps Adam's m and v beside
+        # its rows, embedding/rows_with_state.py, is not copied again to cut them off)
+        for shard in self._tables.embeddings[table].params.tables:
             with self.writing:  # (not held while the shard's rows are encoded and sent)
                 keys, values = (_view(t) for t in shard.export())
-            yield keys, values
+            yield keys, values[:, :width]
             del keys, values
 
     def lookup(self, keys: Dict[str, np.ndarray]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:

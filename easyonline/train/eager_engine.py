@@ -20,7 +20,7 @@ from easyonline.core.metrics import WindowFigures
 from easyonline.embedding.change_tracker import ChangeTracker
 from easyonline.embedding.dynamic_tables import STATS_EPOCH, checkpoint_tables
 from easyonline.embedding.eviction import EagerTableOps, TableOps
-from easyonline.embedding.rows_with_state import adam_state_in_rows
+from easyonline.embedding.rows_with_state import adam_state_in_rows, finish_restore
 from easyonline.features.label_kinds import SAMPLE_WEIGHT_KEY
 from easyonline.features.signature import empty_features, feature_signature
 from easyonline.inputs.build_source import build_source
@@ -142,6 +142,8 @@ class EagerEngine:
 
     def _restore(self) -> Optional[str]:
         path = self.checkpointer.restore_latest()
+        # (a table's rows and its m and v restore together, once both are read: rows_with_state.py)
+        finish_restore(self.model.tables)
         fine_tune = self.config.train_config.fine_tune_checkpoint
         if path is not None:
             taken = adopt_split_slots(self.checkpointer.manager.latest_checkpoint, sparse_part(self.optimizer),
@@ -152,6 +154,7 @@ class EagerEngine:
             self.checkpointer.note_fine_tune_ignored(fine_tune, path)
         elif fine_tune:
             path = self.checkpointer.init_from(fine_tune)
+            finish_restore(self.model.tables)
         return path
 
     def _now(self) -> tf.Tensor:

@@ -646,7 +646,7 @@ def main() -> None:
             done: List[dict] = []
             for count in sizes:
                 # (the demo model's width; the children report the real one)
-                theory = theoretical_bytes(17, SLOTS[optimizer], False)
+                theory = theoretical_bytes(17, 17, SLOTS[optimizer], False)  # (slot tables of their own: the larger)
                 need = estimate_peak(count, done, theory)
                 room = min(int(args.max_rss_gib * GIB), mem_available() - GIB)
                 if need > room:
