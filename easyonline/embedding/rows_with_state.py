@@ -6,12 +6,13 @@ per key, not the width of the row, so inside ``adam_state_in_rows()`` such a tab
 wide, ``[row | m | v]``: the step reads the row and its state in one find and writes them in one insert, and
 the table keeps one key per id instead of two (docs/benchmarks.md, "the row, m and v in one table").
 
-What reads a table's rows reads them through ``rows_of(layer)`` and ``row_width(layer)``, which are the table
-itself for every other table. A checkpoint holds what the two tables held, where they held it: the row
-columns as the table's ``table-keys``/``table-values``, m‖v as the slot table's (its saveable writes the
-columns of this table; ``view_state_columns``). Exports, evaluation, clusters and older trainers read it
-unchanged, and a checkpoint written before restores into it: each restore writes its own columns and keeps
-the others.
+What reads a table's rows reads them through ``DynamicTables.rows`` and ``row_width`` (``rows_of``,
+``row_width`` here), which are the table itself for every other table. A checkpoint holds what the two tables
+held, where they held it: the row columns as the table's ``table-keys``/``table-values``, m‖v as the slot
+table's (its saveable writes the columns of this table; ``view_state_columns``). Exports, evaluation,
+clusters and older trainers read it unchanged, and a checkpoint written before restores into it: a restore
+imports a table's two entries together once both are read (``ColumnsSaveable``, ``finish_restore``).
+Used by the single process's trainer (train/eager_engine.py) when its tables' optimizer is Adam.
 """
 import contextlib
 import functools
