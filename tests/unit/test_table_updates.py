@@ -20,7 +20,7 @@ from google.protobuf import text_format
 
 from easyonline.config import parse_pipeline_config
 from easyonline.embedding.dynamic_tables import DynamicTables
-from easyonline.embedding.rows_with_state import adam_state_in_rows, state_width
+from easyonline.embedding.rows_with_state import ColumnsSaveable, adam_state_in_rows, finish_restore, state_width
 from easyonline.features.feature_spec import build_feature_specs
 from easyonline.train.optimizers import build_optimizer
 from easyonline.train.table_adam import keeps_slots_together
@@ -192,3 +192,30 @@ def test_m_and_v_in_one_table_train_as_tfras_two(traced, with_dense, state_in_ro
         np.testing.assert_array_equal(halves["m"][0], trained)
         np.testing.assert_allclose(state[:, :2], halves["m"][1], rtol=1e-5, atol=1e-8)
         np.testing.assert_allclose(state[:, 2:], halves["v"][1], rtol=1e-5, atol=1e-10)
+
+
+@pytest.mark.parametrize("state_order", ["same", "reversed", "absent"])
+def test_a_restore_puts_each_ids_state_beside_its_row_whatever_the_entries_order(state_order):
+    """A table that keeps Adam's m and v in its rows restores from two checkpoint entries (rows; m and v), each
+    written as a table of its own would write it (embedding/rows_with_state.py). Written from one export, their
+    keys come in the same order and are imported side by side; from two tables (a checkpoint written with the
+    state apart) the order can differ and the state is joined by key; a checkpoint without the state (model
+    only) leaves zeros, once ``finish_restore`` has imported the rows left waiting."""
+    config = parse_pipeline_config(_CONFIG)
+    with adam_state_in_rows():
+        tables = DynamicTables(build_feature_specs(config), name=f"restore_{state_order}")
+    (table,) = tables.embeddings["s"].params.tables
+    rows_entry = ColumnsSaveable(table, "rows", source=table, start=0, width=2)
+    state_entry = ColumnsSaveable(table, "state", source=table, start=2, width=4)
+    keys = np.array([3, 5, 8, 13], np.int64)
+    rows = np.arange(8, dtype=np.float32).reshape(4, 2)
+    state = 100.0 + np.arange(16, dtype=np.float32).reshape(4, 4)
+    order = np.arange(4) if state_order == "same" else np.array([2, 0, 3, 1])
+    if state_order != "absent":
+        state_entry.restore([tf.constant(keys[order]), tf.constant(state[order])], None)
+    rows_entry.restore([tf.constant(keys), tf.constant(rows)], None)
+    finish_restore(tables)
+    got_keys, got = sorted_rows(table)
+    np.testing.assert_array_equal(got_keys, keys)
+    np.testing.assert_array_equal(got[:, :2], rows)
+    np.testing.assert_array_equal(got[:, 2:], np.zeros_like(state) if state_order == "absent" else state)
