@@ -74,7 +74,7 @@ def row_width(layer) -> int:
 
 
 def rows_of(layer):
-    """``layer``'s table as its readers see it: its rows (``export``, ``lookup``, ``size``, ``tables``)."""
+    """``layer``'s table as its readers see it: its rows (``export``, ``lookup``, ``size``)."""
     width = state_width(layer.params)
     return layer.params if width is None else RowColumns(layer.params, width)
 
@@ -105,10 +105,6 @@ class RowColumns:
         self.dim = width
         self.name = params.name
         self.key_dtype, self.value_dtype = params.key_dtype, params.value_dtype
-
-    @property
-    def tables(self) -> List["RowColumns"]:
-        return [self]  # (in one place: its one shard)
 
     def size(self, name=None) -> tf.Tensor:
         return self._params.size(name=name)
