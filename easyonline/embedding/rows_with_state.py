@@ -54,7 +54,7 @@ def keep_state_in_rows(params, width: int) -> None:
     setattr(params, _ROW_WIDTH, width)
     (table,) = params.tables
     setattr(table, _ROW_WIDTH, width)
-    table._saveable_fn = functools.partial(ColumnsSaveable, source=table, start=0, width=width)  # pylint: disable=protected-access
+    table._saveable_fn = functools.partial(ColumnsSaveable, source=table, start=0)  # pylint: disable=protected-access
 
 
 def state_width_of_table(table) -> int:
@@ -130,26 +130,61 @@ def write_columns(table, keys: tf.Tensor, values: tf.Tensor, start: int) -> tf.O
     return table.insert(keys, tf.concat([old[:, :start], values, old[:, end:]], 1))
 
 
-# A traced save's export of each table, shared by its entries (one export, and the same order of keys in both).
-_SAVE_EXPORTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# A traced save's columns of each table, shared by its entries (one export, the same order of keys in both).
+_SAVE_PARTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _PENDING = "_easyonline_pending_entries"
 _RESTORE_CHUNK = 1 << 20
+# A table of more rows than this has its entries filled in SAVE_PIECES pieces of rows looked up one after another,
+# not cut from its export: the export ([row | m | v]) and the two entries cut from it were twice a row's bytes
+# at once, the pieces are the entries' bytes and one piece (docs/benchmarks.md, "Tables as they grow").
+SAVE_WHOLE_ROWS_AT_MOST = 1 << 20
+SAVE_PIECES = 16
 
 
-def _export_for_save(source) -> Tuple[tf.Tensor, tf.Tensor]:
-    """``source.export()``, once per traced save (eagerly, each entry exports: nothing would free a shared one)."""
+def _parts_for_save(source, width: int) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """(keys, the row columns, the state columns) of ``source``, made once per traced save (eagerly, each entry
+    exports: nothing would free a shared one)."""
     if tf.executing_eagerly():
-        return source.export()
+        keys, values = source.export()
+        return keys, values[:, :width], values[:, width:]
     graph = tf.compat.v1.get_default_graph()
-    exports = _SAVE_EXPORTS.setdefault(graph, {})
-    if id(source) not in exports:
-        exports[id(source)] = source.export()
-    return exports[id(source)]
+    made = _SAVE_PARTS.setdefault(graph, {})
+    if id(source) not in made:
+        made[id(source)] = tf.cond(source.size() <= SAVE_WHOLE_ROWS_AT_MOST,
+                                   lambda: _cut_from_export(source, width),
+                                   lambda: _filled_by_pieces(source, width))
+    return made[id(source)]
+
+
+def _cut_from_export(source, width: int) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    keys, values = source.export()
+    return keys, values[:, :width], values[:, width:]
+
+
+def _filled_by_pieces(source, width: int) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """The two entries written into tensors made empty, a piece of rows at a time, in place (``InplaceUpdate``
+    forwards its input's buffer): the export's values are dropped as soon as made, so the save holds the
+    entries and one piece's rows, not the export beside them."""
+    keys, _ = source.export()  # (its values have no reader: freed at once)
+    count = tf.shape(keys)[0]
+    full = int(source._default_value.shape[-1])  # pylint: disable=protected-access
+    rows = tf.raw_ops.Empty(shape=tf.stack([count, width]), dtype=source.value_dtype)
+    state = tf.raw_ops.Empty(shape=tf.stack([count, full - width]), dtype=source.value_dtype)
+    piece = (count + SAVE_PIECES - 1) // SAVE_PIECES
+    for index in range(SAVE_PIECES):  # (each piece after the one before: its rows are written into the tensors)
+        start = tf.minimum(index * piece, count)
+        end = tf.minimum(start + piece, count)
+        with tf.control_dependencies([rows, state]):
+            found = source.lookup(keys[start:end])
+        places = tf.range(start, end)
+        rows = tf.raw_ops.InplaceUpdate(x=rows, i=places, v=found[:, :width])
+        state = tf.raw_ops.InplaceUpdate(x=state, i=places, v=found[:, width:])
+    return keys, rows, state
 
 
 class ColumnsSaveable(saveable_object.SaveableObject):
-    """A checkpoint entry of ``width`` columns of ``source`` from ``start`` (keys and values, as TFRA names a
-    table's). Given to a TFRA table as its ``_saveable_fn``.
+    """A checkpoint entry of ``source``'s row columns (``start`` 0) or its state columns (``start`` the row
+    width): keys and values, as TFRA names a table's. Given to a TFRA table as its ``_saveable_fn``.
 
     Restoring, each entry waits for the other: the second imports the rows with the state beside them in one
     bulk import, as a table of its own restores, when both hold the same keys in the same order (written from
@@ -157,11 +192,11 @@ class ColumnsSaveable(saveable_object.SaveableObject):
     model-only checkpoint has no state) is imported by ``finish_restore``.
     """
 
-    def __init__(self, table, name: str, full_name: str = "", source=None, start: int = 0, width: int = 0):
+    def __init__(self, table, name: str, full_name: str = "", source=None, start: int = 0):
         del full_name
-        keys, values = _export_for_save(source)
+        keys, rows, state = _parts_for_save(source, state_width_of_table(source))
         specs = [saveable_object.SaveSpec(keys, "", name + "-keys"),
-                 saveable_object.SaveSpec(values[:, start:start + width], "", name + "-values")]
+                 saveable_object.SaveSpec(state if start else rows, "", name + "-values")]
         super().__init__(table, specs, name)  # (``table``: whose entry this is; the slot table's is read from
         self._source, self._start = source, start  # ``source``, its own table stays empty)
 
@@ -213,7 +248,7 @@ def view_state_columns(slot, params) -> None:
     width = state_width(params)
     (source,) = params.tables
     (own,) = slot.tables
-    own._saveable_fn = functools.partial(ColumnsSaveable, source=source, start=width, width=_STATE_COPIES * width)  # pylint: disable=protected-access
+    own._saveable_fn = functools.partial(ColumnsSaveable, source=source, start=width)  # pylint: disable=protected-access
 
     def export(name=None):
         keys, values = source.export(name=name)

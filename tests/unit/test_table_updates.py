@@ -20,6 +20,7 @@ from google.protobuf import text_format
 
 from easyonline.config import parse_pipeline_config
 from easyonline.embedding.dynamic_tables import DynamicTables
+from easyonline.embedding import rows_with_state
 from easyonline.embedding.rows_with_state import ColumnsSaveable, adam_state_in_rows, finish_restore, state_width
 from easyonline.features.feature_spec import build_feature_specs
 from easyonline.train.optimizers import build_optimizer
@@ -205,8 +206,8 @@ def test_a_restore_puts_each_ids_state_beside_its_row_whatever_the_entries_order
     with adam_state_in_rows():
         tables = DynamicTables(build_feature_specs(config), name=f"restore_{state_order}")
     (table,) = tables.embeddings["s"].params.tables
-    rows_entry = ColumnsSaveable(table, "rows", source=table, start=0, width=2)
-    state_entry = ColumnsSaveable(table, "state", source=table, start=2, width=4)
+    rows_entry = ColumnsSaveable(table, "rows", source=table, start=0)
+    state_entry = ColumnsSaveable(table, "state", source=table, start=2)
     keys = np.array([3, 5, 8, 13], np.int64)
     rows = np.arange(8, dtype=np.float32).reshape(4, 2)
     state = 100.0 + np.arange(16, dtype=np.float32).reshape(4, 4)
@@ -219,3 +220,35 @@ def test_a_restore_puts_each_ids_state_beside_its_row_whatever_the_entries_order
     np.testing.assert_array_equal(got_keys, keys)
     np.testing.assert_array_equal(got[:, :2], rows)
     np.testing.assert_array_equal(got[:, 2:], np.zeros_like(state) if state_order == "absent" else state)
+
+
+@pytest.mark.parametrize("ids", [0, 5, 1000])
+@pytest.mark.parametrize("pieces", [False, True], ids=["cut_from_export", "filled_by_pieces"])
+def test_a_traced_saves_entries_are_each_ids_row_and_state(pieces, ids, monkeypatch):
+    """A traced save of a table that keeps Adam's state in its rows writes two entries, the row columns and the
+    state columns, with the keys in one order (embedding/rows_with_state.py): cut from the table's export (up
+    to SAVE_WHOLE_ROWS_AT_MOST rows), or written piece by piece into tensors made empty (a bigger table; here
+    forced). Both give every id its own row and state: no table, fewer ids than pieces (pieces left empty),
+    and a count the pieces do not divide."""
+    monkeypatch.setattr(rows_with_state, "SAVE_WHOLE_ROWS_AT_MOST", 0 if pieces else 1 << 20)
+    config = parse_pipeline_config(_CONFIG)
+    with adam_state_in_rows():
+        tables = DynamicTables(build_feature_specs(config), name=f"save_{pieces}_{ids}")
+    (table,) = tables.embeddings["s"].params.tables
+    keys = np.arange(ids, dtype=np.int64) * 7919 + 3
+    stored = np.random.default_rng(ids).normal(size=(ids, 6)).astype(np.float32)
+    if ids:
+        table.insert(tf.constant(keys), tf.constant(stored))
+
+    @tf.function
+    def entries():
+        specs = (ColumnsSaveable(table, "rows", source=table, start=0).specs
+                 + ColumnsSaveable(table, "state", source=table, start=2).specs)
+        return [spec.tensor for spec in specs]
+
+    row_keys, rows, state_keys, state = [t.numpy() for t in entries()]
+    np.testing.assert_array_equal(row_keys, state_keys)
+    assert rows.shape == (ids, 2) and state.shape == (ids, 4)
+    order = np.argsort(row_keys)
+    np.testing.assert_array_equal(row_keys[order], keys)
+    np.testing.assert_array_equal(np.concatenate([rows, state], 1)[order], stored)
