@@ -12,13 +12,16 @@ files (~0.04 s).
 A traced save captures which objects it saves. It is traced again whenever
 that set changes (an optimizer makes its slots at its first step, a restore
 adopts slot tables), found by comparing the objects the checkpoint reaches
-and every optimizer's variables before each save (~5 ms).
+and every optimizer's variables before each save (~5 ms), and when a table
+that keeps Adam's state in its rows grows past the size from which its
+entries are written piece by piece (``rows_with_state.save_plan``).
 """
 import logging
 import os
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 from easyonline.core.bootstrap import ensure_legacy_keras
+from easyonline.embedding.rows_with_state import save_plan
 
 tf = ensure_legacy_keras()
 from tensorflow.python.checkpoint import checkpoint_options, trackable_view  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -59,6 +62,7 @@ class TracedSaves:
         self._eager_save: Optional[Callable] = None
         self._traced: Optional[Any] = None
         self._traced_for: List[Any] = []  # (held: their ids cannot be reused while compared)
+        self._traced_plan: Tuple[bool, ...] = ()  # how its tables' entries are made (embedding/rows_with_state.py)
         self.traces = 0
 
     def install(self) -> None:
@@ -82,9 +86,10 @@ class TracedSaves:
         if folder:  # (TensorFlow's eager save makes the folder; a traced one does not)
             tf.io.gfile.makedirs(folder)
         saved = objects_saved(self._checkpoint)
-        if self._traced is None or not _same_objects(saved, self._traced_for):
+        plan = save_plan(saved)
+        if self._traced is None or not _same_objects(saved, self._traced_for) or plan != self._traced_plan:
             self._traced = tf.function(self._write_traced)
-            self._traced_for = saved
+            self._traced_for, self._traced_plan = saved, plan
             self.traces += 1
         return self._traced(tf.constant(file_prefix, tf.string))
 

@@ -11,7 +11,9 @@ What reads a table's rows reads them through ``DynamicTables.rows`` and ``row_wi
 held, where they held it: the row columns as the table's ``table-keys``/``table-values``, m‖v as the slot
 table's (its saveable writes the columns of this table; ``view_state_columns``). Exports, evaluation,
 clusters and older trainers read it unchanged, and a checkpoint written before restores into it: a restore
-imports a table's two entries together once both are read (``ColumnsSaveable``, ``finish_restore``).
+imports a table's two entries together once both are read (``ColumnsSaveable``, ``finish_restore``). A save
+cuts both entries from one export of a table, or, over ``SAVE_WHOLE_ROWS_AT_MOST`` rows, fills them a piece
+of rows at a time, so that it holds the entries and not the three-times-wider export beside them.
 Used by the single process's trainer (train/eager_engine.py) when its tables' optimizer is Adam.
 """
 import contextlib
@@ -29,6 +31,7 @@ from tensorflow.python.training.saving import saveable_object  # noqa: E402  pyl
 MAX_FIXED_WIDTH = 100
 _STATE_COPIES = 2  # Adam's m and v, each as wide as the row
 _ROW_WIDTH = "_easyonline_row_width"
+_SAVES_COLUMNS = "_easyonline_saves_columns"  # on the TFRA hash table whose checkpoint entries are its columns
 _building_with_state: List[bool] = [False]
 
 
@@ -54,6 +57,7 @@ def keep_state_in_rows(params, width: int) -> None:
     setattr(params, _ROW_WIDTH, width)
     (table,) = params.tables
     setattr(table, _ROW_WIDTH, width)
+    setattr(table, _SAVES_COLUMNS, True)
     table._saveable_fn = functools.partial(ColumnsSaveable, source=table, start=0)  # pylint: disable=protected-access
 
 
@@ -141,18 +145,29 @@ SAVE_WHOLE_ROWS_AT_MOST = 1 << 20
 SAVE_PIECES = 16
 
 
+def saved_by_pieces(table) -> bool:
+    """Whether a save traced now fills ``table``'s entries piece by piece: it holds over
+    ``SAVE_WHOLE_ROWS_AT_MOST`` rows (read eagerly, also while a save is traced)."""
+    with tf.init_scope():
+        return int(table.size()) > SAVE_WHOLE_ROWS_AT_MOST
+
+
+def save_plan(objects) -> Tuple[bool, ...]:
+    """``saved_by_pieces`` of each table among ``objects`` (what a checkpoint saves) that keeps Adam's state in
+    its rows: a traced save is made for one plan, and traced again when a table grows past the limit
+    (checkpoint/traced_save.py). A small table's save stays the few ops of a cut."""
+    return tuple(saved_by_pieces(o) for o in objects if getattr(o, _SAVES_COLUMNS, False))
+
+
 def _parts_for_save(source, width: int) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """(keys, the row columns, the state columns) of ``source``, made once per traced save (eagerly, each entry
     exports: nothing would free a shared one)."""
     if tf.executing_eagerly():
-        keys, values = source.export()
-        return keys, values[:, :width], values[:, width:]
+        return _cut_from_export(source, width)
     graph = tf.compat.v1.get_default_graph()
     made = _SAVE_PARTS.setdefault(graph, {})
     if id(source) not in made:
-        made[id(source)] = tf.cond(source.size() <= SAVE_WHOLE_ROWS_AT_MOST,
-                                   lambda: _cut_from_export(source, width),
-                                   lambda: _filled_by_pieces(source, width))
+        made[id(source)] = (_filled_by_pieces if saved_by_pieces(source) else _cut_from_export)(source, width)
     return made[id(source)]
 
 

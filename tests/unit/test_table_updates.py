@@ -252,3 +252,35 @@ def test_a_traced_saves_entries_are_each_ids_row_and_state(pieces, ids, monkeypa
     order = np.argsort(row_keys)
     np.testing.assert_array_equal(row_keys[order], keys)
     np.testing.assert_array_equal(np.concatenate([rows, state], 1)[order], stored)
+
+
+def test_a_traced_save_is_traced_again_when_a_table_grows_past_the_pieces_limit(tmp_path, monkeypatch):
+    """checkpoint/traced_save.py with a table that keeps Adam's state in its rows: its entries are cut from its
+    export while small, and written piece by piece once it holds over SAVE_WHOLE_ROWS_AT_MOST rows (here 10).
+    The save is traced again when the table grows past it (a trace made for the small table would go on
+    cutting), not at every save; each checkpoint holds the table's row columns."""
+    from easyonline.checkpoint.checkpointer import Checkpointer  # why: the test's only use of it
+    monkeypatch.setattr(rows_with_state, "SAVE_WHOLE_ROWS_AT_MOST", 10)
+    config = parse_pipeline_config(_CONFIG)
+    with adam_state_in_rows():
+        tables = DynamicTables(build_feature_specs(config), name="grows")
+    (table,) = tables.embeddings["s"].params.tables
+    checkpointer = Checkpointer(str(tmp_path / "model"), tables, tf.keras.optimizers.Adam(0.1), 3)
+    rng = np.random.default_rng(0)
+
+    def saved_rows(path):
+        reader = tf.train.load_checkpoint(path)
+        names = [k for k in reader.get_variable_to_shape_map() if "emb_s" in k and k.endswith("table-values")]
+        assert len(names) == 1, names
+        keys = reader.get_tensor(names[0].replace("table-values", "table-keys"))
+        return keys[np.argsort(keys)], reader.get_tensor(names[0])[np.argsort(keys)]
+
+    for step, (ids, traces) in enumerate([(5, 1), (25, 2), (25, 2)]):
+        keys = np.arange(ids, dtype=np.int64) * 31 + 1
+        stored = rng.normal(size=(ids, 6)).astype(np.float32)
+        table.insert(tf.constant(keys), tf.constant(stored))
+        path = checkpointer.save({0: step}, "t")
+        assert checkpointer.traced_saves.traces == traces
+        got_keys, got_rows = saved_rows(path)
+        np.testing.assert_array_equal(got_keys, keys)
+        np.testing.assert_array_equal(got_rows, stored[:, :2])
