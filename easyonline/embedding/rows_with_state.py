@@ -66,6 +66,11 @@ def state_width_of_table(table) -> int:
     return getattr(table, _ROW_WIDTH)
 
 
+def _stored_floats(table) -> int:
+    """Floats a TFRA hash table stores an id (row, m and v for a table that keeps the state in its rows)."""
+    return int(table._default_value.shape[-1])  # pylint: disable=protected-access
+
+
 def state_width(params) -> Optional[int]:
     """The row width of a table that keeps Adam's state in its rows, else None."""
     return getattr(params, _ROW_WIDTH, None)
@@ -126,7 +131,7 @@ class RowColumns:
 def write_columns(table, keys: tf.Tensor, values: tf.Tensor, start: int) -> tf.Operation:
     """Writes ``values`` into columns ``start:`` of ``keys``' rows of ``table`` (a TFRA hash table), keeping its
     other columns (zeros for ids it lacks)."""
-    full = int(table._default_value.shape[-1])  # pylint: disable=protected-access
+    full = _stored_floats(table)
     keys = tf.convert_to_tensor(keys, table.key_dtype)
     values = tf.convert_to_tensor(values, table.value_dtype)
     old = table.lookup(keys, dynamic_default_values=tf.zeros([full], table.value_dtype))
@@ -159,19 +164,24 @@ def save_plan(objects) -> Tuple[bool, ...]:
     return tuple(saved_by_pieces(o) for o in objects if getattr(o, _SAVES_COLUMNS, False))
 
 
-def _parts_for_save(source, width: int) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """(keys, the row columns, the state columns) of ``source``, made once per traced save (eagerly, each entry
-    exports: nothing would free a shared one)."""
+def _entry_for_save(source, start: int) -> Tuple[tf.Tensor, tf.Tensor]:
+    """(keys, values) of ``source``'s entry of the columns from ``start`` (0: the row's, else the state's).
+    Traced, both entries come from parts made once per save; eagerly, each entry exports and cuts its own
+    columns (nothing would free a shared export)."""
+    width = state_width_of_table(source)
     if tf.executing_eagerly():
-        return _cut_from_export(source, width)
+        keys, values = source.export()
+        return keys, (values[:, width:] if start else values[:, :width])
     graph = tf.compat.v1.get_default_graph()
     made = _SAVE_PARTS.setdefault(graph, {})
     if id(source) not in made:
         made[id(source)] = (_filled_by_pieces if saved_by_pieces(source) else _cut_from_export)(source, width)
-    return made[id(source)]
+    keys, rows, state = made[id(source)]
+    return keys, (state if start else rows)
 
 
 def _cut_from_export(source, width: int) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Both entries cut from one export of the table (twice the entries' bytes at once)."""
     keys, values = source.export()
     return keys, values[:, :width], values[:, width:]
 
@@ -182,7 +192,7 @@ def _filled_by_pieces(source, width: int) -> Tuple[tf.Tensor, tf.Tensor, tf.Tens
     entries and one piece's rows, not the export beside them."""
     keys, _ = source.export()  # (its values have no reader: freed at once)
     count = tf.shape(keys)[0]
-    full = int(source._default_value.shape[-1])  # pylint: disable=protected-access
+    full = _stored_floats(source)
     rows = tf.raw_ops.Empty(shape=tf.stack([count, width]), dtype=source.value_dtype)
     state = tf.raw_ops.Empty(shape=tf.stack([count, full - width]), dtype=source.value_dtype)
     piece = (count + SAVE_PIECES - 1) // SAVE_PIECES
@@ -209,9 +219,9 @@ class ColumnsSaveable(saveable_object.SaveableObject):
 
     def __init__(self, table, name: str, full_name: str = "", source=None, start: int = 0):
         del full_name
-        keys, rows, state = _parts_for_save(source, state_width_of_table(source))
+        keys, values = _entry_for_save(source, start)
         specs = [saveable_object.SaveSpec(keys, "", name + "-keys"),
-                 saveable_object.SaveSpec(state if start else rows, "", name + "-values")]
+                 saveable_object.SaveSpec(values, "", name + "-values")]
         super().__init__(table, specs, name)  # (``table``: whose entry this is; the slot table's is read from
         self._source, self._start = source, start  # ``source``, its own table stays empty)
 
@@ -231,7 +241,7 @@ def _import_pending(table) -> None:
     setattr(table, _PENDING, None)
     rows, state = pending.get(0), next((part for start, part in pending.items() if start), None)
     width = state_width_of_table(table)
-    full = int(table._default_value.shape[-1])  # pylint: disable=protected-access
+    full = _stored_floats(table)
     if rows is None:
         if state is not None:
             write_columns(table, state[0], state[1], width)
