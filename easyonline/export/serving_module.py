@@ -227,18 +227,39 @@ class ServingModule(tf.Module):
 
     def _apply_dense(self, ids, offsets, lengths, values):
         """Writes dense slices: entry i puts ``lengths[i]`` values (from ``values``, entries back to back) into
-        the flattened parameter ``ids[i]`` at ``offsets[i]``."""
+        the flattened parameter ``ids[i]`` at ``offsets[i]``.
+
+        A parameter the entries leave alone is not written, and one an entry carries whole (what the trainer
+        sends unless a message is split) is assigned as it is: the scatter of every value, the general case, took
+        ~3.5 ms of an update of DeepFM's 63k dense floats (this machine), and wrote the parameters it did not
+        change too."""
         applied = []
         starts = tf.cumsum(lengths, exclusive=True)  # where each entry's values begin in dense_values
         for param_id, variable in self._params.dense:
             mine = tf.reshape(tf.where(tf.equal(ids, param_id)), [-1])
             at = tf.gather(offsets, mine)
             count = tf.gather(lengths, mine)
-            into = tf.ragged.range(at, at + count).flat_values
-            source = tf.ragged.range(tf.gather(starts, mine), tf.gather(starts, mine) + count).flat_values
-            flat = tf.reshape(variable, [-1])
-            updated = tf.tensor_scatter_nd_update(flat, into[:, None], tf.gather(values, source))
-            applied.append(variable.assign(tf.reshape(updated, tf.shape(variable))))
+            begin = tf.gather(starts, mine)
+            size = variable.shape.num_elements()
+
+            def written_whole(variable=variable, begin=begin, size=size):
+                with tf.control_dependencies([variable.assign(tf.reshape(values[begin[0]:begin[0] + size],
+                                                                         variable.shape))]):
+                    return tf.constant(True)
+
+            def written_in_slices(variable=variable, at=at, count=count, begin=begin):
+                into = tf.ragged.range(at, at + count).flat_values
+                source = tf.ragged.range(begin, begin + count).flat_values
+                updated = tf.tensor_scatter_nd_update(tf.reshape(variable, [-1]), into[:, None],
+                                                      tf.gather(values, source))
+                with tf.control_dependencies([variable.assign(tf.reshape(updated, tf.shape(variable)))]):
+                    return tf.constant(True)
+
+            whole = tf.logical_and(tf.equal(tf.size(mine), 1),
+                                   tf.logical_and(tf.equal(tf.reduce_sum(at), 0),
+                                                  tf.equal(tf.reduce_sum(count), size)))
+            applied.append(tf.cond(tf.equal(tf.size(mine), 0), lambda: tf.constant(False),
+                                   lambda w=written_whole, s=written_in_slices, c=whole: tf.cond(c, w, s)))
         return applied
 
     def _apply_message(self, message):

@@ -84,6 +84,15 @@ class LoadedExport:
         # The served dense shapes: an update's dense entries are checked against them, not only against
         # themselves (exports made before the file existed check the latter only).
         self._dense_shapes = info.dense_shapes
+        # The update function's inputs for a message that changes nothing: apply replaces those of what the
+        # message carries. Making all 3 tensors a table for every message cost ~4 ms of an update to 26 tables
+        # (this machine), whatever the message held, and grew with the tables a model has.
+        self._no_change = {"dense_ids": tf.zeros([0], tf.int64), "dense_offsets": tf.zeros([0], tf.int64),
+                           "dense_lengths": tf.zeros([0], tf.int64), "dense_values": tf.zeros([0], tf.float32)}
+        for table_id, width in self._widths.items():
+            self._no_change.update({f"table_{table_id}_deleted": tf.zeros([0], tf.int64),
+                                    f"table_{table_id}_keys": tf.zeros([0], tf.int64),
+                                    f"table_{table_id}_values": tf.zeros([0, width], tf.float32)})
         self._update_lock = threading.Lock()
         self._signature_defs: Optional[Dict[str, meta_graph_pb2.SignatureDef]] = None
         self._input_defaults: Optional[Dict[str, object]] = None
@@ -182,19 +191,16 @@ class LoadedExport:
         Raises ValueError, before anything is applied, when an entry does not fit this export.
         """
         dense, tables = message_changes(message, self._widths, self._dense_shapes)
-        tensors = {
-            "dense_ids": tf.constant([w.id for w in dense], tf.int64, shape=[len(dense)]),
-            "dense_offsets": tf.constant([w.offset for w in dense], tf.int64, shape=[len(dense)]),
-            "dense_lengths": tf.constant([len(w.values) for w in dense], tf.int64, shape=[len(dense)]),
-            "dense_values": tf.constant(np.concatenate([w.values for w in dense]) if dense
-                                        else np.zeros(0, np.float32)),
-        }
-        for table_id, width in self._widths.items():
-            changes = tables.get(table_id)
-            tensors[f"table_{table_id}_deleted"] = tf.constant(changes.deleted if changes else np.zeros(0, np.int64))
-            tensors[f"table_{table_id}_keys"] = tf.constant(changes.keys if changes else np.zeros(0, np.int64))
-            tensors[f"table_{table_id}_values"] = tf.constant(changes.rows if changes
-                                                              else np.zeros((0, width), np.float32))
+        tensors = dict(self._no_change)  # what the message leaves alone: made once (~40 us a tensor)
+        if dense:
+            tensors.update(dense_ids=tf.constant([w.id for w in dense], tf.int64),
+                           dense_offsets=tf.constant([w.offset for w in dense], tf.int64),
+                           dense_lengths=tf.constant([len(w.values) for w in dense], tf.int64),
+                           dense_values=tf.constant(np.concatenate([w.values for w in dense])))
+        for table_id, changes in tables.items():
+            tensors[f"table_{table_id}_deleted"] = tf.constant(changes.deleted)
+            tensors[f"table_{table_id}_keys"] = tf.constant(changes.keys)
+            tensors[f"table_{table_id}_values"] = tf.constant(changes.rows)
         with self._update_lock:
             try:
                 return int(self._update(tensors)["applied"].numpy())

@@ -298,6 +298,63 @@ def test_file_updates_duplicates_gaps_and_garbage_are_handled(served_from_files)
     assert abs(changed[0] - expected[0]) > 1e-4  # the row of its C1 id was replaced
 
 
+def test_dense_entries_write_whole_parameters_slices_and_nothing_they_do_not_carry(served_from_files):
+    """A message's dense entries as trainers send them: a parameter whole, one split in two entries (a message over
+    max_message_bytes splits a parameter) or across two messages, and parameters a message does not carry, which
+    stay as they are; through both update functions of an export (tensors, as easyonline.serve applies; serialized
+    messages, incr_update_message_sig, as TF Serving's followers apply). The export is loaded in this process to
+    read its variables (it saves them in name order)."""
+    from easyonline.protos import update_pb2  # pylint: disable=g-import-not-at-top
+    _, _, _, ids, tmp_path = served_from_files
+    rng = np.random.default_rng(7)
+
+    def message(sequence, *entries):
+        out = update_pb2.UpdateMessage()
+        out.header.sequence = sequence
+        for param_id, shape, offset, values in entries:
+            out.dense.add(id=param_id, shape=shape, offset=offset, values=values.astype(np.float32).tobytes())
+        return out
+
+    for path in ("tensors", "messages"):
+        export = LoadedExport(newest_version(str(tmp_path / "export")))
+        variables = dict(zip(sorted(ids.dense), export._module.dense_variables))  # pylint: disable=protected-access
+
+        def apply(*messages, export=export):
+            if path == "tensors":
+                for m in messages:
+                    export.apply(m)
+            else:
+                export.run_update_signature("incr_update_message_sig", {"messages": np.array(
+                    [m.SerializeToString() for m in messages], object)})
+
+        def held():
+            return {name: v.numpy().reshape(-1).copy() for name, v in variables.items()}
+
+        sizes = {name: v.shape.num_elements() for name, v in variables.items()}
+        split = max(sizes, key=sizes.get)  # a kernel
+        whole = next(name for name in sorted(sizes) if name != split and sizes[name] > 1)
+        shape = {name: list(variables[name].shape) for name in (split, whole)}
+        before = held()
+        new_whole, new_split = rng.standard_normal(sizes[whole]), rng.standard_normal(sizes[split])
+        half = sizes[split] // 2 + 1
+        apply(message(1, (ids.dense[whole], shape[whole], 0, new_whole),
+                      (ids.dense[split], shape[split], 0, new_split[:half])))
+        after = held()
+        np.testing.assert_array_equal(after[whole], new_whole.astype(np.float32))
+        np.testing.assert_array_equal(after[split][:half], new_split[:half].astype(np.float32))
+        np.testing.assert_array_equal(after[split][half:], before[split][half:])  # not yet sent
+        for name in set(sizes) - {whole, split}:
+            np.testing.assert_array_equal(after[name], before[name])  # not carried: as it was
+        apply(message(2, (ids.dense[split], shape[split], half, new_split[half:])))  # the rest, a message later
+        np.testing.assert_array_equal(held()[split], new_split.astype(np.float32))
+        again = rng.standard_normal(sizes[split])
+        apply(message(3, (ids.dense[split], shape[split], half, again[half:]),  # two entries of one message, the
+                      (ids.dense[split], shape[split], 0, again[:half])))     # second half first
+        final = held()
+        np.testing.assert_array_equal(final[split], again.astype(np.float32))
+        np.testing.assert_array_equal(final[whole], new_whole.astype(np.float32))
+
+
 def _full_sync(trainer, ids, model, first_sequence, stream, max_bytes=1 << 20):
     """The trainer's full state as the publisher sends a full sync (every row, every dense parameter)."""
     from easyonline.publish.snapshot import take_snapshot  # pylint: disable=g-import-not-at-top

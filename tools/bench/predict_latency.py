@@ -24,7 +24,6 @@ import http.client
 import itertools
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,56 +34,14 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import easyonline  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS first)
-from easyonline.config import load_pipeline_config  # noqa: E402
 from easyonline.core.bootstrap import ensure_legacy_keras  # noqa: E402
 from easyonline.core.flat_call import flat_call  # noqa: E402
-from easyonline.export.layout import newest_version  # noqa: E402
-from easyonline.jobs.online_train import build_trainer  # noqa: E402
 from easyonline.serve.loaded_export import LoadedExport  # noqa: E402
 from easyonline.serve.process import ServingProcess  # noqa: E402
-from easyonline.tools.sample_configs import sample_config  # noqa: E402
-from easyonline.tools.stream_producer import SyntheticCtrStream, input_field_names  # noqa: E402
+from easyonline.tools.sample_export import requests, trained_export  # noqa: E402
 from easyonline.utils.child_process import process_cpu_seconds  # noqa: E402
 
 tf = ensure_legacy_keras()
-
-
-def trained_export(work: str, samples: int) -> str:
-    """samples/online.config's DeepFM trained on ``samples`` synthetic lines from a file, exported; its version."""
-    data = os.path.join(work, "train.csv")
-    with open(data, "wb") as f:
-        f.write(b"\n".join(SyntheticCtrStream().lines(0, samples)) + b"\n")
-    config = load_pipeline_config(sample_config("online.config"))
-    config.model_dir = os.path.join(work, "model")
-    config.data_config.batch_size = 1000
-    config.train_config.save_checkpoints_secs = 0
-    config.train_config.ClearField("incr_save_config")
-    config.ClearField("kafka_train_input")
-    config.ClearField("kafka_eval_input")
-    config.file_train_input.paths.append(data)
-    build_trainer(config, online=False).run()
-    subprocess.run([sys.executable, "-m", "easyonline.export", f"--config={work}/model/pipeline.config",
-                    f"--export_dir={work}/export", "--log_level=WARNING"], check=True, stdout=subprocess.DEVNULL)
-    return newest_version(os.path.join(work, "export"))
-
-
-def requests(export: LoadedExport, rows: int, count: int) -> List[Dict[str, list]]:
-    """``count`` requests of ``rows`` rows each, as the REST API hands them to predict (JSON's types)."""
-    fields = input_field_names()
-    lines = SyntheticCtrStream().lines(100000, rows * count)
-    out = []
-    for start in range(0, len(lines), rows):
-        values = [dict(zip(fields, line.decode().split(","))) for line in lines[start:start + rows]]
-        request = {}
-        for name, dtype in export.inputs.items():
-            column = [v[name] for v in values]
-            if dtype.name == "float32":
-                column = [float(x) if x else 0.0 for x in column]
-            elif dtype.name == "int64":
-                column = [int(x) if x else 0 for x in column]
-            request[name] = column
-        out.append(request)
-    return out
 
 
 def percentiles_ms(call: Callable[[], None], count: int) -> Dict[str, float]:
