@@ -16,7 +16,7 @@ first kind ten times a second: the p99 is what a served request pays for the ser
 
     .venv/bin/python tools/bench/update_apply_cost.py [--keys 300] [--hidden_units 128,64] [--rounds 3]
 
-Prints a JSON line and a table; asserts every applied message left the tables holding its rows.
+Prints a JSON line and a table; asserts the tables hold the rows of the last message applied.
 """
 import argparse
 import json
