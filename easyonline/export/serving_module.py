@@ -255,10 +255,10 @@ class ServingModule(tf.Module):
                 with tf.control_dependencies([variable.assign(tf.reshape(updated, tf.shape(variable)))]):
                     return tf.constant(True)
 
-            whole = tf.logical_and(tf.equal(tf.size(mine), 1),
-                                   tf.logical_and(tf.equal(tf.reduce_sum(at), 0),
-                                                  tf.equal(tf.reduce_sum(count), size)))
-            applied.append(tf.cond(tf.equal(tf.size(mine), 0), lambda: tf.constant(False),
+            carried = tf.size(mine)  # entries of this parameter in the message
+            whole = tf.logical_and(tf.equal(carried, 1), tf.logical_and(tf.equal(tf.reduce_sum(at), 0),
+                                                                       tf.equal(tf.reduce_sum(count), size)))
+            applied.append(tf.cond(tf.equal(carried, 0), lambda: tf.constant(False),
                                    lambda w=written_whole, s=written_in_slices, c=whole: tf.cond(c, w, s)))
         return applied
 

@@ -197,11 +197,12 @@ class LoadedExport:
                            dense_offsets=tf.constant([w.offset for w in dense], tf.int64),
                            dense_lengths=tf.constant([len(w.values) for w in dense], tf.int64),
                            dense_values=tf.constant(np.concatenate([w.values for w in dense])))
-        arrays = {}
+        carried = {}  # (an empty array keeps its input made once)
         for table_id, changes in tables.items():
-            arrays.update({f"table_{table_id}_deleted": changes.deleted, f"table_{table_id}_keys": changes.keys,
-                           f"table_{table_id}_values": changes.rows})
-        tensors.update(_split_tensors({name: a for name, a in arrays.items() if len(a)}))
+            for part, array in (("deleted", changes.deleted), ("keys", changes.keys), ("values", changes.rows)):
+                if len(array):
+                    carried[f"table_{table_id}_{part}"] = array
+        tensors.update(_split_tensors(carried))
         with self._update_lock:
             try:
                 return int(self._update(tensors)["applied"].numpy())

@@ -43,6 +43,7 @@ def messages(export: LoadedExport, kind: str, keys: int, count: int, seed: int) 
     """``count`` messages of ``kind`` with ``keys`` new random rows a table, dense values as the trainer sends
     them (each parameter whole)."""
     rng = np.random.default_rng(seed)
+    tables = {"all tables and dense": list(export.table_widths), "one table": list(export.table_widths)[:1]}
     out = []
     for _ in range(count):
         message = update_pb2.UpdateMessage()
@@ -50,7 +51,6 @@ def messages(export: LoadedExport, kind: str, keys: int, count: int, seed: int) 
             for param_id, shape in export.dense_shapes.items():
                 values = rng.standard_normal(int(np.prod(shape))).astype(np.float32) * 0.01
                 message.dense.add(id=param_id, shape=shape, offset=0, values=values.tobytes())
-        tables = {"all tables and dense": list(export.table_widths), "one table": list(export.table_widths)[:1]}
         for table_id in tables.get(kind, []):
             width = export.table_widths[table_id]
             message.sparse.add(table_id=table_id, dim=width,
